@@ -1,0 +1,84 @@
+package activities
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/store"
+)
+
+// Error types of the non-retryable application errors activities return.
+// Workflows and operators match on these strings, never on Go type names.
+const (
+	// ErrTypeIdempotencyMismatch: a key was reused with different
+	// parameters. It is a bug, not a transient condition.
+	ErrTypeIdempotencyMismatch = "IdempotencyMismatch"
+	// ErrTypePaymentUnknown: the charge's outcome could not be established
+	// (an ambiguous provider answer, and no charge found by lookup). The
+	// payment is recorded as unknown for an operator; nothing is retried.
+	ErrTypePaymentUnknown = "PaymentUnknown"
+	// ErrTypeInvalidInput: the activity input is unusable.
+	ErrTypeInvalidInput = "InvalidInput"
+	// ErrTypeFenced: a newer attempt of this activity owns the ledger row;
+	// this attempt's result would be discarded anyway.
+	ErrTypeFenced = "Fenced"
+)
+
+// Activities holds the dependencies of every activity. It is built once per
+// worker process and registered with w.RegisterActivity(&Activities{...}).
+type Activities struct {
+	// Store is the Postgres record.
+	Store *store.Store
+	// Payments is the Stripe client.
+	Payments *payment.Client
+	// Mailer is the SendGrid client.
+	Mailer *email.Client
+	// EmailPolicy chooses the duplicate-vs-loss trade-off of receipts.
+	// Default store.AtLeastOnce.
+	EmailPolicy store.EmailPolicy
+	// AmbiguousAttempts is how many attempts an ambiguous payment outcome is
+	// looked up before it is recorded as unknown. Default 5.
+	AmbiguousAttempts int32
+}
+
+func (a *Activities) emailPolicy() store.EmailPolicy {
+	if a.EmailPolicy == "" {
+		return store.AtLeastOnce
+	}
+	return a.EmailPolicy
+}
+
+func (a *Activities) ambiguousAttempts() int32 {
+	if a.AmbiguousAttempts <= 0 {
+		return 5
+	}
+	return a.AmbiguousAttempts
+}
+
+// requestHash is the SHA-256 of v's JSON: the fingerprint of the request an
+// idempotency key stands for.
+func requestHash(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only plain structs are hashed
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// fenced converts store.ErrFenced into a non-retryable error.
+func fenced(err error) error {
+	if errors.Is(err, store.ErrFenced) {
+		return temporal.NewNonRetryableApplicationError("a newer attempt owns this effect", ErrTypeFenced, err)
+	}
+	if errors.Is(err, store.ErrMismatch) {
+		return temporal.NewNonRetryableApplicationError("idempotency key reused with a different request", ErrTypeIdempotencyMismatch, err)
+	}
+	return err
+}

@@ -1,0 +1,23 @@
+// Package activities holds the code that touches the world: Postgres, Stripe
+// and SendGrid. Each exported method of Activities is an activity type that
+// running workflow histories refer to by name (ChargeOrder, SendReceipt):
+// rename them with care, and keep helpers unexported.
+//
+// Every activity is safe to retry, and Temporal does retry them:
+//
+//   - ChargeOrder claims the order in Postgres before it calls Stripe (a
+//     second message for the same order is a business duplicate and never
+//     charges), calls Stripe with the key "payment:<message id>" and
+//     parameters built from the message alone (a retried call is replayed by
+//     Stripe, not charged again), and records the outcome together with the
+//     message's processed row in one transaction.
+//   - SendReceipt consults the effect ledger under "email:<message id>"
+//     before it sends, and records SendGrid's X-Message-Id after. SendGrid
+//     accepts no idempotency key, so a crash between the send and the record
+//     repeats the receipt on retry under the default at-least-once policy;
+//     the at-most-once policy refuses to resend instead, and may lose it.
+//
+// Errors are classified here, at the boundary: permanent failures become
+// temporal.NewNonRetryableApplicationError with one of the ErrType constants;
+// everything else is a plain (retryable) error.
+package activities

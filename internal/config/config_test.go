@@ -1,0 +1,53 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) Lookup {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadDefaultsAndValidate(t *testing.T) {
+	c, err := Load(env(map[string]string{"STRIPE_API_KEY": "sk_test_x", "SENDGRID_API_KEY": "SG.x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TaskQueue != "effectively" || c.Email.From != "receipts@effectively.local" || c.EmailPolicy != "at-least-once" {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidateNamesTheVariable(t *testing.T) {
+	tests := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no stripe key": {map[string]string{"SENDGRID_API_KEY": "SG.x"}, "STRIPE_API_KEY"},
+		"bad policy":    {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EMAIL_POLICY": "sometimes"}, "EMAIL_POLICY"},
+		"key window":    {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "30h"}, "24h0m0s"},
+		"bad duration":  {map[string]string{"PAYMENT_SCHEDULE_TO_CLOSE": "soon"}, "PAYMENT_SCHEDULE_TO_CLOSE"},
+		"bad log level": {map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+	}
+	for name, tt := range tests {
+		c, err := Load(env(tt.env))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", name, err, tt.want)
+		}
+	}
+}
+
+func TestLogValueHidesSecrets(t *testing.T) {
+	c, _ := Load(env(map[string]string{"STRIPE_API_KEY": "sk_test_SECRET123", "SENDGRID_API_KEY": "SG.SECRET456"}))
+	s := c.LogValue().String()
+	if strings.Contains(s, "SECRET") {
+		t.Fatalf("secret in log value: %s", s)
+	}
+}

@@ -1,0 +1,223 @@
+package intake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/workflows"
+)
+
+// Statuses of a received message, as Result reports them.
+const (
+	// StatusStarted: this copy started the message's workflow.
+	StatusStarted = "started"
+	// StatusDuplicate: the message was already received; nothing started.
+	StatusDuplicate = "duplicate"
+	// StatusInvalid: the message cannot be processed; it is quarantined with
+	// the reason in Result.Error.
+	StatusInvalid = "invalid"
+)
+
+// Result is the outcome of one received message.
+type Result struct {
+	MessageID  string `json:"message_id"`
+	WorkflowID string `json:"workflow_id,omitempty"`
+	Status     string `json:"status"`
+	Error      string `json:"error,omitempty"`
+	// Reason is the quarantine reason of an invalid message
+	// (store.ReasonInvalid or store.ReasonPayloadMismatch).
+	Reason       string `json:"reason,omitempty"`
+	QuarantineID int64  `json:"quarantine_id,omitempty"`
+}
+
+// Config configures an Intake.
+type Config struct {
+	// TaskQueue is where workflows are started. Default workflows.DefaultTaskQueue.
+	TaskQueue string
+	// Logger receives one line per duplicate and quarantined message.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// StartRetries is how often a start refused as ResourceExhausted (the
+	// server is busy, or the same ID closed a moment ago) is retried.
+	// Default 5.
+	StartRetries int
+}
+
+// Intake accepts messages from any source.
+type Intake struct {
+	store *store.Store
+	tc    client.Client
+	cfg   Config
+}
+
+// New returns an Intake that records in st and starts workflows through tc.
+func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
+	if st == nil || tc == nil {
+		return nil, errors.New("intake: store and temporal client are required")
+	}
+	if cfg.TaskQueue == "" {
+		cfg.TaskQueue = workflows.DefaultTaskQueue
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StartRetries <= 0 {
+		cfg.StartRetries = 5
+	}
+	return &Intake{store: st, tc: tc, cfg: cfg}, nil
+}
+
+// Accept handles one raw message from source ("starter", "jetstream", …).
+// It returns an error only when the message's fate is not settled (Postgres
+// or Temporal unreachable): the caller must then not acknowledge it, so that
+// it comes again. Every settled outcome, bad input included, is a Result.
+func (in *Intake) Accept(ctx context.Context, raw []byte, source string) (Result, error) {
+	m, err := message.Decode(raw)
+	if err != nil {
+		return in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
+	}
+	return in.AcceptMessage(ctx, m, source)
+}
+
+// AcceptMessage is Accept for a message already decoded.
+func (in *Intake) AcceptMessage(ctx context.Context, m *message.Message, source string) (Result, error) {
+	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	if err != nil {
+		return in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonInvalid, err)
+	}
+	entry := store.InboxEntry{Consumer: m.Consumer, MessageID: m.ID, Payload: m.Raw, PayloadHash: m.Hash(), Source: source}
+	row, err := in.store.InsertInbox(ctx, entry)
+	if err != nil {
+		return Result{}, fmt.Errorf("record message %s: %w", m.ID, err)
+	}
+	res := Result{MessageID: m.ID, WorkflowID: wfID}
+	if !row.Inserted && row.Mismatch(entry) {
+		return in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonPayloadMismatch,
+			fmt.Errorf("message id %s was already received with a different payload (sha256 %.12s…, this one %.12s…)", m.ID, row.PayloadHash, entry.PayloadHash))
+	}
+	if row.State == store.InboxDispatched {
+		in.cfg.Logger.Info("duplicate message", "message_id", m.ID, "consumer", m.Consumer, "source", source)
+		res.Status = StatusDuplicate
+		return res, nil
+	}
+	started, err := in.Start(ctx, m)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := in.store.MarkDispatched(ctx, m.Consumer, m.ID, wfID); err != nil {
+		return Result{}, err
+	}
+	res.Status = StatusStarted
+	if !started {
+		in.cfg.Logger.Info("duplicate message: workflow already started", "message_id", m.ID, "workflow_id", wfID)
+		res.Status = StatusDuplicate
+	}
+	return res, nil
+}
+
+// reject quarantines a message that cannot be processed.
+func (in *Intake) reject(ctx context.Context, raw []byte, source, consumer, messageID, reason string, cause error) (Result, error) {
+	if messageID == "" {
+		messageID = looseID(raw)
+	}
+	id, err := in.store.Quarantine(ctx, store.QuarantineEntry{
+		Source: source, Consumer: consumer, MessageID: messageID, Raw: raw, Reason: reason, Detail: cause.Error(),
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("quarantine message %q: %w", messageID, err)
+	}
+	in.cfg.Logger.Warn("message quarantined", "message_id", messageID, "reason", reason, "quarantine_id", id, "error", cause.Error())
+	return Result{MessageID: messageID, Status: StatusInvalid, Error: cause.Error(), Reason: reason, QuarantineID: id}, nil
+}
+
+// looseID returns the "id" of a message that failed validation, when it is a
+// usable string, so the result and the quarantine row can name it.
+func looseID(raw []byte) string {
+	var v struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	s, ok := v.ID.(string)
+	if !ok || identity.ValidateMessageID(s) != nil {
+		return ""
+	}
+	return s
+}
+
+// StartOptions are the options every message's workflow is started with.
+//
+// The policies are explicit because the defaults are wrong for messages:
+//   - WorkflowIDConflictPolicy FAIL: a copy arriving while the first run is
+//     still running must not attach to it or terminate it.
+//   - WorkflowIDReusePolicy REJECT_DUPLICATE: a copy arriving after the
+//     first run closed must not run the message again (the default,
+//     ALLOW_DUPLICATE, would).
+//   - WorkflowExecutionErrorWhenAlreadyStarted: without it the Go SDK
+//     returns the existing run with a nil error, and a copy would look
+//     started.
+func StartOptions(taskQueue, workflowID string, m *message.Message) client.StartWorkflowOptions {
+	opts := client.StartWorkflowOptions{
+		ID:                                       workflowID,
+		TaskQueue:                                taskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+	}
+	if m.OrderPlaced != nil {
+		opts.TypedSearchAttributes = workflows.SearchAttributes(m.Consumer, m.ID, m.OrderPlaced.OrderID)
+		opts.StaticSummary = fmt.Sprintf("Order %d from message %s", m.OrderPlaced.OrderID, m.ID)
+		opts.StaticDetails = fmt.Sprintf("Message `%s` (%s), consumer `%s`: charge order %d under key `%s`, then send its receipt under ledger key `%s`.",
+			m.ID, m.Type, m.Consumer, m.OrderPlaced.OrderID,
+			identity.MustKey(identity.EffectPayment, m.ID), identity.MustKey(identity.EffectEmail, m.ID))
+	}
+	return opts
+}
+
+// Start starts the workflow of m. It reports started=false, with a nil
+// error, when the workflow ID was already used (running or closed): that is
+// a duplicate, not a failure.
+func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, err error) {
+	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	if err != nil {
+		return false, err
+	}
+	if m.OrderPlaced == nil {
+		return false, fmt.Errorf("message %s: no workflow handles type %q", m.ID, m.Type)
+	}
+	input := workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *m.OrderPlaced}
+	opts := StartOptions(in.cfg.TaskQueue, wfID, m)
+	backoff := 100 * time.Millisecond
+	for try := 0; ; try++ {
+		_, err = in.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, input)
+		if err == nil {
+			return true, nil
+		}
+		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			return false, nil
+		}
+		var busy *serviceerror.ResourceExhausted
+		if !errors.As(err, &busy) || try >= in.cfg.StartRetries {
+			return false, fmt.Errorf("start workflow %s: %w", wfID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("start workflow %s: %w", wfID, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}

@@ -1,0 +1,106 @@
+package message
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Error codes, one per kind of problem. They are stable identifiers meant for
+// metrics, quarantine records and tests; the human-readable detail is in
+// Error.Problem.
+const (
+	// CodeTooLarge means the message is larger than MaxSize.
+	CodeTooLarge = "too_large"
+	// CodeSyntax means the message is not well-formed JSON, is empty, or
+	// has data after the top-level object.
+	CodeSyntax = "syntax"
+	// CodeNotObject means the message is JSON but not a JSON object.
+	CodeNotObject = "not_object"
+	// CodeMissing means a required field is absent or null.
+	CodeMissing = "missing"
+	// CodeType means a field has the wrong JSON type, such as a string or a
+	// fraction where an integer is required.
+	CodeType = "wrong_type"
+	// CodeUnknownField means a field that the format does not define is
+	// present.
+	CodeUnknownField = "unknown_field"
+	// CodeDuplicateKey means a key occurs twice in the same object.
+	CodeDuplicateKey = "duplicate_key"
+	// CodeInvalid means a field has the right type but a value that breaks
+	// its rules.
+	CodeInvalid = "invalid"
+	// CodeUnknownType means the message's type has no route.
+	CodeUnknownType = "unknown_type"
+	// CodeEncoding means the message is not valid UTF-8 or starts with a byte
+	// order mark.
+	CodeEncoding = "encoding"
+)
+
+// Error describes why a message was rejected. Decode and DecodeStream report
+// every bad input as an *Error; use errors.As to get at it.
+type Error struct {
+	// Field is the JSON path of the offending value, such as "id" or
+	// "data.amount", or "" when the problem concerns the whole message.
+	// Array elements are written as "[i]", and keys that are not plain
+	// identifiers as ["key"].
+	Field string
+	// Problem is a human-readable description of what is wrong.
+	Problem string
+	// Code is one of the Code constants.
+	Code string
+}
+
+// Error returns "invalid message: <field>: <problem>", or
+// "invalid message: <problem>" when Field is empty.
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return "invalid message: " + e.Problem
+	}
+	return "invalid message: " + e.Field + ": " + e.Problem
+}
+
+func newError(code, field, format string, args ...any) *Error {
+	return &Error{Field: field, Problem: fmt.Sprintf(format, args...), Code: code}
+}
+
+func tooLarge(size int64) *Error {
+	return newError(CodeTooLarge, "", "message is %d bytes, the limit is %d", size, MaxSize)
+}
+
+// maxEcho bounds how much of an input value is repeated in an error, so that
+// a hostile message cannot blow up logs.
+const maxEcho = 64
+
+// clip shortens s to at most maxEcho bytes, on a rune boundary, and reports
+// whether it did.
+func clip(s string) (string, bool) {
+	if len(s) <= maxEcho {
+		return s, false
+	}
+	n := maxEcho
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], true
+}
+
+// quote returns s as a Go-quoted string, clipped, so that control characters
+// and invalid bytes are visible in errors and logs.
+func quote(s string) string {
+	c, clipped := clip(s)
+	q := strconv.Quote(c)
+	if clipped {
+		q += "…"
+	}
+	return q
+}
+
+// literal returns a number literal for an error message, clipped.
+func literal(s string) string {
+	c, clipped := clip(s)
+	if clipped {
+		c += "…"
+	}
+	return c
+}

@@ -1,0 +1,226 @@
+package message
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/effectively/effectively/internal/identity"
+)
+
+// MaxSize is the largest message accepted, in bytes. Larger payloads are
+// rejected before any parsing.
+const MaxSize = 64 << 10
+
+// Message types and the consumers that handle them.
+const (
+	// TypeOrderPlaced is the type of a message announcing a placed order,
+	// whose data is an OrderPlaced.
+	TypeOrderPlaced = "order.placed"
+	// ConsumerOrderPlaced is the consumer name that handles order.placed.
+	// It is a valid identity consumer name.
+	ConsumerOrderPlaced = "order-placed"
+)
+
+// Message is a decoded and validated message.
+type Message struct {
+	// ID identifies the message; every redelivered copy has the same ID.
+	// It satisfies identity.ValidateMessageID.
+	ID string
+	// Type is the message type, such as TypeOrderPlaced.
+	Type string
+	// Consumer is the consumer that handles Type, from the type's route.
+	Consumer string
+	// Data is the data object exactly as received.
+	Data json.RawMessage
+	// Raw is the whole message exactly as received, kept for the inbox
+	// and for quarantine.
+	Raw []byte
+
+	// OrderPlaced is the validated data when Type is TypeOrderPlaced.
+	OrderPlaced *OrderPlaced
+}
+
+// route says how a message type is handled.
+type route struct {
+	consumer string
+	decode   func(m *Message, data *object) *Error
+}
+
+var routes = map[string]route{
+	TypeOrderPlaced: {
+		consumer: ConsumerOrderPlaced,
+		decode: func(m *Message, data *object) *Error {
+			op, err := decodeOrderPlaced(data)
+			m.OrderPlaced = op
+			return err
+		},
+	},
+}
+
+// knownTypes lists the routed types, sorted, for error messages.
+var knownTypes = func() string {
+	types := make([]string, 0, len(routes))
+	for t := range routes {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	return strings.Join(types, ", ")
+}()
+
+// ConsumerFor returns the consumer that handles messages of type typ, and
+// false if typ is not a known type.
+func ConsumerFor(typ string) (string, bool) {
+	r, ok := routes[typ]
+	return r.consumer, ok
+}
+
+// topFields are the fields a message may have.
+var topFields = []string{"id", "type", "data"}
+
+// utf8BOM is the UTF-8 encoding of U+FEFF.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// Decode parses and validates one message. Every bad input is reported as an
+// *Error naming the offending field; Decode never panics. raw is not
+// retained: the returned Message holds a copy.
+//
+// See the package documentation for the accepted format.
+func Decode(raw []byte) (*Message, error) {
+	if len(raw) > MaxSize {
+		return nil, tooLarge(int64(len(raw)))
+	}
+	m, err := decode(bytes.Clone(raw))
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decode is Decode for a raw it may keep, of at most MaxSize bytes.
+func decode(raw []byte) (*Message, *Error) {
+	if len(raw) > MaxSize {
+		return nil, tooLarge(int64(len(raw)))
+	}
+	if bytes.HasPrefix(raw, utf8BOM) {
+		return nil, newError(CodeEncoding, "", "message starts with a UTF-8 byte order mark, which is not accepted")
+	}
+	if !utf8.Valid(raw) {
+		return nil, newError(CodeEncoding, "", "message is not valid UTF-8: bad byte at offset %d", invalidUTF8At(raw))
+	}
+	tree, err := parse(raw, true)
+	if err != nil {
+		return nil, err
+	}
+	top, ok := tree.(*object)
+	if !ok { // parse with wantObject returns an object or an error
+		return nil, newError(CodeNotObject, "", "a message must be a JSON object, got %s", describe(tree))
+	}
+	for _, mb := range top.members {
+		if !contains(topFields, mb.key) {
+			return nil, newError(CodeUnknownField, joinPath("", mb.key), "unknown field; a message has only the fields %s", strings.Join(topFields, ", "))
+		}
+	}
+
+	m := &Message{Raw: raw}
+	if m.ID, err = stringField(top, "", "id"); err != nil {
+		return nil, err
+	}
+	if e := identity.ValidateMessageID(m.ID); e != nil {
+		return nil, newError(CodeInvalid, "id", "%s", strings.TrimPrefix(e.Error(), identity.ErrInvalid.Error()+": "))
+	}
+	if m.Type, err = stringField(top, "", "type"); err != nil {
+		return nil, err
+	}
+	r, known := routes[m.Type]
+	if !known {
+		return nil, newError(CodeUnknownType, "type", "unknown type %s; known types are %s", quote(m.Type), knownTypes)
+	}
+	m.Consumer = r.consumer
+
+	v, err := required(top, "", "data")
+	if err != nil {
+		return nil, err
+	}
+	data, ok := v.(*object)
+	if !ok {
+		return nil, newError(CodeType, "data", "must be an object, got %s", describe(v))
+	}
+	m.Data = json.RawMessage(top.find("data").raw)
+	if err := r.decode(m, data); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// invalidUTF8At returns the offset of the first invalid UTF-8 sequence in b.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// isAlnum reports whether c is an ASCII letter or digit.
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// contains reports whether list contains s.
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// required returns the value of the field name of obj (at path parent),
+// reporting an absent or null field as CodeMissing.
+func required(obj *object, parent, name string) (any, *Error) {
+	path := joinPath(parent, name)
+	v, ok := obj.get(name)
+	if !ok {
+		return nil, newError(CodeMissing, path, "required field is missing")
+	}
+	if v == nil {
+		return nil, newError(CodeMissing, path, "required field is null")
+	}
+	return v, nil
+}
+
+// stringField returns the required string field name of obj, rejecting
+// control characters.
+func stringField(obj *object, parent, name string) (string, *Error) {
+	path := joinPath(parent, name)
+	v, err := required(obj, parent, name)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", newError(CodeType, path, "must be a string, got %s", describe(v))
+	}
+	if i := controlAt(s); i >= 0 {
+		return "", newError(CodeInvalid, path, "contains control character %q at byte %d", s[i], i)
+	}
+	return s, nil
+}
+
+// controlAt returns the index of the first control character (U+0000 to
+// U+001F or U+007F) in s, or -1.
+func controlAt(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7F {
+			return i
+		}
+	}
+	return -1
+}

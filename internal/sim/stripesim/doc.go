@@ -1,0 +1,78 @@
+// Package stripesim is an in-process simulator of the parts of the Stripe
+// PaymentIntents API that effectively depends on, with Stripe's idempotency
+// layer and a fault injector.
+//
+// A Server is an http.Handler. Serve it with httptest.NewServer in tests, or
+// with an http.Server in a local stack, and point the official stripe-go
+// client at it through stripe.BackendConfig.URL. Requests and responses are
+// shaped the way stripe-go sends and expects them: form-encoded bodies in,
+// Stripe-shaped JSON out.
+//
+// # Endpoints
+//
+//	POST /v1/payment_intents               create (confirm=true confirms at once)
+//	POST /v1/payment_intents/{id}/confirm  confirm
+//	GET  /v1/payment_intents/{id}          retrieve
+//	GET  /v1/payment_intents/search        search, e.g. query=metadata['message_id']:'evt_1'
+//
+// Requests must carry a test secret or restricted key (Authorization: Bearer
+// sk_test_... or rk_test_...). The test payment methods pm_card_visa,
+// pm_card_mastercard, pm_card_amex and pm_card_visa_debit succeed;
+// pm_card_chargeDeclined and pm_card_chargeDeclinedInsufficientFunds are
+// declined with a 402 card_error that embeds the PaymentIntent, as Stripe
+// does. Unlike Stripe, the PaymentIntent keeps the test payment method ID
+// given in the request instead of a freshly minted pm_ ID.
+//
+// # Idempotency
+//
+// POST requests that carry an Idempotency-Key header go through an
+// idempotency layer that follows Stripe's documented rules:
+//
+//   - Requests that fail authentication or parameter validation, or that are
+//     answered by an error_before or rate_limit fault, are not saved.
+//   - Otherwise the first response for a key (status and body, declines and
+//     500s included) is saved and replayed, byte for byte, to every later
+//     request with the same key, with the headers Idempotent-Replayed: true
+//     and Original-Request, for at least Options.KeyTTL.
+//   - The same key with different parameters or another path is answered with
+//     400 idempotency_error.
+//   - The same key while the first request is still executing is answered
+//     with 409 idempotency_error, code idempotency_key_in_use.
+//
+// POST requests without a key are executed every time. Every PaymentIntent
+// that reaches status succeeded counts as one charge in Stats.
+//
+// # Faults
+//
+// AddFault (or POST /_sim/faults) makes matching requests misbehave:
+//
+//	error_before  answer Status (default 500) as an api_error, perform nothing, save nothing
+//	rate_limit    answer 429 rate_limit, perform nothing, save nothing
+//	delay         sleep Delay once the key is reserved (so a concurrent request with
+//	              the same key sees 409), or before a replay; a client that gives up
+//	              meanwhile releases the key and nothing is performed
+//	error_after   perform the request, then answer Status (default 500) as an
+//	              api_error and save that answer under the key, as Stripe would
+//	lost_after    perform the request, save the real answer under the key, then drop
+//	              the connection without answering
+//
+// error_after and lost_after fire only on requests that are actually executed,
+// never on replays. A fault with Times > 0 fires that many times and is then
+// removed; Times 0 fires until the faults are cleared. When several faults
+// match a request at one stage, the one added first fires.
+//
+// # Control API
+//
+// The same handler serves a control API, without authentication:
+//
+//	GET    /_sim/stats    Stats as JSON
+//	GET    /_sim/faults   the active faults and how many times each may still fire
+//	POST   /_sim/faults   add a fault: {"match":{"message_id":"evt_1"},"kind":"lost_after","times":1}
+//	DELETE /_sim/faults   remove all faults
+//	POST   /_sim/reset    forget every PaymentIntent, key, statistic and fault
+//	POST   /_sim/latency  set the latency added to every API request: {"latency_ms":5}
+//
+// A fault's JSON form has the fields match (message_id, idempotency_key,
+// path), kind, status, times and either delay_ms (milliseconds) or delay (a Go
+// duration string such as "1.5s").
+package stripesim

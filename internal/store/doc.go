@@ -1,0 +1,20 @@
+// Package store is effectively's Postgres layer: the pgx pool, one
+// transaction helper, the embedded schema migrations, the queries of each
+// table, and the translation of driver errors into this package's errors.
+//
+// Postgres is the lasting record of what happened to a message. Temporal
+// forgets a workflow ID when the namespace's retention deletes the closed
+// run; the rows written here do not expire with it.
+//
+// Every deduplication here is a constraint, never a SELECT followed by an
+// INSERT: the inbox rejects a copy at the insert, payments.order_id is unique
+// (the business key), processed_messages has (consumer, message_id) as its
+// primary key, and the effect ledger is keyed by idempotency key. Each state
+// change commits in one transaction with the processed-message row that
+// records it, so there is no moment when one exists without the other.
+//
+// The effect ledger's transitions are compare-and-set on (state, attempt): an
+// activity attempt that was superseded by a newer one (it timed out, and the
+// retry is already running) finds its update matching no row and gets
+// ErrFenced instead of overwriting the newer state.
+package store

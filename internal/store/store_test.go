@@ -1,0 +1,250 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/store/storetest"
+)
+
+func claim(msg string, order int64, attempt int32) store.PaymentClaim {
+	return store.PaymentClaim{
+		Consumer: "order-placed", MessageID: msg, OrderID: order, Amount: 1999, Currency: "usd",
+		Key: "payment:" + msg, RequestHash: "h-" + msg, Attempt: attempt,
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- store.Migrate(ctx, pool, nil) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("second migrate: %v", err)
+		}
+	}
+}
+
+func TestPaymentLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+
+	res, err := s.ClaimPayment(ctx, claim("evt_1", 42, 1))
+	if err != nil || res.Outcome != store.ClaimOwned {
+		t.Fatalf("first claim = %+v, %v", res, err)
+	}
+	// A retry of the same activity (attempt 2) takes the claim over.
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42, 2))
+	if err != nil || res.Outcome != store.ClaimOwned {
+		t.Fatalf("retry claim = %+v, %v", res, err)
+	}
+	// The superseded attempt 1 can no longer record.
+	_, err = s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Attempt: 1, PaymentIntentID: "pi_1"})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("zombie record err = %v, want ErrFenced", err)
+	}
+	// A zombie claim with an older attempt does not take the row back.
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42, 1))
+	if err != nil || res.Outcome != store.ClaimFenced {
+		t.Fatalf("zombie claim = %+v, %v", res, err)
+	}
+	ok := store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Attempt: 2, PaymentIntentID: "pi_1", Amount: 1999, Currency: "usd"}
+	already, err := s.RecordPaymentSucceeded(ctx, ok)
+	if err != nil || already {
+		t.Fatalf("record = %v, %v", already, err)
+	}
+	already, err = s.RecordPaymentSucceeded(ctx, ok)
+	if err != nil || !already {
+		t.Fatalf("repeated record = %v, %v; want already", already, err)
+	}
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42, 3))
+	if err != nil || res.Outcome != store.ClaimDone || res.Payment.PaymentIntentID != "pi_1" {
+		t.Fatalf("claim after success = %+v, %v", res, err)
+	}
+	// A second message for the same order is a business duplicate.
+	res, err = s.ClaimPayment(ctx, claim("evt_2", 42, 1))
+	if err != nil || res.Outcome != store.ClaimBusinessDuplicate || res.Payment.MessageID != "evt_1" {
+		t.Fatalf("second message claim = %+v, %v", res, err)
+	}
+
+	st, err := s.Status(ctx, "order-placed", "evt_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Order == nil || st.Order.Status != store.OrderPaid || st.Processed == nil || st.Processed.Outcome != store.OutcomePaid {
+		t.Fatalf("status = %+v", st)
+	}
+	st2, err := s.Status(ctx, "order-placed", "evt_2")
+	if err != nil || st2.Processed == nil || st2.Processed.Outcome != store.OutcomeBusinessDuplicate {
+		t.Fatalf("status of business duplicate = %+v, %v", st2, err)
+	}
+	var processed, outbox int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM processed_messages`).Scan(&processed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE event_id = 'order.paid:evt_1'`).Scan(&outbox); err != nil {
+		t.Fatal(err)
+	}
+	if processed != 2 || outbox != 1 {
+		t.Fatalf("processed rows = %d (want 2), outbox rows = %d (want 1)", processed, outbox)
+	}
+}
+
+func TestPaymentFailed(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	if _, err := s.ClaimPayment(ctx, claim("evt_d", 7, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.RecordPaymentFailed(ctx, store.PaymentFailure{Consumer: "order-placed", MessageID: "evt_d", OrderID: 7, Key: "payment:evt_d", Attempt: 1, Code: "card_declined", DeclineCode: "generic_decline", Message: "Your card was declined."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Status(ctx, "order-placed", "evt_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Order.Status != store.OrderPaymentFailed || st.Payment.DeclineCode != "generic_decline" || st.Processed.Outcome != store.OutcomePaymentFailed {
+		t.Fatalf("status = %+v %+v %+v", st.Order, st.Payment, st.Processed)
+	}
+}
+
+func TestRequestMismatch(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	if _, err := s.ClaimPayment(ctx, claim("evt_m", 9, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("evt_m", 9, 2)
+	c.RequestHash = "other"
+	if _, err := s.ClaimPayment(ctx, c); !errors.Is(err, store.ErrMismatch) {
+		t.Fatalf("err = %v, want ErrMismatch", err)
+	}
+}
+
+func TestEmailPolicies(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	if _, err := s.ClaimPayment(ctx, claim("evt_e", 5, 1)); err != nil {
+		t.Fatal(err)
+	}
+	ec := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_e", OrderID: 5, Key: "email:evt_e", RequestHash: "m", Attempt: 1, Policy: store.AtLeastOnce}
+	d, _, err := s.ClaimEmail(ctx, ec)
+	if err != nil || d != store.EmailSend {
+		t.Fatalf("first claim = %v, %v", d, err)
+	}
+	// Crash before the record: at-least-once sends again on retry.
+	ec.Attempt = 2
+	if d, _, err = s.ClaimEmail(ctx, ec); err != nil || d != store.EmailSend {
+		t.Fatalf("retry claim = %v, %v", d, err)
+	}
+	if _, err := s.RecordEmailSent(ctx, "email:evt_e", 2, 5, "sg_1"); err != nil {
+		t.Fatal(err)
+	}
+	ec.Attempt = 3
+	d, e, err := s.ClaimEmail(ctx, ec)
+	if err != nil || d != store.EmailDone || e.ProviderRef != "sg_1" {
+		t.Fatalf("claim after send = %v %+v %v", d, e, err)
+	}
+
+	// At-most-once: a retry that finds in_flight refuses to resend.
+	if _, err := s.ClaimPayment(ctx, claim("evt_f", 6, 1)); err != nil {
+		t.Fatal(err)
+	}
+	am := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_f", OrderID: 6, Key: "email:evt_f", RequestHash: "m", Attempt: 1, Policy: store.AtMostOnce}
+	if d, _, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailSend {
+		t.Fatalf("at-most-once first = %v, %v", d, err)
+	}
+	am.Attempt = 2
+	if d, e, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailUnknown || e.State != store.StateUnknown {
+		t.Fatalf("at-most-once retry = %v %+v %v", d, e, err)
+	}
+	st, err := s.Status(ctx, "order-placed", "evt_f")
+	if err != nil || st.Order.ReceiptStatus != "unknown" {
+		t.Fatalf("receipt status = %+v, %v", st.Order, err)
+	}
+}
+
+func TestInbox(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	e := store.InboxEntry{Consumer: "order-placed", MessageID: "evt_i", Payload: []byte(`{}`), PayloadHash: "h1", Source: "test"}
+	r, err := s.InsertInbox(ctx, e)
+	if err != nil || !r.Inserted || r.State != store.InboxPending {
+		t.Fatalf("first insert = %+v, %v", r, err)
+	}
+	r, err = s.InsertInbox(ctx, e)
+	if err != nil || r.Inserted || r.Mismatch(e) {
+		t.Fatalf("duplicate insert = %+v, %v", r, err)
+	}
+	e2 := e
+	e2.PayloadHash = "h2"
+	if r, err = s.InsertInbox(ctx, e2); err != nil || r.Inserted || !r.Mismatch(e2) {
+		t.Fatalf("mismatch insert = %+v, %v", r, err)
+	}
+	if err := s.MarkDispatched(ctx, "order-placed", "evt_i", "order-placed/evt_i"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = s.InsertInbox(ctx, e); err != nil || r.State != store.InboxDispatched || r.WorkflowID != "order-placed/evt_i" {
+		t.Fatalf("after dispatch = %+v, %v", r, err)
+	}
+	st, err := s.Status(ctx, "order-placed", "evt_i")
+	if err != nil || st.Inbox == nil || st.Inbox.Duplicates != 3 {
+		t.Fatalf("inbox status = %+v, %v", st.Inbox, err)
+	}
+
+	// Concurrent inserts of one new ID: exactly one wins.
+	var wg sync.WaitGroup
+	wins := make(chan bool, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.InsertInbox(ctx, store.InboxEntry{Consumer: "order-placed", MessageID: "evt_race", Payload: []byte(`{}`), PayloadHash: "h", Source: "test"})
+			if err != nil {
+				t.Error(err)
+			}
+			wins <- r.Inserted
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	n := 0
+	for w := range wins {
+		if w {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d concurrent inserts won, want 1", n)
+	}
+}
+
+func TestQuarantine(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	id, err := s.Quarantine(ctx, store.QuarantineEntry{Source: "starter", Raw: []byte("{bad"), Reason: store.ReasonInvalid, Detail: "syntax"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.QuarantineGet(ctx, id)
+	if err != nil || string(got.Raw) != "{bad" || got.Reason != store.ReasonInvalid {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if err := s.QuarantineMarkRetried(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.QuarantineGet(ctx, id+100); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing entry err = %v", err)
+	}
+}

@@ -1,0 +1,105 @@
+// Package temporalclient connects to Temporal the same way in every binary:
+// the connection comes from Temporal's envconfig (TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and
+// the temporal.toml config file), so a local dev server, a self-hosted
+// cluster and Temporal Cloud need no code change.
+package temporalclient
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	tlog "go.temporal.io/sdk/log"
+)
+
+// Options loads the client options from the environment and sets logger.
+func Options(logger *slog.Logger) (client.Options, error) {
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		return client.Options{}, fmt.Errorf("temporal client configuration: %w", err)
+	}
+	if logger != nil {
+		opts.Logger = tlog.NewStructuredLogger(logger)
+	}
+	return opts, nil
+}
+
+// Dial connects with the options from the environment and returns the
+// client and its namespace.
+func Dial(ctx context.Context, logger *slog.Logger) (client.Client, string, error) {
+	opts, err := Options(logger)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		addr := opts.HostPort
+		if addr == "" {
+			addr = client.DefaultHostPort
+		}
+		return nil, "", fmt.Errorf("connect to temporal at %s (set TEMPORAL_ADDRESS): %w", addr, err)
+	}
+	ns := opts.Namespace
+	if ns == "" {
+		ns = client.DefaultNamespace
+	}
+	return c, ns, nil
+}
+
+// EnsureSearchAttributes registers the attributes of want that are missing.
+// It returns the ones still missing when registration is not allowed.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string, want []SearchAttribute) error {
+	missing, err := MissingSearchAttributes(ctx, c, namespace, want)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	if err := AddSearchAttributes(ctx, c, namespace, missing); err != nil {
+		names := make([]string, len(missing))
+		for i, m := range missing {
+			names[i] = m.Name
+		}
+		return fmt.Errorf("search attributes %v are not registered in namespace %s and could not be added: %w", names, namespace, err)
+	}
+	return nil
+}
+
+// SearchAttribute names one custom search attribute and its type.
+type SearchAttribute struct {
+	Name string
+	Type enumspb.IndexedValueType
+}
+
+// MissingSearchAttributes reports which of want are not registered in the
+// client's namespace.
+func MissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want []SearchAttribute) ([]SearchAttribute, error) {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return nil, fmt.Errorf("list search attributes: %w", err)
+	}
+	var missing []SearchAttribute
+	for _, sa := range want {
+		if t, ok := resp.GetCustomAttributes()[sa.Name]; !ok || t != sa.Type {
+			missing = append(missing, sa)
+		}
+	}
+	return missing, nil
+}
+
+// AddSearchAttributes registers attrs in namespace. It needs operator
+// rights, which a local server grants and a cloud namespace may not.
+func AddSearchAttributes(ctx context.Context, c client.Client, namespace string, attrs []SearchAttribute) error {
+	m := make(map[string]enumspb.IndexedValueType, len(attrs))
+	for _, sa := range attrs {
+		m[sa.Name] = sa.Type
+	}
+	_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: m})
+	if err != nil {
+		return fmt.Errorf("add search attributes: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/workflows"
+)
+
+// statusReport is what `starter status` prints.
+type statusReport struct {
+	store.MessageStatus
+	Workflow *workflowReport `json:"workflow,omitempty"`
+}
+
+type workflowReport struct {
+	ID     string            `json:"id"`
+	RunID  string            `json:"run_id,omitempty"`
+	Status string            `json:"status,omitempty"`
+	Query  *workflows.Status `json:"query,omitempty"`
+	Error  string            `json:"error,omitempty"`
+}
+
+// cmdStatus prints what Postgres (the lasting record) and, while it still
+// remembers the run, Temporal know about a message.
+func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return exitUsage, fmt.Errorf("%w: status takes one MESSAGE_ID", errUsage)
+	}
+	id := fs.Arg(0)
+	wfID, err := identity.WorkflowID(*consumer, id)
+	if err != nil {
+		return exitUsage, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	d, err := connect(ctx, logger, false)
+	if err != nil {
+		return exitError, err
+	}
+	defer d.close()
+	st, err := d.store.Status(ctx, *consumer, id)
+	if err != nil {
+		return exitError, err
+	}
+	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, wfID, logger)}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return exitError, err
+	}
+	if !st.Known() {
+		return exitNotFound, nil
+	}
+	return exitOK, nil
+}
+
+// describe asks Temporal about the workflow; Temporal forgets closed runs
+// after the namespace's retention, so its absence is normal.
+func describe(ctx context.Context, wfID string, logger *slog.Logger) *workflowReport {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rep := &workflowReport{ID: wfID}
+	tc, _, err := temporalclient.Dial(ctx, logger)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	defer tc.Close()
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	rep.RunID = info.GetExecution().GetRunId()
+	rep.Status = info.GetStatus().String()
+	val, err := tc.QueryWorkflow(ctx, wfID, "", workflows.StatusQuery)
+	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			rep.Error = "query: " + err.Error()
+		}
+		return rep
+	}
+	var q workflows.Status
+	if err := val.Get(&q); err == nil {
+		rep.Query = &q
+	}
+	return rep
+}

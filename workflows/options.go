@@ -1,0 +1,131 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// DefaultTaskQueue is the task queue the worker polls and the starter starts
+// workflows on, unless EFFECTIVELY_TASK_QUEUE says otherwise.
+const DefaultTaskQueue = "effectively"
+
+// StripeKeyWindow is how long Stripe keeps an idempotency key. A payment
+// retried after the key expired could charge again, so every retry of the
+// payment activity must happen inside it (see Config.Validate).
+const StripeKeyWindow = 24 * time.Hour
+
+// keyWindowMargin keeps the payment activity's schedule-to-close clear of the
+// key window's edge: clocks differ and the last attempt itself takes time.
+const keyWindowMargin = time.Hour
+
+// Config holds the activity timeouts and retry policies of the workflows.
+// Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// PaymentStartToClose bounds one ChargeOrder attempt: a claim, one
+	// Stripe call (stripe-go retries inside it) and one record. Default 2m.
+	PaymentStartToClose time.Duration
+	// PaymentScheduleToClose bounds all attempts of ChargeOrder. It must stay
+	// inside Stripe's 24 h key window less a 1 h margin. Default 20h.
+	PaymentScheduleToClose time.Duration
+	// EmailStartToClose bounds one SendReceipt attempt. Default 1m.
+	EmailStartToClose time.Duration
+	// EmailScheduleToClose bounds all attempts of SendReceipt. Default 24h.
+	EmailScheduleToClose time.Duration
+	// RetryInitialInterval is the first backoff of both activities. Default 1s.
+	RetryInitialInterval time.Duration
+	// RetryMaximumInterval caps the backoff. Default 5m.
+	RetryMaximumInterval time.Duration
+}
+
+// DefaultConfig returns the defaults described on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		PaymentStartToClose:    2 * time.Minute,
+		PaymentScheduleToClose: 20 * time.Hour,
+		EmailStartToClose:      time.Minute,
+		EmailScheduleToClose:   24 * time.Hour,
+		RetryInitialInterval:   time.Second,
+		RetryMaximumInterval:   5 * time.Minute,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&c.PaymentStartToClose, d.PaymentStartToClose)
+	set(&c.PaymentScheduleToClose, d.PaymentScheduleToClose)
+	set(&c.EmailStartToClose, d.EmailStartToClose)
+	set(&c.EmailScheduleToClose, d.EmailScheduleToClose)
+	set(&c.RetryInitialInterval, d.RetryInitialInterval)
+	set(&c.RetryMaximumInterval, d.RetryMaximumInterval)
+	return c
+}
+
+// Validate checks the configuration; the worker calls it before it starts.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	limit := StripeKeyWindow - keyWindowMargin
+	if c.PaymentScheduleToClose > limit {
+		return fmt.Errorf("PaymentScheduleToClose is %s: it must be at most %s (Stripe keeps idempotency keys for %s; a later retry could charge twice)",
+			c.PaymentScheduleToClose, limit, StripeKeyWindow)
+	}
+	if c.PaymentStartToClose > c.PaymentScheduleToClose {
+		return fmt.Errorf("PaymentStartToClose (%s) is longer than PaymentScheduleToClose (%s)", c.PaymentStartToClose, c.PaymentScheduleToClose)
+	}
+	if c.EmailStartToClose > c.EmailScheduleToClose {
+		return fmt.Errorf("EmailStartToClose (%s) is longer than EmailScheduleToClose (%s)", c.EmailStartToClose, c.EmailScheduleToClose)
+	}
+	for name, d := range map[string]time.Duration{
+		"PaymentStartToClose": c.PaymentStartToClose, "EmailStartToClose": c.EmailStartToClose,
+		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
+	} {
+		if d < 0 {
+			return fmt.Errorf("%s is negative (%s)", name, d)
+		}
+	}
+	if c.RetryMaximumInterval < c.RetryInitialInterval {
+		return fmt.Errorf("RetryMaximumInterval (%s) is shorter than RetryInitialInterval (%s)", c.RetryMaximumInterval, c.RetryInitialInterval)
+	}
+	return nil
+}
+
+// retryPolicy is shared by both activities. Permanent failures are returned
+// by the activities as non-retryable application errors, so no error type
+// names are listed here.
+func (c Config) retryPolicy() *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{
+		InitialInterval: c.RetryInitialInterval,
+		// Doubling spreads retries of a provider outage over minutes, not seconds.
+		BackoffCoefficient: 2,
+		MaximumInterval:    c.RetryMaximumInterval,
+		// Unlimited: schedule-to-close bounds the attempts instead, so the
+		// payment's last retry is known to fall inside the key window.
+		MaximumAttempts: 0,
+	}
+}
+
+func (c Config) paymentOptions(summary string) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout:    c.PaymentStartToClose,
+		ScheduleToCloseTimeout: c.PaymentScheduleToClose,
+		RetryPolicy:            c.retryPolicy(),
+		Summary:                summary,
+	}
+}
+
+func (c Config) emailOptions(summary string) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout:    c.EmailStartToClose,
+		ScheduleToCloseTimeout: c.EmailScheduleToClose,
+		RetryPolicy:            c.retryPolicy(),
+		Summary:                summary,
+	}
+}
