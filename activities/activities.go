@@ -1,11 +1,13 @@
 package activities
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/email"
@@ -81,4 +83,17 @@ func fenced(err error) error {
 		return temporal.NewNonRetryableApplicationError("idempotency key reused with a different request", ErrTypeIdempotencyMismatch, err)
 	}
 	return err
+}
+
+// attemptKey carries an attempt number set by tests (see export_test.go):
+// the SDK's test environment always runs attempt 1, and the ledger's fencing
+// is about what later and earlier attempts may do.
+type attemptKey struct{}
+
+// attemptOf is the Temporal attempt number of the running activity.
+func attemptOf(ctx context.Context) int32 {
+	if n, ok := ctx.Value(attemptKey{}).(int32); ok {
+		return n
+	}
+	return activity.GetInfo(ctx).Attempt
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -63,8 +64,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 	if err != nil {
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
-	info := activity.GetInfo(ctx)
-	attempt := info.Attempt
+	attempt := attemptOf(ctx)
 	logger := activity.GetLogger(ctx)
 
 	claim, err := a.Store.ClaimPayment(ctx, store.PaymentClaim{
@@ -92,6 +92,12 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 	ch, err := a.Payments.Charge(ctx, req)
 	if err == nil {
 		return a.recordCharge(ctx, in, key, attempt, ch, false)
+	}
+	var pe *payment.Error
+	if errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden) {
+		// A wrong or revoked API key is our configuration, not the order's
+		// outcome: retry (with backoff) until an operator fixes it.
+		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
 	}
 	switch payment.Classify(err) {
 	case payment.ClassDeclined, payment.ClassInvalid:

@@ -57,7 +57,7 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 	if err != nil {
 		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
-	attempt := activity.GetInfo(ctx).Attempt
+	attempt := attemptOf(ctx)
 	mail := receiptMail(key, in)
 	decision, e, err := a.Store.ClaimEmail(ctx, store.EmailClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key,

@@ -117,7 +117,7 @@ func (s *Store) Status(ctx context.Context, consumer, messageID string) (Message
 	defer qrows.Close()
 	for qrows.Next() {
 		var q QuarantineEntry
-		if err := qrows.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount); err != nil {
+		if err := qrows.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies); err != nil {
 			return st, fmt.Errorf("status of %s: quarantine: %w", messageID, err)
 		}
 		st.Quarantine = append(st.Quarantine, q)

@@ -248,3 +248,25 @@ func TestQuarantine(t *testing.T) {
 		t.Fatalf("missing entry err = %v", err)
 	}
 }
+
+func TestQuarantineCountsCopies(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	e := store.QuarantineEntry{Source: "starter", Raw: []byte(`{"id":"x"}`), Reason: store.ReasonInvalid, Detail: "d"}
+	id1, err := s.Quarantine(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, err := s.Quarantine(ctx, e)
+	if err != nil || id2 != id1 {
+		t.Fatalf("second quarantine of the same bytes = %d, %v; want %d", id2, err, id1)
+	}
+	got, err := s.QuarantineGet(ctx, id1)
+	if err != nil || got.Copies != 2 {
+		t.Fatalf("entry = %+v, %v; want 2 copies", got, err)
+	}
+	e.Reason = store.ReasonPayloadMismatch
+	if id3, err := s.Quarantine(ctx, e); err != nil || id3 == id1 {
+		t.Fatalf("another reason = %d, %v; want a new entry", id3, err)
+	}
+}

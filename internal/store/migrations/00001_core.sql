@@ -89,17 +89,23 @@ CREATE TABLE inbox (
 CREATE INDEX inbox_pending_idx ON inbox (received_at) WHERE state = 'pending';
 
 -- Messages that could not be processed, kept with their reason: never dropped.
+-- The same bytes quarantined again for the same reason are counted in copies
+-- rather than stored twice.
 CREATE TABLE quarantine (
     id          bigserial   PRIMARY KEY,
     source      text        NOT NULL,
     consumer    text,
     message_id  text,
     raw         bytea       NOT NULL,
+    raw_sha256  text        NOT NULL,
     reason      text        NOT NULL,
     detail      text        NOT NULL DEFAULT '',
+    copies      integer     NOT NULL DEFAULT 1,
     received_at timestamptz NOT NULL DEFAULT now(),
+    last_seen_at timestamptz NOT NULL DEFAULT now(),
     retried_at  timestamptz,
-    retry_count integer     NOT NULL DEFAULT 0
+    retry_count integer     NOT NULL DEFAULT 0,
+    UNIQUE (reason, raw_sha256)
 );
 CREATE INDEX quarantine_message_idx ON quarantine (message_id);
 

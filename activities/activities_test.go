@@ -1,0 +1,259 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/sim/sendgridsim"
+	"github.com/effectively/effectively/internal/sim/stripesim"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/store/storetest"
+	"github.com/effectively/effectively/internal/testenv"
+)
+
+// fixture is the real Activities struct against real Postgres and the
+// simulators behind the real clients.
+type fixture struct {
+	acts *activities.Activities
+	sims *testenv.Sims
+	db   *store.Store
+}
+
+func newFixture(t *testing.T, policy store.EmailPolicy) *fixture {
+	t.Helper()
+	sims := testenv.StartSims(t)
+	db := store.New(storetest.NewPool(t))
+	return &fixture{
+		acts: &activities.Activities{Store: db, Payments: sims.PaymentClient(t), Mailer: sims.EmailClient(t), EmailPolicy: policy, AmbiguousAttempts: 2},
+		sims: sims, db: db,
+	}
+}
+
+// run executes one activity call as attempt n.
+func run[In, Out any](t *testing.T, f *fixture, attempt int32, fn func(context.Context, In) (Out, error), in In) (Out, error) {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(f.acts)
+	env.SetTestTimeout(30 * time.Second)
+	env.SetWorkerOptions(worker.Options{BackgroundActivityContext: activities.WithAttempt(context.Background(), attempt)})
+	var out Out
+	val, err := env.ExecuteActivity(fn, in)
+	if err != nil {
+		return out, err
+	}
+	if err := val.Get(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out, nil
+}
+
+func charge(id string, order int64, pm string) activities.ChargeInput {
+	return activities.ChargeInput{Consumer: "order-placed", MessageID: id, OrderID: order, Amount: 1999, Currency: "usd", PaymentMethod: pm}
+}
+
+func isType(err error, typ string) bool {
+	var appErr *temporal.ApplicationError
+	for errors.As(err, &appErr) {
+		if appErr.Type() == typ {
+			return true
+		}
+		err = appErr.Unwrap()
+		appErr = nil
+	}
+	return false
+}
+
+func TestChargeOrderIsSafeToRetry(t *testing.T) {
+	f := newFixture(t, "")
+	in := charge("evt_1", 42, "pm_card_visa")
+	r1, err := run(t, f, 1, f.acts.ChargeOrder, in)
+	if err != nil || r1.Outcome != activities.PaymentPaid || r1.PaymentIntentID == "" {
+		t.Fatalf("first = %+v, %v", r1, err)
+	}
+	r2, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	if err != nil || r2.Outcome != activities.PaymentPaid || r2.PaymentIntentID != r1.PaymentIntentID || !r2.Recorded {
+		t.Fatalf("retry = %+v, %v", r2, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_1"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+}
+
+func TestChargeOrderRecordFailedThenRetryReplays(t *testing.T) {
+	// The charge happens but the activity dies before recording: the retry
+	// calls Stripe again with the same key and gets the replay.
+	f := newFixture(t, "")
+	in := charge("evt_2", 7, "pm_card_visa")
+	if _, err := f.acts.Payments.Charge(context.Background(), payment.ChargeRequest{
+		IdempotencyKey: "payment:evt_2", MessageID: "evt_2", OrderID: 7, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(t, f, 1, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentPaid || !r.Replayed {
+		t.Fatalf("charge after an unrecorded call = %+v, %v", r, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_2"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+}
+
+func TestChargeOrderDeclinedIsRecordedNotRetried(t *testing.T) {
+	f := newFixture(t, "")
+	r, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_d", 8, "pm_card_chargeDeclinedInsufficientFunds"))
+	if err != nil || r.Outcome != activities.PaymentDeclined || r.DeclineCode != "insufficient_funds" {
+		t.Fatalf("declined = %+v, %v", r, err)
+	}
+	st, err := f.db.Status(context.Background(), "order-placed", "evt_d")
+	if err != nil || st.Order.Status != store.OrderPaymentFailed || st.Processed.Outcome != store.OutcomePaymentFailed {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+}
+
+func TestChargeOrderTransientErrorIsRetryable(t *testing.T) {
+	f := newFixture(t, "")
+	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultRateLimit, Times: 5})
+	_, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_rl", 9, "pm_card_visa"))
+	var appErr *temporal.ApplicationError
+	if err == nil || (errors.As(err, &appErr) && appErr.NonRetryable()) {
+		t.Fatalf("429: err = %v, want a retryable error", err)
+	}
+	if n := f.sims.Stripe.Stats().Charges; n != 0 {
+		t.Fatalf("charges = %d", n)
+	}
+	f.sims.Stripe.ClearFaults()
+	r, err := run(t, f, 2, f.acts.ChargeOrder, charge("evt_rl", 9, "pm_card_visa"))
+	if err != nil || r.Outcome != activities.PaymentPaid {
+		t.Fatalf("after the fault = %+v, %v", r, err)
+	}
+}
+
+func TestChargeOrderBusinessDuplicate(t *testing.T) {
+	f := newFixture(t, "")
+	if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_a", 42, "pm_card_visa")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_b", 42, "pm_card_visa"))
+	if err != nil || r.Outcome != activities.PaymentBusinessDuplicate || r.HeldBy != "evt_a" {
+		t.Fatalf("second message = %+v, %v", r, err)
+	}
+	if n := f.sims.Stripe.Stats().Charges; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+}
+
+func TestChargeOrderAmbiguousIsReconciled(t *testing.T) {
+	f := newFixture(t, "")
+	// Stripe charges, then answers a 500 that it saves under the key: every
+	// retry with the key gets the same 500.
+	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultErrorAfter, Times: 1})
+	in := charge("evt_amb", 11, "pm_card_visa")
+	_, err := run(t, f, 1, f.acts.ChargeOrder, in)
+	if err == nil {
+		t.Fatal("a fresh 500 was not reported")
+	}
+	r, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentPaid || !r.Reconciled {
+		t.Fatalf("replayed 500 = %+v, %v; want reconciled by lookup", r, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_amb"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+}
+
+func TestChargeOrderZombieIsFenced(t *testing.T) {
+	f := newFixture(t, "")
+	in := charge("evt_z", 12, "pm_card_visa")
+	// Attempt 3 claims the row (as a newer retry would)…
+	if _, err := f.db.ClaimPayment(context.Background(), store.PaymentClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		Key: "payment:evt_z", RequestHash: activities.RequestHash(in), Attempt: 3,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// …so attempt 2, a zombie, must not proceed.
+	_, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	if !isType(err, activities.ErrTypeFenced) {
+		t.Fatalf("zombie err = %v, want %s", err, activities.ErrTypeFenced)
+	}
+	if n := f.sims.Stripe.Stats().Charges; n != 0 {
+		t.Fatalf("zombie charged: %d", n)
+	}
+}
+
+func TestSendReceiptLedger(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_r", 20, "pm_card_visa")); err != nil {
+		t.Fatal(err)
+	}
+	in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_r", OrderID: 20, Amount: 1999, Currency: "usd", To: "ada@example.com", PaymentIntentID: "pi_x"}
+	r1, err := run(t, f, 1, f.acts.SendReceipt, in)
+	if err != nil || r1.Outcome != activities.ReceiptSent || r1.ProviderMessageID == "" {
+		t.Fatalf("first = %+v, %v", r1, err)
+	}
+	r2, err := run(t, f, 2, f.acts.SendReceipt, in)
+	if err != nil || !r2.Recorded || r2.ProviderMessageID != r1.ProviderMessageID {
+		t.Fatalf("retry = %+v, %v", r2, err)
+	}
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:evt_r"]; n != 1 {
+		t.Fatalf("deliveries = %d, want 1", n)
+	}
+}
+
+func TestSendReceiptLostResponsePolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy         store.EmailPolicy
+		wantDeliveries int
+		wantOutcome    string
+	}{
+		// Send-then-record: the retry sends again (the documented duplicate).
+		{store.AtLeastOnce, 2, activities.ReceiptSent},
+		// Record-then-send: the retry refuses to resend.
+		{store.AtMostOnce, 1, activities.ReceiptUnknown},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			f := newFixture(t, tc.policy)
+			if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_l", 21, "pm_card_visa")); err != nil {
+				t.Fatal(err)
+			}
+			f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultLostAfter, Times: 1})
+			in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_l", OrderID: 21, Amount: 1999, Currency: "usd", To: "ada@example.com"}
+			if _, err := run(t, f, 1, f.acts.SendReceipt, in); err == nil {
+				t.Fatal("a lost response was reported as sent")
+			}
+			r, err := run(t, f, 2, f.acts.SendReceipt, in)
+			if err != nil || r.Outcome != tc.wantOutcome {
+				t.Fatalf("retry = %+v, %v", r, err)
+			}
+			if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:evt_l"]; n != tc.wantDeliveries {
+				t.Fatalf("deliveries = %d, want %d", n, tc.wantDeliveries)
+			}
+		})
+	}
+}
+
+func TestSendReceiptPermanentFailureIsRecorded(t *testing.T) {
+	f := newFixture(t, "")
+	if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_p", 22, "pm_card_visa")); err != nil {
+		t.Fatal(err)
+	}
+	f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 400, Times: 1})
+	in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_p", OrderID: 22, Amount: 1999, Currency: "usd", To: "ada@example.com"}
+	r, err := run(t, f, 1, f.acts.SendReceipt, in)
+	if err != nil || r.Outcome != activities.ReceiptFailed {
+		t.Fatalf("400 = %+v, %v", r, err)
+	}
+	st, _ := f.db.Status(context.Background(), "order-placed", "evt_p")
+	if st.Order.ReceiptStatus != "failed" {
+		t.Fatalf("receipt status = %s", st.Order.ReceiptStatus)
+	}
+}
