@@ -69,9 +69,10 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 	switch decision {
 	case store.EmailDone:
 		r := ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: e.ProviderRef, Recorded: true}
-		if e.State == store.StateFailed {
+		switch e.State {
+		case store.StateFailed:
 			r.Outcome, r.Error = ReceiptFailed, e.Error
-		} else if e.State == store.StateUnknown {
+		case store.StateUnknown:
 			r.Outcome, r.Error = ReceiptUnknown, e.Error
 		}
 		return r, nil

@@ -119,7 +119,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("EMAIL_POLICY=%q: use %s or %s", c.EmailPolicy, store.AtLeastOnce, store.AtMostOnce))
 	}
 	if err := c.Workflows.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("activity timeouts: %w", err))
+		errs = append(errs, fmt.Errorf("activity timeouts (PAYMENT_*/EMAIL_* variables): %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -155,7 +155,7 @@ or set DATABASE_URL to one you have (postgres://USER:PASSWORD@HOST:5432/effectiv
 
 func runAs(ctx context.Context, prefix []string, bin string, args ...string) *exec.Cmd {
 	all := append(append(append([]string{}, prefix...), bin), args...)
-	return exec.CommandContext(ctx, all[0], all[1:]...)
+	return exec.CommandContext(ctx, all[0], all[1:]...) //nolint:gosec // PostgreSQL's own binaries, found by findPGBinary
 }
 
 func findPGBinary(name string) (string, error) {

@@ -68,7 +68,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		_ = os.RemoveAll(filepath.Join(s.state, "temporal"))
 	}
 	for _, d := range []string{"bin", "logs", "temporal"} {
-		if err := os.MkdirAll(filepath.Join(s.state, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(s.state, d), 0o750); err != nil {
 			return err
 		}
 	}
@@ -96,11 +96,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 
 	stripeSim := stripesim.New(stripesim.Options{Latency: 5 * time.Millisecond})
 	sendgridSim := sendgridsim.New(sendgridsim.Options{Latency: 5 * time.Millisecond})
-	stripeURL, err := s.serve("stripe simulator", "127.0.0.1:12111", stripeSim)
+	stripeURL, err := s.serve(ctx, "stripe simulator", "127.0.0.1:12111", stripeSim)
 	if err != nil {
 		return err
 	}
-	sendgridURL, err := s.serve("sendgrid simulator", "127.0.0.1:12112", sendgridSim)
+	sendgridURL, err := s.serve(ctx, "sendgrid simulator", "127.0.0.1:12112", sendgridSim)
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,9 @@ func (s *stack) spawn(name string, env []string, bin string, args ...string) (*e
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	// Not CommandContext: children are stopped by close, SIGTERM first, so
+	// they can shut down cleanly.
+	cmd := exec.Command(bin, args...) //nolint:noctx // stopped by close with SIGTERM, see above
 	cmd.Dir = s.root
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -251,10 +253,11 @@ func (s *stack) startTemporal(ctx context.Context, bin string) (addr, uiURL stri
 }
 
 // serve runs h on addr, or on a free port when addr is taken.
-func (s *stack) serve(name, addr string, h http.Handler) (string, error) {
-	ln, err := net.Listen("tcp", addr)
+func (s *stack) serve(ctx context.Context, name, addr string, h http.Handler) (string, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		ln, err = lc.Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", name, err)
 		}
@@ -307,7 +310,7 @@ func (s *stack) startWorker(ctx context.Context, env []string, healthAddr string
 }
 
 func (s *stack) starter(ctx context.Context, env []string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(s.state, "bin", "starter"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(s.state, "bin", "starter"), args...) //nolint:gosec // the starter devstack built
 	cmd.Dir = s.root
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = s.out, s.out
@@ -421,9 +424,10 @@ func (s *stack) report(ctx context.Context, dbURL string, ids []string, st *stri
 
 // freeAddr returns want when it can be bound, else a free port on 127.0.0.1.
 func freeAddr(want string) (string, error) {
-	ln, err := net.Listen("tcp", want)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", want)
 	if err != nil {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		ln, err = lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", err
 		}

@@ -258,3 +258,56 @@ func TestSameIDDifferentPayloadIsQuarantined(t *testing.T) {
 		t.Errorf("charges = %d, want 1", n)
 	}
 }
+
+// TestCrashWindowsAtIntake replays the two intake crash windows: the inbox
+// row written but no workflow started, and the workflow started but the row
+// not marked. In both, the next copy settles the message with one workflow.
+func TestCrashWindowsAtIntake(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{})
+	ctx := context.Background()
+
+	// Window 1: inserted, then the process died before the start.
+	raw := order("evt_w1", 61, "pm_card_visa")
+	m, err := message.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store.InsertInbox(ctx, store.InboxEntry{Consumer: m.Consumer, MessageID: m.ID, Payload: m.Raw, PayloadHash: m.Hash(), Source: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := accept(t, s, raw); r.Status != intake.StatusStarted {
+		t.Fatalf("copy after a crash before the start = %+v, want started", r)
+	}
+
+	// Window 2: inserted and started, then the process died before the mark.
+	raw2 := order("evt_w2", 62, "pm_card_visa")
+	m2, err := message.Decode(raw2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store.InsertInbox(ctx, store.InboxEntry{Consumer: m2.Consumer, MessageID: m2.ID, Payload: m2.Raw, PayloadHash: m2.Hash(), Source: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if started, err := s.Intake.Start(ctx, m2); err != nil || !started {
+		t.Fatalf("start = %v, %v", started, err)
+	}
+	if r := accept(t, s, raw2); r.Status != intake.StatusDuplicate {
+		t.Fatalf("copy after a crash before the mark = %+v, want duplicate", r)
+	}
+	ms, err := s.Store.Status(ctx, m2.Consumer, m2.ID)
+	if err != nil || ms.Inbox.State != store.InboxDispatched {
+		t.Fatalf("inbox after the copy = %+v, %v", ms.Inbox, err)
+	}
+
+	for _, id := range []string{"evt_w1", "evt_w2"} {
+		if st := wait(t, s, id); st.Outcome != workflows.OutcomeCompleted {
+			t.Errorf("%s outcome = %+v", id, st)
+		}
+		if n := workflowsFor(t, s, id); n != 1 {
+			t.Errorf("%s workflows = %d, want 1", id, n)
+		}
+		if n := s.Sims.Stripe.Stats().ChargesByMessage[id]; n != 1 {
+			t.Errorf("%s charges = %d, want 1", id, n)
+		}
+	}
+}

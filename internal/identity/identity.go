@@ -55,7 +55,7 @@ func ValidateMessageID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if !idChar(id[i]) {
-			return fmt.Errorf("%w: message id has character %q at position %d; allowed are A-Z a-z 0-9 _ - . :", ErrInvalid, id[i], i)
+			return fmt.Errorf("%w: message id has character %q at position %d (allowed: A-Z a-z 0-9 _ - . and colon)", ErrInvalid, id[i], i)
 		}
 	}
 	return nil
@@ -74,7 +74,7 @@ func ValidateConsumer(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
-			return fmt.Errorf("%w: consumer name has character %q at position %d; allowed are a-z 0-9 - .", ErrInvalid, c, i)
+			return fmt.Errorf("%w: consumer name has character %q at position %d (allowed: a-z 0-9 - and dot)", ErrInvalid, c, i)
 		}
 	}
 	return nil

@@ -1,0 +1,142 @@
+package codec
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/proto"
+)
+
+// Metadata of an encrypted payload.
+const (
+	// EncodingEncrypted is the "encoding" metadata value of a payload this
+	// codec encrypted.
+	EncodingEncrypted = "binary/encrypted"
+	// MetadataKeyID is the metadata key naming the key that encrypted a
+	// payload.
+	MetadataKeyID = "encryption-key-id"
+)
+
+// nonceSize is GCM's standard nonce length. Random nonces of this size stay
+// safe for well over 2^32 payloads per key; rotate keys long before that.
+const nonceSize = 12
+
+// Codec is a converter.PayloadCodec that encrypts every payload with
+// AES-256-GCM under the keyring's current key and decrypts with whichever
+// key the payload names.
+//
+// An encrypted payload's data is nonce || ciphertext || tag, where the
+// plaintext is the original payload (metadata and data) in protobuf wire
+// form, and the key ID is authenticated as additional data.
+type Codec struct {
+	keys *Keyring
+	rand io.Reader
+}
+
+var _ converter.PayloadCodec = (*Codec)(nil)
+
+// NewCodec returns a codec that uses keys. It panics if keys is nil: a
+// keyring comes from NewKeyring or LoadKeyring, which never return a nil
+// keyring with a nil error.
+func NewCodec(keys *Keyring) *Codec {
+	if keys == nil {
+		panic("codec: NewCodec needs a keyring")
+	}
+	return &Codec{keys: keys, rand: rand.Reader}
+}
+
+// NewDataConverter returns the SDK's default data converter with payloads
+// encrypted by a Codec using keys. Install it on every client that starts,
+// signals, queries or runs workflows, and on the worker's client.
+func NewDataConverter(keys *Keyring) converter.DataConverter {
+	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), NewCodec(keys))
+}
+
+// NewFailureConverter returns a failure converter that moves each failure's
+// message and stack trace into an attribute payload encoded by dc, so error
+// text (which may quote an email address) is encrypted like any other
+// payload. Set it as client.Options.FailureConverter next to dc.
+func NewFailureConverter(dc converter.DataConverter) converter.FailureConverter {
+	return temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
+		DataConverter:          dc,
+		EncodeCommonAttributes: true,
+	})
+}
+
+// Encode encrypts every payload under the current key.
+func (c *Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	id := c.keys.current
+	aead := c.keys.aeads[id]
+	out := make([]*commonpb.Payload, len(payloads))
+	for i, p := range payloads {
+		plain, err := proto.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("codec: encrypt payload %d: marshal: %w", i, err)
+		}
+		data := make([]byte, nonceSize, nonceSize+len(plain)+aead.Overhead())
+		if _, err := io.ReadFull(c.rand, data); err != nil {
+			return nil, fmt.Errorf("codec: encrypt payload %d: read nonce: %w", i, err)
+		}
+		data = aead.Seal(data, data[:nonceSize], plain, []byte(id))
+		out[i] = &commonpb.Payload{
+			Metadata: map[string][]byte{
+				converter.MetadataEncoding: []byte(EncodingEncrypted),
+				MetadataKeyID:              []byte(id),
+			},
+			Data: data,
+		}
+	}
+	return out, nil
+}
+
+// Decode decrypts every encrypted payload with the key it names. Payloads
+// that are not encrypted (written before the codec was installed) pass
+// through unchanged. A payload that was altered, or names a key this
+// keyring does not hold, is an error.
+func (c *Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(payloads))
+	for i, p := range payloads {
+		if string(p.GetMetadata()[converter.MetadataEncoding]) != EncodingEncrypted {
+			out[i] = p
+			continue
+		}
+		plain, err := c.open(p)
+		if err != nil {
+			return nil, fmt.Errorf("codec: decrypt payload %d: %w", i, err)
+		}
+		out[i] = plain
+	}
+	return out, nil
+}
+
+func (c *Codec) open(p *commonpb.Payload) (*commonpb.Payload, error) {
+	raw, ok := p.GetMetadata()[MetadataKeyID]
+	if !ok {
+		return nil, fmt.Errorf("no %s metadata", MetadataKeyID)
+	}
+	id := string(raw)
+	aead, ok := c.keys.aeads[id]
+	if !ok {
+		if len(id) > 2*maxIDLen {
+			id = id[:2*maxIDLen] + "…"
+		}
+		return nil, fmt.Errorf("unknown key id %q (this keyring holds %q)", id, c.keys.ids)
+	}
+	data := p.GetData()
+	if len(data) < nonceSize+aead.Overhead() {
+		return nil, fmt.Errorf("key %q: %d bytes is too short to be a sealed payload", id, len(data))
+	}
+	plain, err := aead.Open(nil, data[:nonceSize], data[nonceSize:], []byte(id))
+	if err != nil {
+		return nil, fmt.Errorf("key %q: authentication failed: the payload was altered or sealed under another key with this id", id)
+	}
+	var orig commonpb.Payload
+	if err := proto.Unmarshal(plain, &orig); err != nil {
+		return nil, fmt.Errorf("key %q: unmarshal decrypted payload: %w", id, err)
+	}
+	return &orig, nil
+}

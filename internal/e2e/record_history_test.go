@@ -1,0 +1,53 @@
+//go:build record
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/effectively/effectively/internal/testenv"
+)
+
+// TestRecordHistories writes the histories the replay test in workflows/
+// replays. Run it after a deliberate change of workflow code:
+//
+//	go test -tags record -run TestRecordHistories ./internal/e2e/
+func TestRecordHistories(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{})
+	cases := map[string][]byte{
+		"order_placed_paid.json":     order("evt_rec_paid", 1, "pm_card_visa"),
+		"order_placed_declined.json": order("evt_rec_decl", 2, "pm_card_chargeDeclined"),
+	}
+	for file, raw := range cases {
+		res := accept(t, s, raw)
+		wait(t, s, res.MessageID)
+		iter := s.Client.GetWorkflowHistory(context.Background(), res.WorkflowID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		var h historypb.History
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Events = append(h.Events, ev)
+		}
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(testenv.RepoRoot(), "workflows", "testdata", file)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s (%d events)", path, len(h.Events))
+	}
+}
