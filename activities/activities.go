@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
 )
 
@@ -47,6 +48,10 @@ type Activities struct {
 	// AmbiguousAttempts is how many attempts an ambiguous payment outcome is
 	// looked up before it is recorded as unknown. Default 5.
 	AmbiguousAttempts int32
+	// Retention is how long Prune keeps processed-message, inbox and outbox
+	// rows, with the horizon the worker checked it against at start. The
+	// zero value makes Prune refuse to delete anything.
+	Retention retention.Policy
 }
 
 func (a *Activities) emailPolicy() store.EmailPolicy {

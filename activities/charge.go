@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/store"
@@ -85,13 +86,19 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 		return ChargeResult{}, fenced(fmt.Errorf("claim order %d at attempt %d: %w", in.OrderID, attempt, store.ErrFenced))
 	}
 
+	failpoint.Hit(failpoint.PaymentAfterClaim)
 	req := payment.ChargeRequest{
 		IdempotencyKey: key, MessageID: in.MessageID, OrderID: in.OrderID,
 		Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
 	}
 	ch, err := a.Payments.Charge(ctx, req)
 	if err == nil {
-		return a.recordCharge(ctx, in, key, attempt, ch, false)
+		failpoint.Hit(failpoint.PaymentAfterCharge)
+		res, err := a.recordCharge(ctx, in, key, attempt, ch, false)
+		if err == nil {
+			failpoint.Hit(failpoint.PaymentAfterRecord)
+		}
+		return res, err
 	}
 	var pe *payment.Error
 	if errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden) {

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/store"
 )
@@ -94,6 +95,7 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 		}
 		return ReceiptResult{}, fmt.Errorf("send receipt of order %d: %w", in.OrderID, err)
 	}
+	failpoint.Hit(failpoint.EmailAfterSend)
 	if _, err := a.Store.RecordEmailSent(ctx, key, attempt, in.OrderID, id); err != nil {
 		return ReceiptResult{}, fenced(fmt.Errorf("record receipt of order %d (sendgrid id %s): %w", in.OrderID, id, err))
 	}

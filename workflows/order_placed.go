@@ -75,6 +75,7 @@ func New(cfg Config) (*Workflows, error) {
 // Register registers every workflow with r under its stable name.
 func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.OrderPlaced, workflow.RegisterOptions{Name: OrderPlacedName})
+	r.RegisterWorkflowWithOptions(w.PruneRecords, workflow.RegisterOptions{Name: PruneRecordsName})
 }
 
 // OrderPlaced handles one order.placed message: it charges the order once

@@ -28,6 +28,9 @@ const (
 	// StatusInvalid: the message cannot be processed; it is quarantined with
 	// the reason in Result.Error.
 	StatusInvalid = "invalid"
+	// StatusRecorded: the message is in the inbox and its workflow is left
+	// to the dispatcher (Record only).
+	StatusRecorded = "recorded"
 )
 
 // Result is the outcome of one received message.
@@ -37,7 +40,8 @@ type Result struct {
 	Status     string `json:"status"`
 	Error      string `json:"error,omitempty"`
 	// Reason is the quarantine reason of an invalid message
-	// (store.ReasonInvalid or store.ReasonPayloadMismatch).
+	// (store.ReasonInvalid, store.ReasonPayloadMismatch or
+	// store.ReasonMaxDeliver).
 	Reason       string `json:"reason,omitempty"`
 	QuarantineID int64  `json:"quarantine_id,omitempty"`
 }
@@ -93,38 +97,85 @@ func (in *Intake) Accept(ctx context.Context, raw []byte, source string) (Result
 
 // AcceptMessage is Accept for a message already decoded.
 func (in *Intake) AcceptMessage(ctx context.Context, m *message.Message, source string) (Result, error) {
-	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
-	if err != nil {
-		return in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonInvalid, err)
+	rec, err := in.RecordMessage(ctx, m, source)
+	if err != nil || !rec.Pending {
+		return rec.Result, err
 	}
-	entry := store.InboxEntry{Consumer: m.Consumer, MessageID: m.ID, Payload: m.Raw, PayloadHash: m.Hash(), Source: source}
-	row, err := in.store.InsertInbox(ctx, entry)
-	if err != nil {
-		return Result{}, fmt.Errorf("record message %s: %w", m.ID, err)
-	}
-	res := Result{MessageID: m.ID, WorkflowID: wfID}
-	if !row.Inserted && row.Mismatch(entry) {
-		return in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonPayloadMismatch,
-			fmt.Errorf("message id %s was already received with a different payload (sha256 %.12s…, this one %.12s…)", m.ID, row.PayloadHash, entry.PayloadHash))
-	}
-	if row.State == store.InboxDispatched {
-		in.cfg.Logger.Info("duplicate message", "message_id", m.ID, "consumer", m.Consumer, "source", source)
-		res.Status = StatusDuplicate
-		return res, nil
-	}
+	res := rec.Result
 	started, err := in.Start(ctx, m)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := in.store.MarkDispatched(ctx, m.Consumer, m.ID, wfID); err != nil {
+	if err := in.store.MarkDispatched(ctx, m.Consumer, m.ID, res.WorkflowID); err != nil {
 		return Result{}, err
 	}
 	res.Status = StatusStarted
 	if !started {
-		in.cfg.Logger.Info("duplicate message: workflow already started", "message_id", m.ID, "workflow_id", wfID)
+		in.cfg.Logger.Info("duplicate message: workflow already started", "message_id", m.ID, "workflow_id", res.WorkflowID)
 		res.Status = StatusDuplicate
 	}
 	return res, nil
+}
+
+// Recorded is the outcome of recording one message in the inbox, before any
+// workflow is started.
+type Recorded struct {
+	// Result reports the message: StatusRecorded when its workflow is still
+	// to be started, StatusDuplicate when it was already dispatched,
+	// StatusInvalid when it was quarantined.
+	Result
+	// Message is the decoded message; nil when it is invalid.
+	Message *message.Message
+	// Pending is true when the inbox row waits for its workflow to start:
+	// the message is new, or a copy of one whose start did not happen yet.
+	Pending bool
+	// New is true when this copy created the inbox row.
+	New bool
+}
+
+// Record decodes raw and records it in the inbox without starting anything:
+// the first half of Accept, for a source that acknowledges the message as
+// soon as it is recorded and leaves the start to the dispatcher. Like Accept,
+// it returns an error only when the message's fate is not settled.
+func (in *Intake) Record(ctx context.Context, raw []byte, source string) (Recorded, error) {
+	m, err := message.Decode(raw)
+	if err != nil {
+		res, err := in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
+		return Recorded{Result: res}, err
+	}
+	return in.RecordMessage(ctx, m, source)
+}
+
+// RecordMessage is Record for a message already decoded. A message whose ID
+// was recorded with a different payload is quarantined as
+// store.ReasonPayloadMismatch: neither processed nor dropped.
+func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source string) (Recorded, error) {
+	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	if err != nil {
+		res, err := in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonInvalid, err)
+		return Recorded{Result: res}, err
+	}
+	entry := store.InboxEntry{Consumer: m.Consumer, MessageID: m.ID, Payload: m.Raw, PayloadHash: m.Hash(), Source: source}
+	row, err := in.store.InsertInbox(ctx, entry)
+	if err != nil {
+		return Recorded{}, fmt.Errorf("record message %s: %w", m.ID, err)
+	}
+	if !row.Inserted && row.Mismatch(entry) {
+		res, err := in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonPayloadMismatch,
+			fmt.Errorf("message id %s was already received with a different payload (sha256 %.12s…, this one %.12s…)", m.ID, row.PayloadHash, entry.PayloadHash))
+		return Recorded{Result: res}, err
+	}
+	rec := Recorded{
+		Result:  Result{MessageID: m.ID, WorkflowID: wfID, Status: StatusRecorded},
+		Message: m,
+		Pending: row.State == store.InboxPending,
+		New:     row.Inserted,
+	}
+	if !rec.Pending {
+		in.cfg.Logger.Info("duplicate message", "message_id", m.ID, "consumer", m.Consumer, "source", source)
+		rec.Status = StatusDuplicate
+	}
+	return rec, nil
 }
 
 // reject quarantines a message that cannot be processed.

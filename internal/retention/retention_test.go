@@ -2,6 +2,7 @@ package retention
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +106,7 @@ func ExamplePolicy_Check() {
 		DuplicateWindow:    2 * time.Minute,
 		NamespaceRetention: 24 * time.Hour,
 	})
-	err := Policy{Keep: 12 * time.Hour, Horizon: h}.Check()
-	println(err != nil)
+	fmt.Println(Policy{Keep: 12 * time.Hour, Horizon: h}.Check())
 	// Output:
+	// retention 12h0m0s is shorter than the safe horizon 25h38m30s (redelivery window 36m30s + duplicate window 2m0s + temporal namespace retention 24h0m0s + margin 1h0m0s): a redelivered copy could arrive after its record was pruned and run again
 }

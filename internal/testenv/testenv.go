@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
@@ -163,6 +164,14 @@ type StackOptions struct {
 	Workflows workflows.Config
 	// EmailPolicy of the activities. Default at-least-once.
 	EmailPolicy store.EmailPolicy
+	// DataConverter, when set, is installed on a client dialled for the
+	// stack, from which the worker and the intake are built; Stack.Client is
+	// then that client. The dev server's own client (Temporal.Client())
+	// keeps the default converter, so it sees payloads as stored.
+	DataConverter converter.DataConverter
+	// FailureConverter, when set, is installed on the same client as
+	// DataConverter.
+	FailureConverter converter.FailureConverter
 }
 
 // NewStack starts a dev server, the simulators, a fresh database and a worker
@@ -171,6 +180,19 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	t.Helper()
 	s := &Stack{Temporal: StartTemporal(t), Sims: StartSims(t), TaskQueue: "effectively-test"}
 	s.Client = s.Temporal.Client()
+	if o.DataConverter != nil || o.FailureConverter != nil {
+		c, err := client.Dial(client.Options{
+			HostPort:         s.Temporal.FrontendHostPort(),
+			DataConverter:    o.DataConverter,
+			FailureConverter: o.FailureConverter,
+			Logger:           Logger(t),
+		})
+		if err != nil {
+			t.Fatalf("testenv: dial Temporal with the stack's converters: %v", err)
+		}
+		t.Cleanup(c.Close) // registered before the worker's Stop, so it runs after it
+		s.Client = c
+	}
 	s.DBURL = storetest.NewDatabase(t)
 	pool, err := store.Open(context.Background(), s.DBURL, store.PoolConfig{})
 	if err != nil {

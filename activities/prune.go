@@ -1,0 +1,79 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/store"
+)
+
+// ErrTypeRetentionUnsafe: the worker's retention is shorter than the
+// horizon it was checked against (or unset); pruning with it could delete
+// the record of a message that can still be redelivered, so nothing is
+// deleted.
+const ErrTypeRetentionUnsafe = "RetentionUnsafe"
+
+// DefaultPruneBatch is how many rows one DELETE removes when PruneInput
+// does not say.
+const DefaultPruneBatch = 1000
+
+// PruneInput is the input of Prune.
+type PruneInput struct {
+	// BatchSize bounds the rows one DELETE statement removes. Default
+	// DefaultPruneBatch.
+	BatchSize int `json:"batch_size,omitempty"`
+}
+
+// PruneResult reports how many rows Prune deleted per table.
+type PruneResult struct {
+	// Retention is the retention the rows were pruned with.
+	Retention string `json:"retention"`
+	// Deleted maps a table name to the rows deleted from it.
+	Deleted map[string]int64 `json:"deleted"`
+}
+
+// Prune deletes the processed-message rows, dispatched inbox rows and
+// published outbox rows older than the worker's retention, in batches, and
+// heartbeats after each batch. A pending inbox row or an unpublished outbox
+// event is never deleted.
+//
+// The retention comes from the worker (Activities.Retention), which checked
+// it against the redelivery horizon at start; Prune checks it again and
+// refuses to run with an unsafe one. Safe to retry: a repeat deletes what
+// the first run left, by the same rule.
+func (a *Activities) Prune(ctx context.Context, in PruneInput) (PruneResult, error) {
+	if err := a.Retention.Check(); err != nil {
+		return PruneResult{}, temporal.NewNonRetryableApplicationError("refusing to prune: "+err.Error(), ErrTypeRetentionUnsafe, err)
+	}
+	batch := in.BatchSize
+	if batch <= 0 {
+		batch = DefaultPruneBatch
+	}
+	res := PruneResult{Retention: a.Retention.Keep.String(), Deleted: map[string]int64{}}
+	// Resume where a previous attempt stopped, per its last heartbeat.
+	if activity.HasHeartbeatDetails(ctx) {
+		var prev PruneResult
+		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && prev.Deleted != nil {
+			res.Deleted = prev.Deleted
+		}
+	}
+	logger := activity.GetLogger(ctx)
+	for _, table := range store.PruneTables {
+		for {
+			n, err := a.Store.Prune(ctx, table, a.Retention.Keep, batch)
+			if err != nil {
+				return res, fmt.Errorf("prune: %w", err)
+			}
+			res.Deleted[table] += n
+			activity.RecordHeartbeat(ctx, res)
+			if n < int64(batch) {
+				break
+			}
+		}
+	}
+	logger.Info("pruned records", "retention", res.Retention, "deleted", res.Deleted)
+	return res, nil
+}

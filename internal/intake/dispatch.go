@@ -1,0 +1,243 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/store"
+)
+
+// DispatcherConfig configures a Dispatcher. Zero values take the defaults
+// noted per field.
+type DispatcherConfig struct {
+	// Interval between passes when the last one found nothing to do.
+	// Default 1s.
+	Interval time.Duration
+	// BatchSize is how many pending rows one transaction claims. Default 100.
+	BatchSize int
+	// MinAge leaves rows younger than this to the path that recorded them
+	// (the JetStream consumer starts its messages right after the ack), so
+	// the dispatcher only picks up what a crash or an outage left behind.
+	// Default 2s.
+	MinAge time.Duration
+	// Concurrency bounds the workflow starts in flight per batch. Default 8.
+	Concurrency int
+	// Logger receives one line per failed start and per pass that
+	// dispatched something. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c DispatcherConfig) withDefaults() DispatcherConfig {
+	if c.Interval <= 0 {
+		c.Interval = time.Second
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.MinAge < 0 {
+		c.MinAge = 0
+	} else if c.MinAge == 0 {
+		c.MinAge = 2 * time.Second
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// DispatcherStats counts what a Dispatcher did since it was created.
+type DispatcherStats struct {
+	// Started counts workflows this dispatcher started.
+	Started int64
+	// Duplicates counts claimed rows whose workflow was already started
+	// (a crash between the start and the mark, or a start by another path).
+	Duplicates int64
+	// Failed counts starts that failed; their rows stay pending.
+	Failed int64
+	// Quarantined counts recorded payloads that no longer decode.
+	Quarantined int64
+}
+
+// Dispatcher starts the workflows of pending inbox rows: rows recorded by a
+// consumer that acknowledged them and then died, or whose start failed while
+// Temporal was unreachable. Any number of dispatchers can run against one
+// database; each row is claimed by one of them at a time (SKIP LOCKED).
+type Dispatcher struct {
+	in    *Intake
+	cfg   DispatcherConfig
+	stats struct{ started, duplicates, failed, quarantined atomic.Int64 }
+}
+
+// NewDispatcher returns a Dispatcher that starts workflows through in.
+func NewDispatcher(in *Intake, cfg DispatcherConfig) (*Dispatcher, error) {
+	if in == nil {
+		return nil, errors.New("dispatcher: intake is required")
+	}
+	return &Dispatcher{in: in, cfg: cfg.withDefaults()}, nil
+}
+
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher) Stats() DispatcherStats {
+	return DispatcherStats{
+		Started: d.stats.started.Load(), Duplicates: d.stats.duplicates.Load(),
+		Failed: d.stats.failed.Load(), Quarantined: d.stats.quarantined.Load(),
+	}
+}
+
+// Run dispatches until ctx ends, then returns nil once the batch in flight
+// is settled. A pass that fails (Postgres unreachable) is logged and retried
+// after a growing pause; Run never gives up on its own.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	pause := d.cfg.Interval
+	for {
+		n, err := d.DispatchPending(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			d.cfg.Logger.Warn("dispatch pass failed", "error", err.Error(), "retry_in", pause.String())
+			pause = min(2*pause, 30*time.Second)
+		default:
+			pause = d.cfg.Interval
+			if n > 0 {
+				d.cfg.Logger.Info("dispatched pending messages", "count", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+	}
+}
+
+// DispatchPending makes one pass: it claims batches of pending rows older
+// than MinAge until a batch comes back short, and returns how many rows it
+// settled.
+func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		var claimed int
+		n, err := d.in.store.DispatchPending(ctx, d.cfg.BatchSize, d.cfg.MinAge, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
+			claimed = len(batch)
+			return d.startAll(ctx, batch)
+		})
+		total += n
+		if err != nil {
+			return total, err
+		}
+		// A short batch, or a batch none of which could be started (Temporal
+		// down), ends the pass.
+		if claimed < d.cfg.BatchSize || n == 0 {
+			return total, nil
+		}
+	}
+}
+
+// startAll starts the workflows of batch, Concurrency at a time, and returns
+// the rows whose fate is settled.
+func (d *Dispatcher) startAll(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
+	var (
+		mu   sync.Mutex
+		done = make([]store.Dispatched, 0, len(batch))
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, d.cfg.Concurrency)
+	)
+	for _, p := range batch {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			wfID, ok := d.startOne(ctx, p)
+			if ok {
+				mu.Lock()
+				done = append(done, store.Dispatched{Consumer: p.Consumer, MessageID: p.MessageID, WorkflowID: wfID})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return done
+}
+
+// startOne starts p's workflow. ok=false leaves the row pending.
+func (d *Dispatcher) startOne(ctx context.Context, p store.PendingMessage) (workflowID string, ok bool) {
+	wfID, started, err := d.in.startRecorded(ctx, p)
+	switch {
+	case errors.Is(err, errUnstartable):
+		d.stats.quarantined.Add(1)
+		return "", true
+	case err != nil:
+		d.stats.failed.Add(1)
+		d.cfg.Logger.Warn("start failed; the message stays pending", "message_id", p.MessageID, "consumer", p.Consumer, "error", err.Error())
+		return "", false
+	case started:
+		d.stats.started.Add(1)
+	default:
+		d.stats.duplicates.Add(1)
+		d.cfg.Logger.Info("pending message's workflow was already started", "message_id", p.MessageID, "workflow_id", wfID)
+	}
+	return wfID, true
+}
+
+// errUnstartable marks a recorded message that can never be started; it was
+// quarantined, and its row is settled without a workflow.
+var errUnstartable = errors.New("recorded message cannot be started")
+
+// startRecorded starts the workflow of a recorded inbox row. A payload that
+// no longer decodes (a message type dropped since it was recorded) is
+// quarantined and reported as errUnstartable.
+func (in *Intake) startRecorded(ctx context.Context, p store.PendingMessage) (workflowID string, started bool, err error) {
+	m, derr := message.Decode(p.Payload)
+	if derr == nil && (m.Consumer != p.Consumer || m.ID != p.MessageID) {
+		derr = fmt.Errorf("recorded payload names %s/%s, the row %s/%s", m.Consumer, m.ID, p.Consumer, p.MessageID)
+	}
+	if derr == nil && m.OrderPlaced == nil {
+		derr = fmt.Errorf("no workflow handles type %q", m.Type)
+	}
+	if derr != nil {
+		if _, err := in.reject(ctx, p.Payload, "inbox", p.Consumer, p.MessageID, store.ReasonInvalid,
+			fmt.Errorf("recorded message cannot be started: %w", derr)); err != nil {
+			return "", false, err
+		}
+		return "", false, errUnstartable
+	}
+	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	if err != nil {
+		return "", false, err
+	}
+	started, err = in.Start(ctx, m)
+	return wfID, started, err
+}
+
+// DispatchOne starts the workflow of the pending row (consumer, messageID)
+// and marks it dispatched, holding the row's lock so that no dispatcher
+// starts it at the same time. It reports claimed=false when the row is not
+// pending (already dispatched) or another dispatcher holds it: either way
+// its start is in other hands.
+func (in *Intake) DispatchOne(ctx context.Context, consumer, messageID string) (claimed, started bool, err error) {
+	var startErr error
+	claimed, err = in.store.DispatchOne(ctx, consumer, messageID, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
+		p := batch[0]
+		wfID, s, err := in.startRecorded(ctx, p)
+		if err != nil && !errors.Is(err, errUnstartable) {
+			startErr = err
+			return nil
+		}
+		started = s
+		return []store.Dispatched{{Consumer: p.Consumer, MessageID: p.MessageID, WorkflowID: wfID}}
+	})
+	if err == nil {
+		err = startErr
+	}
+	return claimed, started, err
+}

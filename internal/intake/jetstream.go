@@ -1,0 +1,535 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/effectively/effectively/internal/failpoint"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/retention"
+	"github.com/effectively/effectively/internal/store"
+)
+
+// Defaults of the JetStream intake. internal/config applies them.
+const (
+	// DefaultStream is the stream messages are consumed from.
+	DefaultStream = "EFFECTIVELY"
+	// DefaultSubject is the subject filter of the consumer.
+	DefaultSubject = "effectively.messages.>"
+	// DefaultDurable is the durable consumer's name; every worker process
+	// shares it, so the stream's messages are spread over them.
+	DefaultDurable = "effectively-worker"
+	// DefaultAckWait is how long the broker waits for the ack of a first
+	// delivery before it redelivers.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxDeliver is how many deliveries a message gets before it is
+	// quarantined as store.ReasonMaxDeliver.
+	DefaultMaxDeliver = 5
+	// DefaultDuplicateWindow is the publish deduplication window of a stream
+	// the worker creates (JetStream's own default).
+	DefaultDuplicateWindow = 2 * time.Minute
+	// SourceJetStream is the source recorded for messages from the broker.
+	SourceJetStream = "jetstream"
+)
+
+// DefaultBackOff is the wait before the second, third, … delivery of a
+// message that was not acked; the last entry repeats. Long on purpose: the
+// only reason a valid message is not acked is an outage of Postgres, and a
+// redelivery during the outage is wasted.
+var DefaultBackOff = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
+
+// JetStreamConfig configures a Consumer. Zero values take the defaults noted
+// per field.
+type JetStreamConfig struct {
+	// Stream is the stream to consume. Default DefaultStream.
+	Stream string
+	// Subject filters the stream's messages. Default DefaultSubject.
+	Subject string
+	// Durable names the durable pull consumer. Default DefaultDurable.
+	Durable string
+	// AckWait bounds the first delivery's processing: without an ack by
+	// then, the broker redelivers. Default DefaultAckWait.
+	AckWait time.Duration
+	// MaxDeliver is the number of deliveries after which a message that
+	// still could not be recorded is quarantined (store.ReasonMaxDeliver).
+	// It must be finite: it bounds the redelivery window that retention
+	// depends on. Default DefaultMaxDeliver.
+	MaxDeliver int
+	// BackOff is the ack wait of the second, third, … delivery, the last
+	// entry repeating; the broker's BackOff list is AckWait followed by
+	// these. nil means DefaultBackOff; an empty non-nil slice means AckWait
+	// for every delivery.
+	BackOff []time.Duration
+	// MaxAckPending bounds the messages delivered and not yet acked.
+	// Default 1000.
+	MaxAckPending int
+	// FetchBatch is how many messages one pull asks for. Default 100.
+	FetchBatch int
+	// FetchWait is how long a pull waits for messages; it bounds how long a
+	// shutdown waits for the pull in flight. Default 1s.
+	FetchWait time.Duration
+	// Starters is how many goroutines start workflows right after the ack
+	// (the fast path; the Dispatcher is the slow one). Default 4.
+	Starters int
+	// Logger receives a line per quarantined, failed and redelivered
+	// message. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c JetStreamConfig) withDefaults() JetStreamConfig {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.Subject == "" {
+		c.Subject = DefaultSubject
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	if c.BackOff == nil {
+		c.BackOff = DefaultBackOff
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = 1000
+	}
+	if c.FetchBatch <= 0 {
+		c.FetchBatch = 100
+	}
+	if c.FetchWait <= 0 {
+		c.FetchWait = time.Second
+	}
+	if c.Starters <= 0 {
+		c.Starters = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports a configuration the broker would refuse or that leaves
+// the redelivery window unbounded.
+func (c JetStreamConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.AckWait <= 0 {
+		errs = append(errs, fmt.Errorf("ack wait %s must be positive", c.AckWait))
+	}
+	for i, b := range c.BackOff {
+		if b <= 0 {
+			errs = append(errs, fmt.Errorf("backoff entry %d (%s) must be positive", i+1, b))
+		}
+	}
+	if c.MaxDeliver <= 0 {
+		errs = append(errs, fmt.Errorf("max deliver %d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", c.MaxDeliver))
+	} else if len(c.BackOff) > 0 && c.MaxDeliver <= len(c.BackOff)+1 {
+		errs = append(errs, fmt.Errorf("max deliver %d must exceed the %d ack waits (ack wait plus %d backoff entries)", c.MaxDeliver, len(c.BackOff)+1, len(c.BackOff)))
+	}
+	if strings.ContainsAny(c.Stream, ". *>") {
+		errs = append(errs, fmt.Errorf("stream name %q must not contain '.', '*', '>' or spaces", c.Stream))
+	}
+	if strings.ContainsAny(c.Durable, ". *>") {
+		errs = append(errs, fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.Durable))
+	}
+	if err := validSubject(c.Subject, true); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ackWaits is the broker's BackOff list: the ack wait of each delivery.
+func (c JetStreamConfig) ackWaits() []time.Duration {
+	if len(c.BackOff) == 0 {
+		return nil
+	}
+	return append([]time.Duration{c.AckWait}, c.BackOff...)
+}
+
+// ackWaitOf is the ack wait of delivery n (1-based).
+func (c JetStreamConfig) ackWaitOf(n uint64) time.Duration {
+	waits := c.ackWaits()
+	if len(waits) == 0 {
+		return c.AckWait
+	}
+	return waits[min(int(n)-1, len(waits)-1)]
+}
+
+// ConsumerStats counts what a Consumer did since it was created.
+type ConsumerStats struct {
+	// Delivered counts deliveries, redeliveries included.
+	Delivered int64
+	// Recorded counts messages that created their inbox row.
+	Recorded int64
+	// Duplicates counts copies recognised by the inbox (redeliveries and
+	// re-publishes).
+	Duplicates int64
+	// Invalid counts messages quarantined as store.ReasonInvalid.
+	Invalid int64
+	// PayloadMismatches counts messages quarantined as
+	// store.ReasonPayloadMismatch: a seen ID with a different payload.
+	PayloadMismatches int64
+	// MaxDelivered counts messages quarantined as store.ReasonMaxDeliver.
+	MaxDelivered int64
+	// Naks counts deliveries that could not be recorded and were handed back
+	// to the broker for a later redelivery.
+	Naks int64
+	// Started counts workflows started on the fast path, after the ack.
+	Started int64
+}
+
+// Consumer consumes messages from a JetStream durable pull consumer into the
+// inbox. For each delivery it records the message (inbox INSERT … ON
+// CONFLICT, or quarantine), acknowledges it only once that has committed,
+// and then starts its workflow on the fast path; what the fast path does not
+// finish, a Dispatcher does.
+//
+// A delivery that cannot be recorded (Postgres unreachable) is never acked:
+// it is handed back with a delay, and after MaxDeliver deliveries it is
+// quarantined with its raw bytes, so a message the inbox cannot take does not
+// block the stream or vanish.
+type Consumer struct {
+	in    *Intake
+	js    jetstream.JetStream
+	cons  jetstream.Consumer
+	cfg   JetStreamConfig
+	stats struct {
+		delivered, recorded, duplicates, invalid, mismatches, maxDelivered, naks, started atomic.Int64
+	}
+}
+
+// NewConsumer creates or updates the durable consumer cfg describes on an
+// existing stream and returns a Consumer that records into in. Nothing is
+// fetched before Run.
+func NewConsumer(ctx context.Context, in *Intake, js jetstream.JetStream, cfg JetStreamConfig) (*Consumer, error) {
+	if in == nil || js == nil {
+		return nil, errors.New("jetstream consumer: intake and jetstream are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("jetstream consumer: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		Description:   "effectively: order messages into the Postgres inbox",
+		FilterSubject: cfg.Subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		BackOff:       cfg.ackWaits(),
+		MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	return &Consumer{in: in, js: js, cons: cons, cfg: cfg}, nil
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	s := &c.stats
+	return ConsumerStats{
+		Delivered: s.delivered.Load(), Recorded: s.recorded.Load(), Duplicates: s.duplicates.Load(),
+		Invalid: s.invalid.Load(), PayloadMismatches: s.mismatches.Load(), MaxDelivered: s.maxDelivered.Load(),
+		Naks: s.naks.Load(), Started: s.started.Load(),
+	}
+}
+
+// Redelivery reads the consumer's configuration as the broker holds it, and
+// the stream's duplicate window: the inputs of the retention horizon.
+func (c *Consumer) Redelivery(ctx context.Context) (retention.Redelivery, time.Duration, error) {
+	ci, err := c.cons.Info(ctx)
+	if err != nil {
+		return retention.Redelivery{}, 0, fmt.Errorf("consumer %s info: %w", c.cfg.Durable, err)
+	}
+	st, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return retention.Redelivery{}, 0, fmt.Errorf("stream %s: %w", c.cfg.Stream, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return retention.Redelivery{}, 0, fmt.Errorf("stream %s info: %w", c.cfg.Stream, err)
+	}
+	r := retention.Redelivery{AckWait: ci.Config.AckWait, MaxDeliver: ci.Config.MaxDeliver, BackOff: ci.Config.BackOff}
+	return r, si.Config.Duplicates, nil
+}
+
+type inboxKey struct{ consumer, messageID string }
+
+// Run fetches and records messages until ctx ends. On shutdown it stops
+// fetching, settles every message already fetched (record, ack or hand
+// back), lets the workflow starts in flight finish and returns nil; queued
+// starts are left pending for a Dispatcher.
+func (c *Consumer) Run(ctx context.Context) error {
+	starts := make(chan inboxKey, c.cfg.FetchBatch*2)
+	var wg sync.WaitGroup
+	for range c.cfg.Starters {
+		wg.Go(func() {
+			for k := range starts {
+				if ctx.Err() != nil {
+					continue // left pending: the next dispatcher pass starts it
+				}
+				c.startFast(ctx, k)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(starts)
+
+	pause := c.cfg.FetchWait
+	for ctx.Err() == nil {
+		batch, err := c.cons.Fetch(c.cfg.FetchBatch, jetstream.FetchMaxWait(c.cfg.FetchWait))
+		if err == nil {
+			for msg := range batch.Messages() {
+				c.handle(ctx, msg, starts)
+			}
+			err = batch.Error()
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			c.cfg.Logger.Warn("fetch from jetstream failed", "stream", c.cfg.Stream, "consumer", c.cfg.Durable, "error", err.Error(), "retry_in", pause.String())
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 30*time.Second)
+			continue
+		}
+		pause = c.cfg.FetchWait
+	}
+	return nil
+}
+
+// startFast starts the workflow of a message just acked. A failure is only
+// logged: the row stays pending and a Dispatcher pass starts it.
+func (c *Consumer) startFast(ctx context.Context, k inboxKey) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_, started, err := c.in.DispatchOne(sctx, k.consumer, k.messageID)
+	if err != nil {
+		c.cfg.Logger.Warn("start after ack failed; the dispatcher will retry", "message_id", k.messageID, "error", err.Error())
+		return
+	}
+	if started {
+		c.stats.started.Add(1)
+	}
+}
+
+// handle settles one delivery. It is called with the Run context, which may
+// already be cancelled: a fetched message is settled anyway, within its ack
+// wait.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- inboxKey) {
+	c.stats.delivered.Add(1)
+	received := time.Now()
+	md, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream delivery: nothing to ack, nothing to record.
+		c.cfg.Logger.Error("message without jetstream metadata", "subject", msg.Subject(), "error", err.Error())
+		return
+	}
+	ackWait := c.cfg.ackWaitOf(md.NumDelivered)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ackWait*3/4, time.Second))
+	defer cancel()
+	rec, err := c.in.Record(hctx, msg.Data(), SourceJetStream)
+	if err != nil {
+		c.fail(ctx, msg, md, received, ackWait, err)
+		return
+	}
+	failpoint.Hit(failpoint.IntakeAfterInsert)
+	switch {
+	case rec.Status == StatusInvalid && rec.Reason == store.ReasonPayloadMismatch:
+		c.stats.mismatches.Add(1)
+	case rec.Status == StatusInvalid:
+		c.stats.invalid.Add(1)
+	case rec.New:
+		c.stats.recorded.Add(1)
+	default:
+		c.stats.duplicates.Add(1)
+		c.cfg.Logger.Info("redelivered or republished copy recognised", "message_id", rec.MessageID,
+			"stream_seq", md.Sequence.Stream, "delivery", md.NumDelivered)
+	}
+	// DoubleAck waits for the broker to confirm: an ack lost on the way
+	// means one more (recognised) delivery, nothing worse.
+	if err := msg.DoubleAck(hctx); err != nil {
+		c.cfg.Logger.Warn("ack not confirmed; the redelivery will be recognised", "message_id", rec.MessageID,
+			"stream_seq", md.Sequence.Stream, "error", err.Error())
+	}
+	if rec.Pending && rec.Message != nil {
+		select {
+		case starts <- inboxKey{rec.Message.Consumer, rec.Message.ID}:
+		default: // starters busy: the dispatcher picks it up
+		}
+	}
+}
+
+// fail hands back a delivery that could not be recorded, or quarantines it
+// when it was the last delivery the broker will make.
+func (c *Consumer) fail(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, received time.Time, ackWait time.Duration, cause error) {
+	if md.NumDelivered >= uint64(c.cfg.MaxDeliver) {
+		c.quarantineLast(ctx, msg, md, cause)
+		return
+	}
+	// Redeliver when the ack wait would have run out anyway: the redelivery
+	// window stays what the consumer configuration says.
+	delay := max(ackWait-time.Since(received), 0)
+	c.stats.naks.Add(1)
+	c.cfg.Logger.Warn("message not recorded; the broker will redeliver it", "stream_seq", md.Sequence.Stream,
+		"delivery", md.NumDelivered, "max_deliver", c.cfg.MaxDeliver, "redeliver_in", delay.String(), "error", cause.Error())
+	if err := msg.NakWithDelay(delay); err != nil {
+		c.cfg.Logger.Warn("nak failed; the ack wait will redeliver it", "stream_seq", md.Sequence.Stream, "error", err.Error())
+	}
+}
+
+// quarantineLast keeps a message on its last delivery in the quarantine
+// table and terminates it. If even the quarantine fails (Postgres down),
+// it keeps the message in progress and tries again until ctx ends: the
+// broker will not deliver it again, so giving up would lose it.
+func (c *Consumer) quarantineLast(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) {
+	reason := fmt.Errorf("not recorded after %d deliveries (max deliver %d), stream %s sequence %d: %w",
+		md.NumDelivered, c.cfg.MaxDeliver, md.Stream, md.Sequence.Stream, cause)
+	pause := time.Second
+	for {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		res, err := c.in.reject(qctx, msg.Data(), SourceJetStream, "", "", store.ReasonMaxDeliver, reason)
+		cancel()
+		if err == nil {
+			c.stats.maxDelivered.Add(1)
+			if err := msg.Term(); err != nil {
+				c.cfg.Logger.Warn("term failed", "stream_seq", md.Sequence.Stream, "error", err.Error())
+			}
+			c.cfg.Logger.Warn("message quarantined after its last delivery", "message_id", res.MessageID,
+				"quarantine_id", res.QuarantineID, "stream_seq", md.Sequence.Stream)
+			return
+		}
+		if ctx.Err() != nil {
+			c.cfg.Logger.Error("message past max deliver could not be quarantined before shutdown; it stays in the stream but will not be delivered again",
+				"stream", md.Stream, "stream_seq", md.Sequence.Stream, "error", err.Error())
+			return
+		}
+		c.cfg.Logger.Error("quarantine failed; holding the message and retrying", "stream_seq", md.Sequence.Stream, "error", err.Error(), "retry_in", pause.String())
+		_ = msg.InProgress()
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 15*time.Second)
+	}
+}
+
+// StreamSpec describes a stream EnsureStream creates when it is missing.
+type StreamSpec struct {
+	// Name of the stream.
+	Name string
+	// Subjects the stream captures.
+	Subjects []string
+	// Duplicates is the publish deduplication window (Nats-Msg-Id).
+	// Default DefaultDuplicateWindow.
+	Duplicates time.Duration
+	// MaxAge drops messages older than this; 0 keeps them. The worker sets
+	// it to the retention, so that a replay of the stream (a new consumer,
+	// or a reset one) never meets a message whose record was pruned.
+	MaxAge time.Duration
+}
+
+// EnsureStream returns the stream spec.Name, creating it from spec when it
+// does not exist. An existing stream is left as it is: streams are often
+// owned by whoever runs the broker.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (s jetstream.Stream, created bool, err error) {
+	s, err = js.Stream(ctx, spec.Name)
+	if err == nil {
+		return s, false, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, false, fmt.Errorf("stream %s: %w", spec.Name, err)
+	}
+	if spec.Duplicates <= 0 {
+		spec.Duplicates = DefaultDuplicateWindow
+	}
+	s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:       spec.Name,
+		Subjects:   spec.Subjects,
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Duplicates: spec.Duplicates,
+		MaxAge:     spec.MaxAge,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Another worker created it a moment ago.
+		s, err = js.Stream(ctx, spec.Name)
+		return s, false, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("create stream %s: %w", spec.Name, err)
+	}
+	return s, true, nil
+}
+
+// PublishSubject returns the subject a message of type typ is published on
+// under the consumer's subject filter: "effectively.messages.>" and
+// "order.placed" give "effectively.messages.order.placed"; a filter without
+// wildcards is itself the subject.
+func PublishSubject(filter, typ string) (string, error) {
+	if err := validSubject(filter, true); err != nil {
+		return "", err
+	}
+	if !strings.ContainsAny(filter, "*>") {
+		return filter, nil
+	}
+	prefix, ok := strings.CutSuffix(filter, ".>")
+	if !ok || strings.Contains(prefix, "*") {
+		return "", fmt.Errorf("subject filter %q: only a filter ending in .> (or none) names a subject to publish on", filter)
+	}
+	if typ == "" {
+		typ = "unknown"
+	}
+	subject := prefix + "." + typ
+	if err := validSubject(subject, false); err != nil {
+		return "", fmt.Errorf("message type %q: %w", typ, err)
+	}
+	return subject, nil
+}
+
+// MsgID is the Nats-Msg-Id a message is published with: its ID and a short
+// hash of its canonical content. The broker then drops an identical copy
+// published within the duplicate window, but lets a different payload under
+// the same ID through, so the inbox can quarantine it as a payload mismatch
+// instead of the broker silently dropping it.
+func MsgID(m *message.Message) string {
+	return m.ID + "#" + m.Hash()[:16]
+}
+
+// validSubject checks a NATS subject (or, with wildcards, a filter).
+func validSubject(s string, wildcards bool) error {
+	if s == "" {
+		return errors.New("subject is empty")
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		switch {
+		case t == "":
+			return fmt.Errorf("subject %q has an empty token", s)
+		case strings.ContainsAny(t, " \t\r\n"):
+			return fmt.Errorf("subject %q contains white space", s)
+		case (t == "*" || t == ">") && !wildcards:
+			return fmt.Errorf("subject %q contains a wildcard", s)
+		case t == ">" && i != len(tokens)-1:
+			return fmt.Errorf("subject %q: '>' must be the last token", s)
+		case t != "*" && t != ">" && strings.ContainsAny(t, "*>"):
+			return fmt.Errorf("subject %q: wildcards must be whole tokens", s)
+		}
+	}
+	return nil
+}
