@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -52,6 +53,27 @@ type Activities struct {
 	// rows, with the horizon the worker checked it against at start. The
 	// zero value makes Prune refuse to delete anything.
 	Retention retention.Policy
+	// KeyTrust is how long after the claim Stripe's idempotency key is
+	// trusted to replay. A charge attempted later than this (Stripe keeps
+	// keys 24 h) first looks the payment up by message ID, because a
+	// repeat under an expired key would charge again. Default 23h.
+	KeyTrust time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (a *Activities) keyTrust() time.Duration {
+	if a.KeyTrust <= 0 {
+		return 23 * time.Hour
+	}
+	return a.KeyTrust
+}
+
+func (a *Activities) now() time.Time {
+	if a.Now == nil {
+		return time.Now()
+	}
+	return a.Now()
 }
 
 func (a *Activities) emailPolicy() store.EmailPolicy {

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -255,5 +256,43 @@ func TestSendReceiptPermanentFailureIsRecorded(t *testing.T) {
 	st, _ := f.db.Status(context.Background(), "order-placed", "evt_p")
 	if st.Order.ReceiptStatus != "failed" {
 		t.Fatalf("receipt status = %s", st.Order.ReceiptStatus)
+	}
+}
+
+func TestChargeOrderPastTheKeyWindowLooksUpFirst(t *testing.T) {
+	// A simulator that forgets keys after a second: a repeat after that would
+	// be a second charge unless the activity looks the payment up first.
+	sim := stripesim.New(stripesim.Options{KeyTTL: time.Second})
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	pay, err := payment.New(payment.Config{APIKey: "sk_test_window", BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := store.New(storetest.NewPool(t))
+	f := &fixture{acts: &activities.Activities{Store: db, Payments: pay}, db: db}
+	in := charge("evt_old", 30, "pm_card_visa")
+
+	// Attempt 1 charged and died before recording; its claim is a day old.
+	if _, err := db.ClaimPayment(context.Background(), store.PaymentClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		Key: "payment:evt_old", RequestHash: activities.RequestHash(in), Attempt: 1,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pay.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: "payment:evt_old", MessageID: "evt_old", OrderID: 30, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool().Exec(context.Background(), `UPDATE payments SET created_at = now() - interval '25 hours' WHERE message_id = 'evt_old'`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the key expires at the simulator
+
+	r, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentPaid || !r.Reconciled {
+		t.Fatalf("charge past the key window = %+v, %v; want reconciled", r, err)
+	}
+	if n := sim.Stats().ChargesByMessage["evt_old"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
 	}
 }

@@ -87,6 +87,18 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 	}
 
 	failpoint.Hit(failpoint.PaymentAfterClaim)
+	if age := a.now().Sub(claim.Payment.CreatedAt); age > a.keyTrust() {
+		// Stripe may have forgotten the key: a repeat would be a new charge.
+		// Establish first that no charge exists.
+		found, err := a.Payments.FindByMessageID(ctx, in.MessageID)
+		switch {
+		case err == nil && found.Succeeded():
+			activity.GetLogger(ctx).Warn("claim older than the key window: charge found by lookup", "order_id", in.OrderID, "age", age.String())
+			return a.recordCharge(ctx, in, key, attempt, found, true)
+		case err != nil && !errors.Is(err, payment.ErrNotFound):
+			return ChargeResult{}, fmt.Errorf("look up payment of order %d before a charge past the key window: %w", in.OrderID, err)
+		}
+	}
 	req := payment.ChargeRequest{
 		IdempotencyKey: key, MessageID: in.MessageID, OrderID: in.OrderID,
 		Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,

@@ -9,11 +9,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/outbox"
 	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/pruning"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
 )
@@ -45,7 +51,53 @@ type Config struct {
 	HealthAddr string
 	// LogLevel is debug, info (default), warn or error (LOG_LEVEL).
 	LogLevel slog.Level
+	// NATS configures intake from JetStream and the outbox relay.
+	NATS NATS
+	// Retention is how long processed-message rows, dispatched inbox rows
+	// and published outbox rows are kept (RETENTION, a Go duration or a
+	// number of days such as 30d). Default 720h (30 days). The worker
+	// refuses to start when it is shorter than the redelivery horizon.
+	Retention time.Duration
+	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
+	// Default 1h.
+	PruneEvery time.Duration
 }
+
+// NATS configures the broker side: the JetStream consumer the worker takes
+// messages from, the stream it creates when missing, and where the outbox
+// relay publishes events. The starter's publish command reads it too.
+type NATS struct {
+	// URL of the NATS server (NATS_URL). Default nats://127.0.0.1:4222;
+	// "off" (stored as "") disables the consumer and the outbox relay.
+	URL string
+	// JetStream is the consumer: NATS_STREAM (default EFFECTIVELY),
+	// NATS_SUBJECT (the filter, default effectively.messages.>),
+	// NATS_CONSUMER (the durable name, default effectively-worker),
+	// NATS_ACK_WAIT (default 30s), NATS_MAX_DELIVER (default 5) and
+	// NATS_BACKOFF (the ack waits of the second, third, … delivery, comma
+	// separated, default 1m,5m,15m; "none" to use NATS_ACK_WAIT for all).
+	JetStream intake.JetStreamConfig
+	// DuplicateWindow is the publish deduplication window of a stream the
+	// worker creates (NATS_DUPLICATE_WINDOW). Default 2m. An existing
+	// stream keeps its own; the horizon is computed from the real one.
+	DuplicateWindow time.Duration
+	// EventsStream is the stream outbox events are published to
+	// (NATS_EVENTS_STREAM). Default EFFECTIVELY_EVENTS.
+	EventsStream string
+	// EventsPrefix is prepended to an event's topic to form its subject
+	// (NATS_EVENTS_PREFIX). Default effectively.events, so order.paid is
+	// published on effectively.events.order.paid.
+	EventsPrefix string
+}
+
+// Enabled reports whether the broker side runs at all.
+func (n NATS) Enabled() bool { return n.URL != "" }
+
+// DefaultNATSURL is the NATS server used when NATS_URL is not set.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// DefaultRetention is how long records are kept when RETENTION is not set.
+const DefaultRetention = 30 * 24 * time.Hour
 
 // FromEnv reads the configuration from the process environment.
 func FromEnv() (Config, error) { return Load(os.LookupEnv) }
@@ -64,11 +116,44 @@ func Load(env Lookup) (Config, error) {
 		if v == "" {
 			return 0
 		}
-		d, err := time.ParseDuration(v)
+		d, err := parseDuration(v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: not a duration (use e.g. 20h, 90s): %w", name, v, err))
 		}
 		return d
+	}
+	durOr := func(name string, def time.Duration) time.Duration {
+		if d := dur(name); d != 0 {
+			return d
+		}
+		return def
+	}
+	backoff := func(name string) []time.Duration {
+		v := get(name, "")
+		switch v {
+		case "":
+			return intake.DefaultBackOff
+		case "none":
+			return []time.Duration{}
+		}
+		var out []time.Duration
+		for _, part := range strings.Split(v, ",") {
+			d, err := parseDuration(strings.TrimSpace(part))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: a comma-separated list of durations (e.g. 1m,5m,15m) or none: %w", name, v, err))
+				return nil
+			}
+			out = append(out, d)
+		}
+		return out
+	}
+	maxDeliver := intake.DefaultMaxDeliver
+	if v := get("NATS_MAX_DELIVER", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%q: not a whole number", v))
+		}
+		maxDeliver = n
 	}
 	c := Config{
 		DatabaseURL: get("DATABASE_URL", store.DefaultURL),
@@ -91,9 +176,28 @@ func Load(env Lookup) (Config, error) {
 			EmailScheduleToClose:   dur("EMAIL_SCHEDULE_TO_CLOSE"),
 		},
 		HealthAddr: get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
+		NATS: NATS{
+			URL: get("NATS_URL", DefaultNATSURL),
+			JetStream: intake.JetStreamConfig{
+				Stream:     get("NATS_STREAM", intake.DefaultStream),
+				Subject:    get("NATS_SUBJECT", intake.DefaultSubject),
+				Durable:    get("NATS_CONSUMER", intake.DefaultDurable),
+				AckWait:    durOr("NATS_ACK_WAIT", intake.DefaultAckWait),
+				MaxDeliver: maxDeliver,
+				BackOff:    backoff("NATS_BACKOFF"),
+			},
+			DuplicateWindow: durOr("NATS_DUPLICATE_WINDOW", intake.DefaultDuplicateWindow),
+			EventsStream:    get("NATS_EVENTS_STREAM", outbox.DefaultStream),
+			EventsPrefix:    get("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix),
+		},
+		Retention:  durOr("RETENTION", DefaultRetention),
+		PruneEvery: durOr("PRUNE_EVERY", pruning.DefaultEvery),
 	}
 	if c.HealthAddr == "off" {
 		c.HealthAddr = ""
+	}
+	if c.NATS.URL == "off" {
+		c.NATS.URL = ""
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: use debug, info, warn or error", get("LOG_LEVEL", "")))
@@ -118,10 +222,86 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("EMAIL_POLICY=%q: use %s or %s", c.EmailPolicy, store.AtLeastOnce, store.AtMostOnce))
 	}
+	errs = append(errs, c.validateBroker()...)
 	if err := c.Workflows.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("activity timeouts (PAYMENT_*/EMAIL_* variables): %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// validateBroker checks the NATS and retention settings. The retention's
+// check against the redelivery horizon needs the broker and Temporal, so the
+// worker makes it at start.
+func (c Config) validateBroker() []error {
+	var errs []error
+	if c.Retention <= 0 {
+		errs = append(errs, fmt.Errorf("RETENTION=%s: must be positive", c.Retention))
+	}
+	if c.PruneEvery <= 0 {
+		errs = append(errs, fmt.Errorf("PRUNE_EVERY=%s: must be positive", c.PruneEvery))
+	}
+	if !c.NATS.Enabled() {
+		return errs
+	}
+	n, js := c.NATS, c.NATS.JetStream
+	if u, err := url.Parse(n.URL); err != nil || u.Host == "" {
+		errs = append(errs, errors.New("NATS_URL: not a URL such as nats://127.0.0.1:4222 (or off)"))
+	}
+	names := map[string]string{"NATS_STREAM": js.Stream, "NATS_CONSUMER": js.Durable, "NATS_EVENTS_STREAM": n.EventsStream}
+	for _, name := range []string{"NATS_STREAM", "NATS_CONSUMER", "NATS_EVENTS_STREAM"} {
+		if v := names[name]; v == "" || strings.ContainsAny(v, ". *>\t") {
+			errs = append(errs, fmt.Errorf("%s=%q: must be non-empty, without '.', '*', '>' or spaces", name, v))
+		}
+	}
+	if _, err := intake.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil {
+		errs = append(errs, fmt.Errorf("NATS_SUBJECT=%q: %w", js.Subject, err))
+	}
+	if _, err := intake.PublishSubject(n.EventsPrefix+".>", "order.paid"); err != nil {
+		errs = append(errs, fmt.Errorf("NATS_EVENTS_PREFIX=%q: %w", n.EventsPrefix, err))
+	}
+	if js.AckWait <= 0 {
+		errs = append(errs, fmt.Errorf("NATS_ACK_WAIT=%s: must be positive", js.AckWait))
+	}
+	for _, b := range js.BackOff {
+		if b <= 0 {
+			errs = append(errs, fmt.Errorf("NATS_BACKOFF: every entry must be positive, got %s", b))
+		}
+	}
+	switch {
+	case js.MaxDeliver < 1:
+		errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", js.MaxDeliver))
+	case len(js.BackOff) > 0 && js.MaxDeliver <= len(js.BackOff)+1:
+		errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%d: must exceed the %d ack waits given by NATS_ACK_WAIT and NATS_BACKOFF (JetStream refuses otherwise)", js.MaxDeliver, len(js.BackOff)+1))
+	}
+	if n.DuplicateWindow <= 0 {
+		errs = append(errs, fmt.Errorf("NATS_DUPLICATE_WINDOW=%s: must be positive", n.DuplicateWindow))
+	}
+	return errs
+}
+
+// parseDuration is time.ParseDuration that also takes a whole number of
+// days, such as 30d.
+func parseDuration(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a whole number of days", v)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(v)
+}
+
+// redactURL drops the user information (credentials) of a URL.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	return u.String()
 }
 
 // LogValue keeps secrets out of logs: keys are reported as set or not.
@@ -146,5 +326,10 @@ func (c Config) LogValue() slog.Value {
 		slog.String("sendgrid_api_key", set(c.Email.APIKey)),
 		slog.String("email_policy", string(c.EmailPolicy)),
 		slog.String("health_addr", c.HealthAddr),
+		slog.String("nats_url", base(redactURL(c.NATS.URL), "off")),
+		slog.String("nats_stream", c.NATS.JetStream.Stream),
+		slog.String("nats_subject", c.NATS.JetStream.Subject),
+		slog.String("nats_consumer", c.NATS.JetStream.Durable),
+		slog.String("retention", c.Retention.String()),
 	)
 }

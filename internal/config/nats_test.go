@@ -1,0 +1,101 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/intake"
+)
+
+func TestNATSDefaults(t *testing.T) {
+	c, err := Load(env(map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	js := c.NATS.JetStream
+	if !c.NATS.Enabled() || c.NATS.URL != DefaultNATSURL || js.Stream != "EFFECTIVELY" || js.Subject != "effectively.messages.>" ||
+		js.Durable != "effectively-worker" || js.AckWait != 30*time.Second || js.MaxDeliver != 5 ||
+		!reflect.DeepEqual(js.BackOff, intake.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
+		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute {
+		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
+	}
+	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour {
+		t.Fatalf("retention defaults: %s every %s", c.Retention, c.PruneEvery)
+	}
+}
+
+func TestNATSSettings(t *testing.T) {
+	c, err := Load(env(map[string]string{
+		"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k",
+		"NATS_URL": "off", "RETENTION": "45d", "NATS_BACKOFF": "none", "NATS_MAX_DELIVER": "2",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.Enabled() || c.Retention != 45*24*time.Hour || c.NATS.JetStream.BackOff == nil || len(c.NATS.JetStream.BackOff) != 0 {
+		t.Fatalf("settings not applied: %+v retention %s", c.NATS, c.Retention)
+	}
+	c, err = Load(env(map[string]string{"NATS_BACKOFF": "10s, 1m", "NATS_MAX_DELIVER": "4"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{10 * time.Second, time.Minute}; !reflect.DeepEqual(c.NATS.JetStream.BackOff, want) || c.NATS.JetStream.MaxDeliver != 4 {
+		t.Fatalf("backoff = %v, max deliver %d", c.NATS.JetStream.BackOff, c.NATS.JetStream.MaxDeliver)
+	}
+}
+
+func TestNATSValidateNamesTheVariable(t *testing.T) {
+	base := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}
+	tests := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"unlimited max deliver":       {map[string]string{"NATS_MAX_DELIVER": "-1"}, "NATS_MAX_DELIVER"},
+		"max deliver not a number":    {map[string]string{"NATS_MAX_DELIVER": "many"}, "NATS_MAX_DELIVER"},
+		"max deliver under backoff":   {map[string]string{"NATS_MAX_DELIVER": "3"}, "NATS_BACKOFF"},
+		"bad backoff":                 {map[string]string{"NATS_BACKOFF": "1m,soon"}, "NATS_BACKOFF"},
+		"stream with a dot":           {map[string]string{"NATS_STREAM": "a.b"}, "NATS_STREAM"},
+		"consumer with a space":       {map[string]string{"NATS_CONSUMER": "a b"}, "NATS_CONSUMER"},
+		"subject with inner wildcard": {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
+		"empty subject token":         {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
+		"bad url":                     {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
+		"bad retention":               {map[string]string{"RETENTION": "a while"}, "RETENTION"},
+		"negative retention":          {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
+		"bad ack wait":                {map[string]string{"NATS_ACK_WAIT": "0s"}, ""},
+		"bad events prefix":           {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
+	}
+	for name, tt := range tests {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range tt.env {
+			m[k] = v
+		}
+		c, err := Load(env(m))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to mention %s", name, err, tt.want)
+		}
+	}
+}
+
+func TestLogValueHidesNATSCredentials(t *testing.T) {
+	c, err := Load(env(map[string]string{"NATS_URL": "nats://user:s3cr3t@broker:4222"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.LogValue().String(); strings.Contains(s, "s3cr3t") || !strings.Contains(s, "broker:4222") {
+		t.Fatalf("log value: %s", s)
+	}
+}
