@@ -19,12 +19,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/worker"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/outbox"
 	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/pruning"
+	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
@@ -50,13 +57,23 @@ func run() int {
 	defer stop()
 	if err := serve(ctx, cfg, logger); err != nil {
 		logger.Error("worker stopped", "error", err.Error())
+		if errors.Is(err, errBadConfig) {
+			return 2
+		}
 		return 1
 	}
 	logger.Info("worker stopped cleanly")
 	return 0
 }
 
-// serve builds every dependency once and runs the worker until ctx ends.
+// errBadConfig marks a refusal to start that the operator fixes in the
+// configuration (exit code 2).
+var errBadConfig = errors.New("bad configuration")
+
+// serve builds every dependency once and runs the worker until ctx ends:
+// the Temporal worker, the dispatcher, and with a broker the JetStream
+// consumer and the outbox relay. On shutdown the intake stops first (no new
+// fetches, in-flight messages settled), then the Temporal worker.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting worker", "config", cfg)
 	wfs, err := workflows.New(cfg.Workflows)
@@ -89,26 +106,142 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := temporalclient.EnsureSearchAttributes(ctx, tc, namespace, workflows.SearchAttributeDefs()); err != nil {
 		logger.Warn("search attributes", "error", err.Error())
 	}
+	st := store.New(pool)
+	in, err := intake.New(st, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	// The broker comes before the Temporal worker: the retention check
+	// needs the consumer's configuration, and nothing may run before it.
+	var b *broker
+	if cfg.NATS.Enabled() {
+		if b, err = connectBroker(ctx, cfg, in, logger); err != nil {
+			return err
+		}
+		defer b.close()
+	}
+	var (
+		redelivery *retention.Redelivery
+		dupWindow  time.Duration
+	)
+	if b != nil {
+		r, dw, err := b.consumer.Redelivery(ctx)
+		if err != nil {
+			return err
+		}
+		redelivery, dupWindow = &r, dw
+	}
+	policy, err := pruning.Policy(ctx, tc, namespace, cfg.Retention, redelivery, dupWindow)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadConfig, err)
+	}
+	logger.Info("retention is safe", "retention", policy.Keep.String(), "horizon", policy.Horizon.String())
 
 	w := worker.New(tc, cfg.TaskQueue, worker.Options{})
 	wfs.Register(w)
 	w.RegisterActivity(&activities.Activities{
-		Store:       store.New(pool),
+		Store:       st,
 		Payments:    payments,
 		Mailer:      mailer,
 		EmailPolicy: cfg.EmailPolicy,
+		Retention:   policy,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	defer w.Stop()
 	logger.Info("worker polling", "task_queue", cfg.TaskQueue)
-
-	if cfg.HealthAddr != "" {
-		return serveHealth(ctx, cfg.HealthAddr, logger)
+	if _, err := pruning.EnsureSchedule(ctx, tc, pruning.ScheduleConfig{Every: cfg.PruneEvery, TaskQueue: cfg.TaskQueue}); err != nil {
+		return fmt.Errorf("pruning schedule: %w", err)
 	}
-	<-ctx.Done()
-	return nil
+
+	dispatcher, err := intake.NewDispatcher(in, intake.DispatcherConfig{Logger: logger})
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return dispatcher.Run(gctx) })
+	if b != nil {
+		g.Go(func() error { return b.consumer.Run(gctx) })
+		g.Go(func() error { return b.relay.Run(gctx) })
+	}
+	if cfg.HealthAddr != "" {
+		g.Go(func() error { return serveHealth(gctx, cfg.HealthAddr, logger) })
+	}
+	err = g.Wait()
+	logger.Info("intake stopped", "dispatcher", dispatcher.Stats())
+	if b != nil {
+		logger.Info("broker intake stopped", "consumer", b.consumer.Stats(), "outbox", b.relay.Stats())
+	}
+	return err
+}
+
+// broker is the worker's JetStream side.
+type broker struct {
+	nc       *nats.Conn
+	consumer *intake.Consumer
+	relay    *outbox.Relay
+}
+
+// connectBroker connects to NATS, creates the streams that are missing and
+// creates or updates the durable consumer. Nothing is fetched yet.
+func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
+	n := cfg.NATS
+	nc, err := nats.Connect(n.URL, nats.Name("effectively-worker"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("nats disconnected", "error", err.Error())
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { logger.Info("nats reconnected") }))
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable): %w", err)
+	}
+	b := &broker{nc: nc}
+	fail := func(err error) (*broker, error) {
+		b.close()
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(fmt.Errorf("jetstream: %w", err))
+	}
+	// Streams the worker creates drop messages older than the retention, so
+	// that a replay of the stream never meets a message whose record was
+	// pruned. An existing stream is the broker owner's: warn only.
+	for _, spec := range []intake.StreamSpec{
+		{Name: n.JetStream.Stream, Subjects: []string{n.JetStream.Subject}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
+		{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
+	} {
+		s, created, err := intake.EnsureStream(ctx, js, spec)
+		if err != nil {
+			return fail(err)
+		}
+		if created {
+			logger.Info("created stream", "stream", spec.Name, "subjects", spec.Subjects, "max_age", spec.MaxAge.String())
+			continue
+		}
+		if info, err := s.Info(ctx); err == nil && (info.Config.MaxAge == 0 || info.Config.MaxAge > cfg.Retention) {
+			logger.Warn("stream keeps messages longer than the retention: replaying it through a new consumer would run messages whose records were pruned",
+				"stream", spec.Name, "max_age", info.Config.MaxAge.String(), "retention", cfg.Retention.String())
+		}
+	}
+	jsCfg := n.JetStream
+	jsCfg.Logger = logger
+	if b.consumer, err = intake.NewConsumer(ctx, in, js, jsCfg); err != nil {
+		return fail(err)
+	}
+	if b.relay, err = outbox.New(in.Store(), js, outbox.Config{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix, Logger: logger}); err != nil {
+		return fail(err)
+	}
+	return b, nil
+}
+
+// close flushes what is buffered (acks, publishes) and closes the connection.
+func (b *broker) close() {
+	_ = b.nc.FlushTimeout(5 * time.Second)
+	b.nc.Close()
 }
 
 // serveHealth answers GET /healthz until ctx ends.

@@ -138,7 +138,10 @@ func TestTamperDetected(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := proto.Clone(orig).(*commonpb.Payload)
+			p, ok := proto.Clone(orig).(*commonpb.Payload)
+			if !ok {
+				t.Fatal("clone is not a payload")
+			}
 			tc.mutate(p)
 			dec, err := c.Decode([]*commonpb.Payload{p})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

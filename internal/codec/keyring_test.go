@@ -146,7 +146,7 @@ func TestKeyFormattingRedactsSecret(t *testing.T) {
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%q"} {
 		got := fmt.Sprintf(verb, k)
 		if strings.Contains(got, b64(k)) || bytes.Contains([]byte(got), k.Secret) ||
-			strings.Contains(got, fmt.Sprintf("%x", k.Secret)) || strings.Contains(got, fmt.Sprint(k.Secret)) {
+			strings.Contains(got, fmt.Sprintf("%x", k.Secret)) || strings.Contains(got, fmt.Sprintf("%d", k.Secret)) {
 			t.Errorf("Sprintf(%s, key) = %q: shows key material", verb, got)
 		}
 	}

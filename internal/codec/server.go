@@ -219,7 +219,8 @@ func (s *server) authorized(r *http.Request) bool {
 // down, giving requests in flight 5 seconds. It returns an error if addr
 // cannot be bound or the server fails; nil after a clean shutdown.
 func Serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("codec server: listen on %s: %w", addr, err)
 	}

@@ -31,14 +31,35 @@ func newTestServer(t *testing.T, keys *Keyring) *httptest.Server {
 	return srv
 }
 
+// reply is a codec server's answer, its body read and closed.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func do(t *testing.T, req *http.Request) reply {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: body}
+}
+
 // post sends payloads to the codec server as the Temporal UI does.
-func post(t *testing.T, url, auth string, ps []*commonpb.Payload) *http.Response {
+func post(t *testing.T, url, auth string, ps []*commonpb.Payload) reply {
 	t.Helper()
 	body, err := protojson.Marshal(&commonpb.Payloads{Payloads: ps})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,68 +69,57 @@ func post(t *testing.T, url, auth string, ps []*commonpb.Payload) *http.Response
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
+	return do(t, req)
 }
 
-func readPayloads(t *testing.T, resp *http.Response) []*commonpb.Payload {
+func readPayloads(t *testing.T, r reply) []*commonpb.Payload {
 	t.Helper()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	var out commonpb.Payloads
-	if err := protojson.Unmarshal(body, &out); err != nil {
-		t.Fatalf("decode response %s: %v", body, err)
+	if err := protojson.Unmarshal(r.body, &out); err != nil {
+		t.Fatalf("decode response %s: %v", r.body, err)
 	}
 	return out.GetPayloads()
 }
 
 func TestServerCORSPreflight(t *testing.T) {
 	srv := newTestServer(t, mustKeyring(t, testKey("k1", 1)))
-	preflight := func(origin string) *http.Response {
-		req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/decode", nil)
-		req.Header.Set("Origin", origin)
-		req.Header.Set("Access-Control-Request-Method", "POST")
-		req.Header.Set("Access-Control-Request-Headers", "authorization,content-type,x-namespace")
-		resp, err := http.DefaultClient.Do(req)
+	preflight := func(origin string) reply {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodOptions, srv.URL+"/decode", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization,content-type,x-namespace")
+		return do(t, req)
 	}
 
 	for _, origin := range DefaultCORSOrigins() {
 		resp := preflight(origin) // no token: browsers send preflights without one
-		if resp.StatusCode != http.StatusNoContent {
-			t.Errorf("%s: preflight status = %d, want 204", origin, resp.StatusCode)
+		if resp.status != http.StatusNoContent {
+			t.Errorf("%s: preflight status = %d, want 204", origin, resp.status)
 		}
-		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != origin {
+		if got := resp.header.Get("Access-Control-Allow-Origin"); got != origin {
 			t.Errorf("%s: Access-Control-Allow-Origin = %q", origin, got)
 		}
-		allowed := strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers"))
+		allowed := strings.ToLower(resp.header.Get("Access-Control-Allow-Headers"))
 		for _, h := range []string{"x-namespace", "authorization", "content-type"} {
 			if !strings.Contains(allowed, h) {
 				t.Errorf("%s: Access-Control-Allow-Headers = %q lacks %s", origin, allowed, h)
 			}
 		}
-		if got := resp.Header.Get("Access-Control-Allow-Methods"); !strings.Contains(got, "POST") {
+		if got := resp.header.Get("Access-Control-Allow-Methods"); !strings.Contains(got, "POST") {
 			t.Errorf("%s: Access-Control-Allow-Methods = %q", origin, got)
 		}
 	}
 
 	resp := preflight("https://evil.example")
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+	if resp.status != http.StatusForbidden || resp.header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("foreign origin: status %d, Access-Control-Allow-Origin %q; want 403 and none",
-			resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+			resp.status, resp.header.Get("Access-Control-Allow-Origin"))
 	}
 }
 
@@ -130,13 +140,12 @@ func TestServerRequiresToken(t *testing.T) {
 		testToken,
 	} {
 		for _, path := range []string{"/decode", "/encode"} {
-			resp := post(t, srv.URL+path, auth, enc)
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusUnauthorized {
-				t.Errorf("%s with Authorization %q: status %d, want 401", path, auth, resp.StatusCode)
+			r := post(t, srv.URL+path, auth, enc)
+			if r.status != http.StatusUnauthorized {
+				t.Errorf("%s with Authorization %q: status %d, want 401", path, auth, r.status)
 			}
-			if bytes.Contains(body, []byte("ada@example.com")) || bytes.Contains(body, []byte("payloads")) {
-				t.Errorf("%s with Authorization %q: answered %s", path, auth, body)
+			if bytes.Contains(r.body, []byte("ada@example.com")) || bytes.Contains(r.body, []byte("payloads")) {
+				t.Errorf("%s with Authorization %q: answered %s", path, auth, r.body)
 			}
 		}
 	}
@@ -147,11 +156,11 @@ func TestServerRoundTrip(t *testing.T) {
 	srv := newTestServer(t, keys)
 	plain := plainPayloads(t)
 
-	resp := post(t, srv.URL+"/encode", "Bearer "+testToken, plain)
-	if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "http://localhost:8233" {
+	r := post(t, srv.URL+"/encode", "Bearer "+testToken, plain)
+	if got := r.header.Get("Access-Control-Allow-Origin"); got != "http://localhost:8233" {
 		t.Errorf("Access-Control-Allow-Origin on POST = %q", got)
 	}
-	enc := readPayloads(t, resp)
+	enc := readPayloads(t, r)
 	if len(enc) != len(plain) {
 		t.Fatalf("encoded %d payloads, want %d", len(enc), len(plain))
 	}

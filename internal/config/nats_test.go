@@ -69,7 +69,7 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		"bad url":                     {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
 		"bad retention":               {map[string]string{"RETENTION": "a while"}, "RETENTION"},
 		"negative retention":          {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
-		"bad ack wait":                {map[string]string{"NATS_ACK_WAIT": "0s"}, ""},
+		"negative ack wait":           {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
 		"bad events prefix":           {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
 	}
 	for name, tt := range tests {

@@ -293,14 +293,14 @@ func checkSearchAttributes(t *testing.T, plain client.Client, wfID string, h *hi
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	desc, err := plain.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := plain.DescribeWorkflow(ctx, wfID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dc := converter.GetDefaultDataConverter()
 	for source, attrs := range map[string]map[string]*commonpb.Payload{
 		"history":    h.searchAttributes,
-		"visibility": desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields(),
+		"visibility": desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields(),
 	} {
 		var messageID string
 		var orderID int64

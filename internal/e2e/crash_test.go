@@ -1,18 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/intake"
@@ -20,15 +17,8 @@ import (
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/store/storetest"
 	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/internal/workerproc"
 	"github.com/effectively/effectively/workflows"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
-)
-
-// Recognisable fake secrets: no log line of the worker may contain them.
-const (
-	fakeStripeKey   = "sk_test_SECRET_stripe_4f1c9e"
-	fakeSendGridKey = "SG.SECRET_sendgrid_7b2d0a"
 )
 
 var (
@@ -46,12 +36,7 @@ func workerBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		workerBin = filepath.Join(dir, "worker")
-		cmd := exec.Command("go", "build", "-o", workerBin, "./worker")
-		cmd.Dir = testenv.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./worker: %w\n%s", err, out)
-		}
+		workerBin, buildErr = workerproc.Build(context.Background(), testenv.RepoRoot(), dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -67,8 +52,8 @@ type procStack struct {
 	sims     *testenv.Sims
 	store    *store.Store
 	intake   *intake.Intake
-	env      []string
-	logs     []*bytes.Buffer
+	cfg      workerproc.Config
+	procs    []*workerproc.Proc
 }
 
 func newProcStack(t *testing.T, extraEnv ...string) *procStack {
@@ -87,84 +72,55 @@ func newProcStack(t *testing.T, extraEnv ...string) *procStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.env = append([]string{
-		"PATH=" + os.Getenv("PATH"),
-		"DATABASE_URL=" + dbURL,
-		"TEMPORAL_ADDRESS=" + s.temporal.FrontendHostPort(),
-		"TEMPORAL_NAMESPACE=default",
-		"EFFECTIVELY_TASK_QUEUE=" + queue,
-		"STRIPE_API_KEY=" + fakeStripeKey,
-		"STRIPE_BASE_URL=" + s.sims.StripeURL,
-		"SENDGRID_API_KEY=" + fakeSendGridKey,
-		"SENDGRID_BASE_URL=" + s.sims.SendGridURL,
-		"EFFECTIVELY_HEALTH_ADDR=off",
-		"NATS_URL=off",
-		"LOG_LEVEL=debug",
-		// A killed attempt is retried once its start-to-close expires.
-		"PAYMENT_START_TO_CLOSE=4s",
-		"EMAIL_START_TO_CLOSE=4s",
-	}, extraEnv...)
-	t.Cleanup(func() { s.checkNoSecrets(t) })
+	s.cfg = workerproc.Config{
+		DatabaseURL: dbURL, TemporalAddress: s.temporal.FrontendHostPort(), TaskQueue: queue,
+		StripeURL: s.sims.StripeURL, SendGridURL: s.sims.SendGridURL, Extra: extraEnv,
+	}
+	t.Cleanup(func() { checkNoSecrets(t, s.procs) })
 	return s
 }
 
-// start runs the worker with extra environment; the returned channel yields
-// its exit error.
-func (s *procStack) start(t *testing.T, extraEnv ...string) (*exec.Cmd, <-chan error) {
+// start runs a worker process with extra environment.
+func (s *procStack) start(t *testing.T, extraEnv ...string) *workerproc.Proc {
 	t.Helper()
-	cmd := exec.Command(workerBinary(t))
-	cmd.Env = append(append([]string{}, s.env...), extraEnv...)
-	var logs bytes.Buffer
-	s.logs = append(s.logs, &logs)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	cfg := s.cfg
+	cfg.Extra = append(append([]string{}, cfg.Extra...), extraEnv...)
+	p, err := workerproc.Start(workerBinary(t), workerproc.Env(cfg))
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
-	return cmd, done
+	s.procs = append(s.procs, p)
+	t.Cleanup(func() { p.Stop(10 * time.Second) })
+	return p
 }
 
 // checkNoSecrets fails the test if any worker log line carries an API key.
-func (s *procStack) checkNoSecrets(t *testing.T) {
+func checkNoSecrets(t *testing.T, procs []*workerproc.Proc) {
 	lines := 0
-	for _, l := range s.logs {
-		for _, line := range strings.Split(l.String(), "\n") {
+	for _, p := range procs {
+		for _, line := range strings.Split(p.Logs(), "\n") {
 			lines++
-			if strings.Contains(line, fakeStripeKey) || strings.Contains(line, fakeSendGridKey) ||
+			if strings.Contains(line, workerproc.FakeStripeKey) || strings.Contains(line, workerproc.FakeSendGridKey) ||
 				strings.Contains(line, "SECRET_stripe") || strings.Contains(line, "SECRET_sendgrid") {
 				t.Errorf("a worker log line contains an API key: %s", line)
 			}
 		}
 	}
-	if len(s.logs) > 0 && lines < 3 {
-		t.Errorf("the worker logged %d lines: the secrets check saw nothing", lines)
+	if len(procs) > 0 && lines < 3 {
+		t.Errorf("the workers logged %d lines: the secrets check saw nothing", lines)
 	}
 }
 
 // killedAt waits for the worker to die of SIGKILL at its failpoint.
-func killedAt(t *testing.T, done <-chan error, logs *bytes.Buffer, point string) {
+func killedAt(t *testing.T, p *workerproc.Proc, point string) {
 	t.Helper()
 	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("worker exited with %v before %s; logs:\n%s", err, point, logs)
-		}
-		ws, _ := ee.Sys().(syscall.WaitStatus)
-		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("worker ended with %v, want SIGKILL at %s; logs:\n%s", err, point, logs)
+	case <-p.Done():
+		if !p.Killed() {
+			t.Fatalf("worker ended with %v, want SIGKILL at %s; logs:\n%s", p.Err(), point, p.Logs())
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the worker did not reach failpoint %s within 60s; logs:\n%s", point, logs)
+		t.Fatalf("the worker did not reach failpoint %s within 60s; logs:\n%s", point, p.Logs())
 	}
 }
 
@@ -182,7 +138,7 @@ func (s *procStack) waitOutcome(t *testing.T, messageID string) workflows.Status
 // TestCrashWindows kills the real worker process at each failpoint of the
 // effect path, restarts it, and checks what the README promises for that
 // window: one charge, receipts per the policy, one processed row, a terminal
-// outcome.
+// outcome. Every worker log line is checked for the API keys.
 func TestCrashWindows(t *testing.T) {
 	cases := []struct {
 		point      string
@@ -201,14 +157,13 @@ func TestCrashWindows(t *testing.T) {
 		t.Run(tc.point+"/"+tc.policy, func(t *testing.T) {
 			t.Parallel() // mostly waiting for timeouts; each case has its own stack
 			s := newProcStack(t, "EMAIL_POLICY="+tc.policy)
-			_, done := s.start(t, failpoint.EnvVar+"="+tc.point)
+			first := s.start(t, failpoint.EnvVar+"="+tc.point)
 			id := "evt_" + strings.NewReplacer(".", "_").Replace(tc.point)
-			raw := order(id, 77, "pm_card_visa")
-			res, err := s.intake.Accept(context.Background(), raw, "test")
+			res, err := s.intake.Accept(context.Background(), order(id, 77, "pm_card_visa"), "test")
 			if err != nil || res.Status != intake.StatusStarted {
 				t.Fatalf("accept = %+v, %v", res, err)
 			}
-			killedAt(t, done, s.logs[0], tc.point)
+			killedAt(t, first, tc.point)
 
 			s.start(t) // the restarted worker, no failpoint
 			st := s.waitOutcome(t, id)

@@ -272,3 +272,6 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 		backoff *= 2
 	}
 }
+
+// Store returns the store the Intake records in.
+func (in *Intake) Store() *store.Store { return in.store }

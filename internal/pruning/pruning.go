@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -116,4 +117,25 @@ func NamespaceRetention(ctx context.Context, c client.Client, namespace string) 
 		return 0, fmt.Errorf("namespace %s reports no workflow retention", namespace)
 	}
 	return ttl.AsDuration(), nil
+}
+
+// Policy reads namespace's retention from Temporal, computes the horizon
+// with the broker's redelivery configuration (nil when no broker delivers
+// messages) and its duplicate window, and checks keep against it. The
+// worker calls it before it starts anything: a retention shorter than the
+// horizon is refused with an error naming both.
+func Policy(ctx context.Context, c client.Client, namespace string, keep time.Duration, redelivery *retention.Redelivery, duplicateWindow time.Duration) (retention.Policy, error) {
+	nsRetention, err := NamespaceRetention(ctx, c, namespace)
+	if err != nil {
+		return retention.Policy{}, err
+	}
+	h, err := retention.Compute(retention.Inputs{Redelivery: redelivery, DuplicateWindow: duplicateWindow, NamespaceRetention: nsRetention})
+	if err != nil {
+		return retention.Policy{}, fmt.Errorf("retention horizon: %w", err)
+	}
+	p := retention.Policy{Keep: keep, Horizon: h}
+	if err := p.Check(); err != nil {
+		return retention.Policy{}, fmt.Errorf("RETENTION: %w", err)
+	}
+	return p, nil
 }

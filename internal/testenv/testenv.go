@@ -28,6 +28,7 @@ import (
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/sim/sendgridsim"
 	"github.com/effectively/effectively/internal/sim/stripesim"
 	"github.com/effectively/effectively/internal/store"
@@ -172,6 +173,9 @@ type StackOptions struct {
 	// FailureConverter, when set, is installed on the same client as
 	// DataConverter.
 	FailureConverter converter.FailureConverter
+	// Retention is the activities' pruning policy. The zero value makes
+	// Prune refuse to run.
+	Retention retention.Policy
 }
 
 // NewStack starts a dev server, the simulators, a fresh database and a worker
@@ -216,6 +220,7 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	wfs.Register(s.Worker)
 	s.Worker.RegisterActivity(&activities.Activities{
 		Store: s.Store, Payments: s.Sims.PaymentClient(t), Mailer: s.Sims.EmailClient(t), EmailPolicy: o.EmailPolicy,
+		Retention: o.Retention,
 	})
 	if err := s.Worker.Start(); err != nil {
 		t.Fatal(err)
