@@ -46,7 +46,7 @@ type PruneResult struct {
 // the first run left, by the same rule.
 func (a *Activities) Prune(ctx context.Context, in PruneInput) (PruneResult, error) {
 	if err := a.Retention.Check(); err != nil {
-		return PruneResult{}, temporal.NewNonRetryableApplicationError("refusing to prune: "+err.Error(), ErrTypeRetentionUnsafe, err)
+		return PruneResult{}, temporal.NewNonRetryableApplicationError("refusing to prune", ErrTypeRetentionUnsafe, err)
 	}
 	batch := in.BatchSize
 	if batch <= 0 {

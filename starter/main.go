@@ -3,6 +3,7 @@
 // to a message, and lists and re-drives quarantined messages.
 //
 //	starter send FILE|-              start one workflow per message (a JSON object or JSON lines)
+//	starter publish FILE|-           put each message on the JetStream subject the worker consumes
 //	starter status MESSAGE_ID        print the recorded outcome of a message as JSON
 //	starter quarantine list          list quarantined messages as JSON lines
 //	starter quarantine retry ID      send a quarantined message again
@@ -14,7 +15,8 @@
 //	1  an error stopped the command (Postgres or Temporal unreachable, …);
 //	   messages already reported are settled, the rest were not sent
 //	2  usage error
-//	3  send: at least one message was invalid (each is quarantined with its reason)
+//	3  send: at least one message was invalid (each is quarantined with its reason);
+//	   publish: at least one message was invalid (published; the worker quarantines it)
 //	4  status: no record of that message
 package main
 
@@ -31,12 +33,14 @@ import (
 
 const usage = `usage:
   starter send FILE|-              start one workflow per message (JSON object or JSON lines)
+  starter publish FILE|-           put each message on the JetStream subject the worker consumes
   starter status [-consumer NAME] MESSAGE_ID
                                    print the recorded outcome of a message as JSON
   starter quarantine list [-limit N]
   starter quarantine retry ID      send a quarantined message again
 
-environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL
+environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
+publish: NATS_URL, NATS_STREAM, NATS_SUBJECT
 `
 
 // Exit codes.
@@ -70,6 +74,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "send":
 		code, err = cmdSend(ctx, args[1:], stdin, stdout, stderr, logger)
+	case "publish":
+		code, err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, logger)
 	case "status":
 		code, err = cmdStatus(ctx, args[1:], stdout, logger)
 	case "quarantine":

@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
@@ -20,32 +16,18 @@ func cmdSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if len(args) != 1 {
 		return exitUsage, fmt.Errorf("%w: send takes one argument, a file or -", errUsage)
 	}
-	var (
-		r    io.Reader = stdin
-		size int64     = -1
-	)
-	if args[0] != "-" {
-		f, err := os.Open(args[0])
-		if err != nil {
-			return exitError, fmt.Errorf("open messages: %w", err)
-		}
-		defer f.Close()
-		if fi, err := f.Stat(); err == nil {
-			size = fi.Size()
-		}
-		r = f
+	r, size, closeInput, err := openInput(args[0], stdin)
+	if err != nil {
+		return exitError, err
 	}
+	defer closeInput()
 	d, err := connect(ctx, logger, true)
 	if err != nil {
 		return exitError, err
 	}
 	defer d.close()
 
-	var bar *progressbar.ProgressBar
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && size > 0 {
-		bar = progressbar.DefaultBytes(size, "sending")
-		r = io.TeeReader(r, bar)
-	}
+	bar, r := progress(r, size, stderr, "sending")
 	counts := map[string]int{}
 	enc := json.NewEncoder(stdout)
 	err = message.DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {

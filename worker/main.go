@@ -1,10 +1,15 @@
 // Command worker runs effectively's Temporal worker: it polls the task queue,
-// runs the OrderPlaced workflow and its activities (Stripe, SendGrid,
-// Postgres), and serves GET /healthz.
+// runs the OrderPlaced and PruneRecords workflows and their activities
+// (Stripe, SendGrid, Postgres), dispatches pending inbox rows, keeps the
+// pruning schedule, and serves GET /healthz. Unless NATS_URL is off it also
+// consumes messages from JetStream into the inbox and relays the outbox's
+// events to JetStream (see docs/intake.md).
 //
 // Configuration comes from the environment; see the README's Configuration
-// section. Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM), 1 when
-// the worker cannot start or stops on an error, 2 for bad configuration.
+// section. Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM: the
+// intake stops fetching, settles what it fetched, then the worker stops), 1
+// when the worker cannot start or stops on an error, 2 for bad configuration,
+// including a RETENTION shorter than the redelivery horizon.
 package main
 
 import (
