@@ -27,6 +27,10 @@ test: $(BIN)/temporal ## run every test (needs Postgres at 127.0.0.1:5432; build
 test-short: ## unit tests only (no Temporal dev server)
 	go test -count=1 ./internal/identity/ ./internal/message/ ./internal/config/ ./workflows/ ./internal/sim/... ./internal/payment/ ./internal/email/
 
+.PHONY: soak
+soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
+	go test -count=1 -timeout 30m -run TestSoak -v ./internal/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3}
+
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s
 	go test ./internal/identity/ -run '^$$' -fuzz FuzzIdentity -fuzztime 30s

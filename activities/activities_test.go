@@ -296,3 +296,21 @@ func TestChargeOrderPastTheKeyWindowLooksUpFirst(t *testing.T) {
 		t.Fatalf("charges = %d, want 1", n)
 	}
 }
+
+func TestChargeOrderAmbiguousDeclineIsReconciled(t *testing.T) {
+	f := newFixture(t, "")
+	// The card is declined, but Stripe answers a 500 and saves it.
+	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultErrorAfter, Times: 1})
+	in := charge("evt_ambd", 13, "pm_card_chargeDeclined")
+	if _, err := run(t, f, 1, f.acts.ChargeOrder, in); err == nil {
+		t.Fatal("a fresh 500 was not reported")
+	}
+	r, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentDeclined || r.DeclineCode != "generic_decline" {
+		t.Fatalf("replayed 500 on a declined card = %+v, %v; want declined by lookup", r, err)
+	}
+	st, err := f.db.Status(context.Background(), "order-placed", "evt_ambd")
+	if err != nil || st.Processed == nil || st.Processed.Outcome != store.OutcomePaymentFailed {
+		t.Fatalf("status = %+v, %v", st.Processed, err)
+	}
+}

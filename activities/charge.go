@@ -163,14 +163,22 @@ func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key strin
 }
 
 func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key string, attempt int32, cause error) (ChargeResult, error) {
-	var pe *payment.Error
-	f := store.PaymentFailure{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, Attempt: attempt}
+	var (
+		pe *payment.Error
+		f  store.PaymentFailure
+	)
 	if errors.As(cause, &pe) {
 		f.Code, f.DeclineCode, f.Message = pe.Code, pe.DeclineCode, pe.Message
 	}
 	if f.Code == "" {
 		f.Code = string(payment.Classify(cause))
 	}
+	return a.recordRefusal(ctx, in, key, attempt, f)
+}
+
+// recordRefusal records a refused payment as the order's final outcome.
+func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key string, attempt int32, f store.PaymentFailure) (ChargeResult, error) {
+	f.Consumer, f.MessageID, f.OrderID, f.Key, f.Attempt = in.Consumer, in.MessageID, in.OrderID, key, attempt
 	if _, err := a.Store.RecordPaymentFailed(ctx, f); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record declined payment of order %d: %w", in.OrderID, err))
 	}
@@ -185,9 +193,16 @@ func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key stri
 func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, attempt int32, cause error) (ChargeResult, error) {
 	ch, err := a.Payments.FindByMessageID(ctx, in.MessageID)
 	switch {
-	case err == nil && ch.Status == "succeeded":
+	case err == nil && ch.Succeeded():
 		activity.GetLogger(ctx).Warn("ambiguous stripe answer reconciled by lookup", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
 		return a.recordCharge(ctx, in, key, attempt, ch, true)
+	case err == nil && ch.Failed():
+		// The confirmation was refused (a decline): no charge exists.
+		activity.GetLogger(ctx).Warn("ambiguous stripe answer reconciled by lookup: declined", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
+		return a.recordRefusal(ctx, in, key, attempt, store.PaymentFailure{
+			Code: ch.FailureCode, DeclineCode: ch.DeclineCode, PaymentIntentID: ch.PaymentIntentID,
+			Message: "declined (established by lookup after an ambiguous answer)",
+		})
 	case err != nil && !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("look up payment of order %d after ambiguous answer: %w", in.OrderID, err)
 	}

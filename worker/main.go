@@ -157,8 +157,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	defer w.Stop()
 	logger.Info("worker polling", "task_queue", cfg.TaskQueue)
+	// Without the schedule nothing is pruned, and the tables grow; that is
+	// no reason to stop taking messages. The next worker start tries again.
 	if _, err := pruning.EnsureSchedule(ctx, tc, pruning.ScheduleConfig{Every: cfg.PruneEvery, TaskQueue: cfg.TaskQueue}); err != nil {
-		return fmt.Errorf("pruning schedule: %w", err)
+		logger.Error("pruning schedule could not be created or updated; records are not pruned until a worker start succeeds", "error", err.Error())
 	}
 
 	dispatcher, err := intake.NewDispatcher(in, intake.DispatcherConfig{Logger: logger})

@@ -238,6 +238,17 @@ type Charge struct {
 	Replayed bool
 	// MessageID is the PaymentIntent's metadata[message_id].
 	MessageID string
+	// FailureCode and DeclineCode come from the PaymentIntent's
+	// last_payment_error: why its last confirmation failed.
+	FailureCode string
+	DeclineCode string
+}
+
+// Failed reports whether the PaymentIntent's confirmation was refused: it
+// is back to requires_payment_method with a payment error, or canceled.
+func (c *Charge) Failed() bool {
+	return c.Status == string(stripe.PaymentIntentStatusCanceled) ||
+		(c.Status == string(stripe.PaymentIntentStatusRequiresPaymentMethod) && c.FailureCode != "")
 }
 
 // StatusSucceeded is the Status of a charged PaymentIntent.
@@ -370,6 +381,9 @@ func toCharge(pi *stripe.PaymentIntent) *Charge {
 	}
 	if pi.LatestCharge != nil {
 		ch.ChargeID = pi.LatestCharge.ID
+	}
+	if e := pi.LastPaymentError; e != nil {
+		ch.FailureCode, ch.DeclineCode = string(e.Code), string(e.DeclineCode)
 	}
 	if pi.LastResponse != nil {
 		ch.Replayed = pi.LastResponse.Header.Get("Idempotent-Replayed") == "true"

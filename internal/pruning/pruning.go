@@ -73,36 +73,52 @@ func EnsureSchedule(ctx context.Context, c client.Client, cfg ScheduleConfig) (c
 		StaticSummary:            "Delete processed-message, inbox and outbox rows older than the retention",
 	}
 	sc := c.ScheduleClient()
-	h, err := sc.Create(ctx, client.ScheduleOptions{
-		ID:      cfg.ID,
-		Spec:    spec,
-		Action:  action,
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		Note:    "created by the effectively worker",
-	})
-	if err == nil {
-		return h, nil
-	}
-	if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return nil, fmt.Errorf("create schedule %s: %w", cfg.ID, err)
-	}
-	h = sc.GetHandle(ctx, cfg.ID)
-	err = h.Update(ctx, client.ScheduleUpdateOptions{
-		DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-			s := in.Description.Schedule
-			s.Spec = &spec
-			s.Action = action
-			if s.Policy == nil {
-				s.Policy = &client.SchedulePolicies{}
+	// Several workers starting at once race here: one creates, the others
+	// update, and concurrent updates can be refused on a conflict token.
+	// Each try re-reads the schedule, so a few tries settle it.
+	var err error
+	for try := range 5 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
 			}
-			s.Policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
-			return &client.ScheduleUpdate{Schedule: &s}, nil
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("update schedule %s: %w", cfg.ID, err)
+		}
+		var h client.ScheduleHandle
+		h, err = sc.Create(ctx, client.ScheduleOptions{
+			ID:      cfg.ID,
+			Spec:    spec,
+			Action:  action,
+			Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+			Note:    "created by the effectively worker",
+		})
+		if err == nil {
+			return h, nil
+		}
+		if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+			err = fmt.Errorf("create schedule %s: %w", cfg.ID, err)
+			continue
+		}
+		h = sc.GetHandle(ctx, cfg.ID)
+		err = h.Update(ctx, client.ScheduleUpdateOptions{
+			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+				s := in.Description.Schedule
+				s.Spec = &spec
+				s.Action = action
+				if s.Policy == nil {
+					s.Policy = &client.SchedulePolicies{}
+				}
+				s.Policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
+				return &client.ScheduleUpdate{Schedule: &s}, nil
+			},
+		})
+		if err == nil {
+			return h, nil
+		}
+		err = fmt.Errorf("update schedule %s: %w", cfg.ID, err)
 	}
-	return h, nil
+	return nil, err
 }
 
 // NamespaceRetention returns how long namespace keeps closed workflow runs:
