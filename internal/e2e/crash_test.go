@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
@@ -129,10 +131,17 @@ func (s *procStack) waitOutcome(t *testing.T, messageID string) workflows.Status
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var st workflows.Status
-	if err := s.client.GetWorkflow(ctx, "order-placed/"+messageID, "").Get(ctx, &st); err != nil {
-		t.Fatalf("workflow of %s: %v", messageID, err)
+	for {
+		err := s.client.GetWorkflow(ctx, "order-placed/"+messageID, "").Get(ctx, &st)
+		var notFound *serviceerror.NotFound
+		if err == nil {
+			return st
+		}
+		if !errors.As(err, &notFound) || ctx.Err() != nil {
+			t.Fatalf("workflow of %s: %v", messageID, err)
+		}
+		time.Sleep(200 * time.Millisecond) // not started yet: still in the broker or the inbox
 	}
-	return st
 }
 
 // TestCrashWindows kills the real worker process at each failpoint of the

@@ -41,7 +41,11 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	const queue = "effectively-soak"
-	in, err := intake.New(store.New(pool), tsrv.Client(), intake.Config{TaskQueue: queue, Logger: testenv.Logger(t)})
+	// Messages go through the broker. They are published without a
+	// Nats-Msg-Id, so every duplicate reaches the consumer, as a producer's
+	// retry after the duplicate window or a redelivery would.
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+	subject, err := intake.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +53,16 @@ func TestSoak(t *testing.T) {
 		Temporal: tsrv.Client(), Pool: pool, Stripe: sims.Stripe, SendGrid: sims.SendGrid, WorkerBin: bin,
 		Worker: workerproc.Config{
 			DatabaseURL: dbURL, TemporalAddress: tsrv.FrontendHostPort(), TaskQueue: queue,
-			StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, Extra: []string{"LOG_LEVEL=info"},
+			StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
+			Extra: []string{
+				"LOG_LEVEL=info",
+				"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=soak",
+				"NATS_ACK_WAIT=5s", "NATS_BACKOFF=none", "NATS_MAX_DELIVER=20",
+				"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+			},
 		},
 		Send: func(ctx context.Context, raw []byte) error {
-			_, err := in.Accept(ctx, raw, "soak")
+			_, err := j.JS.Publish(ctx, subject, raw)
 			return err
 		},
 	}
