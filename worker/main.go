@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/intake"
@@ -100,6 +101,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	mailer, err := email.New(cfg.Email)
 	if err != nil {
 		return fmt.Errorf("sendgrid client: %w", err)
+	}
+	codecServer, err := newCodecServer()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
 	tc, namespace, err := temporalclient.Dial(ctx, logger)
 	if err != nil {
@@ -176,12 +181,41 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if cfg.HealthAddr != "" {
 		g.Go(func() error { return serveHealth(gctx, cfg.HealthAddr, logger) })
 	}
+	if codecServer != nil {
+		g.Go(func() error { return codec.Serve(gctx, codecServer.addr, codecServer.h, logger) })
+	}
 	err = g.Wait()
 	logger.Info("intake stopped", "dispatcher", dispatcher.Stats())
 	if b != nil {
 		logger.Info("broker intake stopped", "consumer", b.consumer.Stats(), "outbox", b.relay.Stats())
 	}
 	return err
+}
+
+// codecServer is the optional HTTP codec server that lets an authorised
+// operator's Temporal UI or CLI decrypt payloads.
+type codecServerConfig struct {
+	addr string
+	h    http.Handler
+}
+
+func newCodecServer() (*codecServerConfig, error) {
+	scfg, err := codec.LoadServerConfig(os.LookupEnv)
+	if err != nil || !scfg.Enabled() {
+		return nil, err
+	}
+	keys, on, err := codec.LoadKeyring(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if !on {
+		return nil, fmt.Errorf("%s needs %s or %s", codec.EnvServerAddr, codec.EnvKeys, codec.EnvKeyFile)
+	}
+	h, err := codec.NewServerHandler(codec.NewCodec(keys), scfg.Origins, scfg.Token)
+	if err != nil {
+		return nil, err
+	}
+	return &codecServerConfig{addr: scfg.Addr, h: h}, nil
 }
 
 // broker is the worker's JetStream side.

@@ -9,15 +9,22 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	tlog "go.temporal.io/sdk/log"
+
+	"github.com/effectively/effectively/internal/codec"
 )
 
 // Options loads the client options from the environment and sets logger.
+// When payload encryption keys are configured (EFFECTIVELY_CODEC_KEYS or
+// EFFECTIVELY_CODEC_KEY_FILE, see internal/codec), every payload and
+// failure message the client writes is encrypted; every process of a
+// deployment needs the same keys.
 func Options(logger *slog.Logger) (client.Options, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
@@ -25,6 +32,20 @@ func Options(logger *slog.Logger) (client.Options, error) {
 	}
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
+	}
+	keys, on, err := codec.LoadKeyring(os.LookupEnv)
+	if err != nil {
+		return client.Options{}, err
+	}
+	if on {
+		dc := codec.NewDataConverter(keys)
+		opts.DataConverter = dc
+		opts.FailureConverter = codec.NewFailureConverter(dc)
+		if logger != nil {
+			logger.Info("payload encryption on", "current_key", keys.CurrentID(), "keys", keys.IDs())
+		}
+	} else if logger != nil {
+		logger.Warn("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
 	}
 	return opts, nil
 }
