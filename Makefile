@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 TEMPORAL_CLI_VERSION := v1.5.1
 GOLANGCI_LINT_VERSION := v2.15.0
+WORKFLOWCHECK_VERSION := v0.6.0
 BIN := $(CURDIR)/bin
 export TEMPORAL_CLI ?= $(BIN)/temporal
 
@@ -60,7 +61,7 @@ $(BIN)/golangci-lint:
 	GOBIN=$(BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 $(BIN)/workflowcheck:
-	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@latest
+	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
 .PHONY: clean
 clean: ## remove bin/ and .devstack/

@@ -21,7 +21,7 @@ func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger 
 		fs.SetOutput(io.Discard)
 		limit := fs.Int("limit", 100, "how many entries, newest first")
 		if err := fs.Parse(args[1:]); err != nil {
-			return exitUsage, fmt.Errorf("%w: %v", errUsage, err)
+			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 		}
 		d, err := connect(ctx, logger, false)
 		if err != nil {

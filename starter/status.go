@@ -38,7 +38,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 	fs.SetOutput(io.Discard)
 	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage, fmt.Errorf("%w: %v", errUsage, err)
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() != 1 {
 		return exitUsage, fmt.Errorf("%w: status takes one MESSAGE_ID", errUsage)
@@ -46,7 +46,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 	id := fs.Arg(0)
 	wfID, err := identity.WorkflowID(*consumer, id)
 	if err != nil {
-		return exitUsage, fmt.Errorf("%w: %v", errUsage, err)
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	d, err := connect(ctx, logger, false)
 	if err != nil {
@@ -81,12 +81,12 @@ func describe(ctx context.Context, wfID string, logger *slog.Logger) *workflowRe
 		return rep
 	}
 	defer tc.Close()
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := tc.DescribeWorkflow(ctx, wfID, "")
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	rep.RunID = info.GetExecution().GetRunId()
 	rep.Status = info.GetStatus().String()
 	val, err := tc.QueryWorkflow(ctx, wfID, "", workflows.StatusQuery)

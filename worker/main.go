@@ -293,7 +293,7 @@ func serveHealth(ctx context.Context, addr string, logger *slog.Logger) error {
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("health endpoint %s: %w", addr, err)
 	}

@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/identity"
@@ -109,6 +111,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	natsEnv, natsOn := s.broker(ctx, !o.keep)
 	env := append(os.Environ(),
 		"DATABASE_URL="+dbURL,
 		"TEMPORAL_ADDRESS="+tAddr,
@@ -119,6 +122,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		"SENDGRID_BASE_URL="+sendgridURL,
 		"EFFECTIVELY_HEALTH_ADDR="+healthAddr,
 	)
+	env = append(env, natsEnv...)
 	if err := s.startWorker(ctx, env, healthAddr); err != nil {
 		return err
 	}
@@ -138,6 +142,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	step(out, "sending %s again, after every workflow completed: all copies are duplicates", o.examples)
 	if err := s.starter(ctx, env, "send", examples); err != nil {
 		return err
+	}
+	if natsOn {
+		step(out, "publishing %s to JetStream: the worker's consumer recognises every copy in the inbox", o.examples)
+		if err := s.starter(ctx, env, "publish", examples); err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second) // let the consumer record them
 	}
 	if err := s.report(ctx, dbURL, ids, stripeSim, sendgridSim); err != nil {
 		return err
@@ -420,6 +431,41 @@ func (s *stack) report(ctx context.Context, dbURL string, ids []string, st *stri
 	b, _ := json.Marshal(map[string]int{"charges": stripeStats.Charges, "emails": mailStats.Deliveries})
 	fmt.Fprintf(s.out, "\nTotals at the providers: %s\n", strings.ReplaceAll(string(b), ",", ", "))
 	return nil
+}
+
+// Devstack's own streams, so a run never consumes another deployment's.
+const (
+	devStream       = "EFFECTIVELY_DEV"
+	devEventsStream = "EFFECTIVELY_DEV_EVENTS"
+)
+
+// broker returns the worker's NATS settings: devstack's own streams on the
+// JetStream server at 127.0.0.1:4222 when one answers, else NATS_URL=off
+// (the worker then takes messages from the starter only).
+func (s *stack) broker(ctx context.Context, fresh bool) ([]string, bool) {
+	url := os.Getenv("NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+	if err != nil {
+		step(s.out, "no NATS at %s: broker intake off (the worker takes messages from the starter)", url)
+		return []string{"NATS_URL=off"}, false
+	}
+	defer nc.Close()
+	if fresh {
+		if js, err := jetstream.New(nc); err == nil {
+			for _, name := range []string{devStream, devEventsStream} {
+				_ = js.DeleteStream(ctx, name) // absent on a first run
+			}
+		}
+	}
+	step(s.out, "using NATS JetStream at %s, streams %s and %s", url, devStream, devEventsStream)
+	return []string{
+		"NATS_URL=" + url,
+		"NATS_STREAM=" + devStream, "NATS_SUBJECT=effectively-dev.messages.>", "NATS_CONSUMER=devstack",
+		"NATS_EVENTS_STREAM=" + devEventsStream, "NATS_EVENTS_PREFIX=effectively-dev.events",
+	}, true
 }
 
 // freeAddr returns want when it can be bound, else a free port on 127.0.0.1.

@@ -25,6 +25,7 @@ import (
 
 var (
 	buildOnce sync.Once
+	workerDir string // removed by TestMain once every test has run
 	workerBin string
 	buildErr  error
 )
@@ -32,18 +33,23 @@ var (
 // workerBinary builds the worker binary once per test run.
 func workerBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "effectively-worker-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		workerBin, buildErr = workerproc.Build(context.Background(), testenv.RepoRoot(), dir)
-	})
+	buildOnce.Do(func() { workerBin, buildErr = buildWorker() })
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return workerBin
+}
+
+// buildWorker builds the worker into a directory of its own that outlives
+// the test asking first (t.TempDir would not): every test of the package
+// shares the binary.
+func buildWorker() (string, error) {
+	dir, err := os.MkdirTemp("", "effectively-worker-")
+	if err != nil {
+		return "", err
+	}
+	workerDir = dir
+	return workerproc.Build(context.Background(), testenv.RepoRoot(), dir)
 }
 
 // procStack is the real stack with the worker as a separate process that a

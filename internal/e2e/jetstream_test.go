@@ -37,7 +37,7 @@ func waitStarted(t *testing.T, s *testenv.Stack, messageID string) workflows.Sta
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "workflow "+wfID+" to start", func() bool {
-		_, err := s.Client.DescribeWorkflowExecution(context.Background(), wfID, "")
+		_, err := s.Client.DescribeWorkflow(context.Background(), wfID, "")
 		return err == nil
 	})
 	return wait(t, s, messageID)

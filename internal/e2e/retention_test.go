@@ -41,7 +41,8 @@ func pruneWorker(t *testing.T, s *testenv.Stack, queue string, policy retention.
 // type typ.
 func hasErrorType(err error, typ string) bool {
 	for ; err != nil; err = errors.Unwrap(err) {
-		if ae, ok := err.(*temporal.ApplicationError); ok && ae.Type() == typ {
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && ae.Type() == typ {
 			return true
 		}
 	}

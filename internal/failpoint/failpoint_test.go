@@ -1,6 +1,7 @@
 package failpoint
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -27,14 +28,17 @@ func TestHitKillsTheProcess(t *testing.T) {
 		Hit(PaymentAfterCharge)
 		os.Exit(0) // not reached when the failpoint works
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestHitKillsTheProcess$")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestHitKillsTheProcess$") //nolint:gosec // re-runs this test binary, named by the test runner
 	cmd.Env = append(os.Environ(), "FAILPOINT_CHILD=1", EnvVar+"="+PaymentAfterCharge)
 	err := cmd.Run()
-	ee, ok := err.(*exec.ExitError)
-	if !ok {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
 		t.Fatalf("child: %v, want killed", err)
 	}
-	ws := ee.Sys().(syscall.WaitStatus)
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok {
+		t.Fatalf("child status %T, want syscall.WaitStatus", ee.Sys())
+	}
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child status %v, want SIGKILL", ws)
 	}

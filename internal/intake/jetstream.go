@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,7 +166,11 @@ func (c JetStreamConfig) ackWaitOf(n uint64) time.Duration {
 	if len(waits) == 0 {
 		return c.AckWait
 	}
-	return waits[min(int(n)-1, len(waits)-1)]
+	last := len(waits) - 1
+	if n > math.MaxInt || int(n) > last { // deliveries past the list keep its last wait
+		return waits[last]
+	}
+	return waits[int(n)-1]
 }
 
 // ConsumerStats counts what a Consumer did since it was created.
@@ -378,7 +383,8 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 // fail hands back a delivery that could not be recorded, or quarantines it
 // when it was the last delivery the broker will make.
 func (c *Consumer) fail(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, received time.Time, ackWait time.Duration, cause error) {
-	if md.NumDelivered >= uint64(c.cfg.MaxDeliver) {
+	// MaxDeliver is at least 1 (NewConsumer validates it).
+	if c.cfg.MaxDeliver > 0 && md.NumDelivered >= uint64(c.cfg.MaxDeliver) {
 		c.quarantineLast(ctx, msg, md, cause)
 		return
 	}

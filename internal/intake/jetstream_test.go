@@ -80,8 +80,8 @@ func TestJetStreamConfigValidate(t *testing.T) {
 func TestRedeliveryMatchesTheBroker(t *testing.T) {
 	c := JetStreamConfig{AckWait: 30 * time.Second, MaxDeliver: 5, BackOff: []time.Duration{time.Minute, 5 * time.Minute}}.withDefaults()
 	var sum time.Duration
-	for n := uint64(1); n <= uint64(c.MaxDeliver); n++ {
-		sum += c.ackWaitOf(n)
+	for n := 1; n <= c.MaxDeliver; n++ {
+		sum += c.ackWaitOf(uint64(n))
 	}
 	w, err := retention.Redelivery{AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, BackOff: c.ackWaits()}.Window()
 	if err != nil {

@@ -45,7 +45,7 @@ func Options(logger *slog.Logger) (client.Options, error) {
 			logger.Info("payload encryption on", "current_key", keys.CurrentID(), "keys", keys.IDs())
 		}
 	} else if logger != nil {
-		logger.Warn("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
+		logger.Info("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
 	}
 	return opts, nil
 }

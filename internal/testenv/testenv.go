@@ -130,7 +130,7 @@ func StartSims(t testing.TB) *Sims {
 // PaymentClient returns a real stripe-go client pointed at the simulator.
 func (s *Sims) PaymentClient(t testing.TB) *payment.Client {
 	t.Helper()
-	c, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: s.StripeURL, Timeout: 10 * time.Second})
+	c, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: s.StripeURL, Timeout: 10 * time.Second}) //nolint:gosec // fake key for the local Stripe simulator
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func (s *Sims) PaymentClient(t testing.TB) *payment.Client {
 // EmailClient returns a real sendgrid-go client pointed at the simulator.
 func (s *Sims) EmailClient(t testing.TB) *email.Client {
 	t.Helper()
-	c, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: s.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second})
+	c, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: s.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second}) //nolint:gosec // fake key for the local SendGrid simulator
 	if err != nil {
 		t.Fatal(err)
 	}

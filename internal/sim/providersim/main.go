@@ -48,7 +48,7 @@ func run(ctx context.Context, logger *slog.Logger, stripeAddr, sendgridAddr stri
 	errc := make(chan error, len(servers))
 	var running []*http.Server
 	for _, s := range servers {
-		ln, err := net.Listen("tcp", s.addr)
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.addr)
 		if err != nil {
 			return fmt.Errorf("%s simulator: %w", s.name, err)
 		}
