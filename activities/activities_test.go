@@ -3,7 +3,9 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,5 +314,63 @@ func TestChargeOrderAmbiguousDeclineIsReconciled(t *testing.T) {
 	st, err := f.db.Status(context.Background(), "order-placed", "evt_ambd")
 	if err != nil || st.Processed == nil || st.Processed.Outcome != store.OutcomePaymentFailed {
 		t.Fatalf("status = %+v, %v", st.Processed, err)
+	}
+}
+
+// TestChargeOrderUnknownStopsWithoutGuessing puts Stripe in the worst case:
+// every create answers a replayed 500 (the key's saved answer) and search
+// finds nothing. The activity must never charge on a guess: it retries the
+// lookup, then records the payment unknown and stops with a non-retryable
+// error for an operator.
+func TestChargeOrderUnknownStopsWithoutGuessing(t *testing.T) {
+	var creates atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+			creates.Add(1)
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"An unknown error occurred"}}`))
+		case r.URL.Path == "/v1/payment_intents/search":
+			_, _ = w.Write([]byte(`{"object":"search_result","data":[],"has_more":false,"url":"/v1/payment_intents/search"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	pay, err := payment.New(payment.Config{APIKey: "sk_test_unknown", BaseURL: srv.URL, MaxNetworkRetries: payment.NoNetworkRetries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := store.New(storetest.NewPool(t))
+	f := &fixture{acts: &activities.Activities{Store: db, Payments: pay, AmbiguousAttempts: 3}, db: db}
+	in := charge("evt_unk", 40, "pm_card_visa")
+	for attempt := int32(1); attempt < 3; attempt++ {
+		_, err := run(t, f, attempt, f.acts.ChargeOrder, in)
+		var appErr *temporal.ApplicationError
+		if err == nil || (errors.As(err, &appErr) && appErr.NonRetryable()) {
+			t.Fatalf("attempt %d: err = %v, want a retryable error", attempt, err)
+		}
+	}
+	_, err = run(t, f, 3, f.acts.ChargeOrder, in)
+	if !isType(err, activities.ErrTypePaymentUnknown) {
+		t.Fatalf("attempt 3: err = %v, want %s", err, activities.ErrTypePaymentUnknown)
+	}
+	p, err := db.PaymentOf(context.Background(), "order-placed", "evt_unk")
+	if err != nil || p.State != store.PaymentUnknown {
+		t.Fatalf("payment = %+v, %v; want unknown", p, err)
+	}
+	e, err := db.Effect(context.Background(), "payment:evt_unk")
+	if err != nil || e.State != store.StateUnknown {
+		t.Fatalf("ledger = %+v, %v; want unknown", e, err)
+	}
+	// A later attempt does not call Stripe again: the outcome is recorded.
+	before := creates.Load()
+	if _, err := run(t, f, 4, f.acts.ChargeOrder, in); !isType(err, activities.ErrTypePaymentUnknown) {
+		t.Fatalf("attempt 4: err = %v", err)
+	}
+	if creates.Load() != before {
+		t.Fatal("an unknown payment was sent to Stripe again")
 	}
 }
