@@ -69,6 +69,9 @@ func (p *Proc) Logs() string {
 	return p.logs.String()
 }
 
+// Pid is the process ID, to read the process's resource use from /proc.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Done is closed when the process has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 

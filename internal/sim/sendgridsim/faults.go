@@ -1,35 +1,32 @@
 package sendgridsim
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"net/http"
 	"strings"
-	"time"
+
+	"github.com/effectively/effectively/internal/sim/simfault"
 )
 
 // FaultKind names a way the simulator misbehaves.
-type FaultKind string
+type FaultKind = simfault.Kind
 
 // The fault kinds.
 const (
 	// FaultErrorBefore answers Fault.Status (default 500) with a SendGrid
 	// error body and delivers nothing.
-	FaultErrorBefore FaultKind = "error_before"
+	FaultErrorBefore = simfault.ErrorBefore
 	// FaultErrorAfter delivers the mail, then answers Fault.Status (default
 	// 500): the client sees a failure for a mail that was sent.
-	FaultErrorAfter FaultKind = "error_after"
+	FaultErrorAfter = simfault.ErrorAfter
 	// FaultLostAfter delivers the mail, then closes the connection without
 	// answering: the client sees a transport error for a mail that was sent.
-	FaultLostAfter FaultKind = "lost_after"
+	FaultLostAfter = simfault.LostAfter
 	// FaultRateLimit answers 429 with X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset headers and delivers nothing.
-	FaultRateLimit FaultKind = "rate_limit"
+	FaultRateLimit = simfault.RateLimit
 	// FaultDelay waits Fault.Delay, or until the client goes away, before the
 	// request goes on. It combines with any other fault that fires for the
 	// same request.
-	FaultDelay FaultKind = "delay"
+	FaultDelay = simfault.Delay
 )
 
 // Match selects the mails a fault applies to. An empty field matches any
@@ -43,7 +40,8 @@ type Match struct {
 	To string `json:"to,omitempty"`
 }
 
-// Fault makes the simulator misbehave for the mails it matches.
+// Fault makes the simulator misbehave for the mails it matches (see
+// simfault.Fault for its fields and Validate).
 //
 // Faults apply only to Mail Send requests that pass authentication and
 // validation. Of the faults matching a request, every delay fault fires, in
@@ -56,111 +54,10 @@ type Match struct {
 //
 // where every member but kind may be left out, and the delay may also be
 // given as a Go duration string, "delay":"1.5s".
-type Fault struct {
-	// Match selects the mails the fault applies to.
-	Match Match
-	// Kind is what the fault does.
-	Kind FaultKind
-	// Status is the status answered by error_before and error_after faults:
-	// 400 to 599, 0 meaning 500. Other kinds ignore it.
-	Status int
-	// Delay is how long a delay fault waits. Other kinds ignore it.
-	Delay time.Duration
-	// Times is how many requests the fault fires for; 0 means every
-	// matching request.
-	Times int
-}
+type Fault = simfault.Fault[Match]
 
-// faultJSON is the wire form of a Fault. Remaining is only written, by
-// GET /_sim/faults: how many times the fault may still fire (absent:
-// unlimited).
-type faultJSON struct {
-	Match     Match     `json:"match"`
-	Kind      FaultKind `json:"kind"`
-	Status    int       `json:"status,omitempty"`
-	DelayMS   int64     `json:"delay_ms,omitempty"`
-	Delay     string    `json:"delay,omitempty"`
-	Times     int       `json:"times,omitempty"`
-	Remaining *int      `json:"remaining,omitempty"`
-}
-
-// MarshalJSON encodes f in the control API form, with Delay as delay_ms.
-func (f Fault) MarshalJSON() ([]byte, error) {
-	return json.Marshal(faultJSON{
-		Match:   f.Match,
-		Kind:    f.Kind,
-		Status:  f.Status,
-		DelayMS: f.Delay.Milliseconds(),
-		Times:   f.Times,
-	})
-}
-
-// UnmarshalJSON decodes f from the control API form.
-func (f *Fault) UnmarshalJSON(b []byte) error {
-	var w faultJSON
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	v, err := w.fault()
-	if err != nil {
-		return err
-	}
-	*f = v
-	return nil
-}
-
-func (w faultJSON) fault() (Fault, error) {
-	f := Fault{
-		Match:  w.Match,
-		Kind:   w.Kind,
-		Status: w.Status,
-		Delay:  time.Duration(w.DelayMS) * time.Millisecond,
-		Times:  w.Times,
-	}
-	if w.Delay != "" {
-		if w.DelayMS != 0 {
-			return Fault{}, errors.New("fault has both delay and delay_ms")
-		}
-		d, err := time.ParseDuration(w.Delay)
-		if err != nil {
-			return Fault{}, fmt.Errorf("fault delay: %w", err)
-		}
-		f.Delay = d
-	}
-	return f, nil
-}
-
-// Validate reports what is wrong with f, if anything.
-func (f Fault) Validate() error {
-	switch f.Kind {
-	case FaultErrorBefore, FaultErrorAfter:
-		if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
-			return fmt.Errorf("fault status %d is not an error status (400 to 599)", f.Status)
-		}
-	case FaultLostAfter, FaultRateLimit:
-	case FaultDelay:
-		if f.Delay <= 0 {
-			return fmt.Errorf("delay fault needs a positive delay, got %s", f.Delay)
-		}
-	default:
-		return fmt.Errorf("unknown fault kind %q (want %s, %s, %s, %s or %s)", f.Kind,
-			FaultErrorBefore, FaultErrorAfter, FaultLostAfter, FaultRateLimit, FaultDelay)
-	}
-	if f.Times < 0 {
-		return fmt.Errorf("fault times %d is negative", f.Times)
-	}
-	return nil
-}
-
-// status returns the status an error fault answers.
-func (f Fault) status() int {
-	if f.Status == 0 {
-		return http.StatusInternalServerError
-	}
-	return f.Status
-}
-
-func (m Match) matches(p *parsedMail) bool {
+// matches reports whether m selects p.
+func (p *parsedMail) matches(m Match) bool {
 	if m.IdempotencyKey != "" && m.IdempotencyKey != p.idempotencyKey {
 		return false
 	}
@@ -178,98 +75,44 @@ func (m Match) matches(p *parsedMail) bool {
 	return false
 }
 
-// activeFault is a fault with the number of times it may still fire
-// (negative: unlimited).
-type activeFault struct {
-	Fault
-	left int
-}
-
 // AddFault adds f after the faults already active. It panics if f is
 // invalid (see Fault.Validate), as that is a mistake in the test using it.
 func (s *Server) AddFault(f Fault) {
 	if err := f.Validate(); err != nil {
 		panic("sendgridsim: AddFault: " + err.Error())
 	}
-	s.addFault(f)
-}
-
-func (s *Server) addFault(f Fault) {
-	left := f.Times
-	if left == 0 {
-		left = -1
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &activeFault{Fault: f, left: left})
+	s.faults.Add(f)
 }
 
 // ClearFaults removes every fault.
 func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = nil
+	s.faults.Clear()
 }
 
 // Faults returns the active faults, with Times set to the number of times
 // each may still fire (0: unlimited).
 func (s *Server) Faults() []Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Fault, 0, len(s.faults))
-	for _, af := range s.faults {
-		f := af.Fault
-		f.Times = max(af.left, 0)
+	armed := s.faults.Armed()
+	out := make([]Fault, 0, len(armed))
+	for _, a := range armed {
+		f := a.Fault
+		f.Times = a.Remaining
 		out = append(out, f)
 	}
 	return out
 }
 
-// faultViews describes the active faults for the control API.
-func (s *Server) faultViews() []faultJSON {
+// takeFaults returns the faults that fire for p: the matching delay faults,
+// in the order they were added, and the first other matching fault, if
+// any. Each uses up one of its times; exhausted faults are removed.
+func (s *Server) takeFaults(p *parsedMail) (delays []Fault, final *Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]faultJSON, 0, len(s.faults))
-	for _, af := range s.faults {
-		v := faultJSON{
-			Match:   af.Match,
-			Kind:    af.Kind,
-			Status:  af.Status,
-			DelayMS: af.Delay.Milliseconds(),
-			Times:   af.Times,
-		}
-		if left := af.left; left >= 0 {
-			v.Remaining = &left
-		}
-		out = append(out, v)
+	delays = s.faults.TakeAll(p.matches, FaultDelay)
+	s.stats.FaultsFired += len(delays)
+	if f, ok := s.faults.Take(p.matches, FaultErrorBefore, FaultErrorAfter, FaultLostAfter, FaultRateLimit); ok {
+		s.stats.FaultsFired++
+		final = &f
 	}
-	return out
-}
-
-// takeFaults returns the faults that fire for p: the matching delay faults
-// and the first other matching fault, in the order they were added. Each
-// uses up one of its times; exhausted faults are removed.
-func (s *Server) takeFaults(p *parsedMail) []Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var fired []Fault
-	kept := s.faults[:0]
-	terminal := false
-	for _, af := range s.faults {
-		fire := af.Match.matches(p) && (af.Kind == FaultDelay || !terminal)
-		if fire {
-			fired = append(fired, af.Fault)
-			terminal = terminal || af.Kind != FaultDelay
-			s.stats.FaultsFired++
-			if af.left > 0 {
-				af.left--
-			}
-		}
-		if af.left != 0 {
-			kept = append(kept, af)
-		}
-	}
-	clear(s.faults[len(kept):])
-	s.faults = kept
-	return fired
+	return delays, final
 }

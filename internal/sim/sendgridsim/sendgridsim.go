@@ -57,6 +57,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/effectively/effectively/internal/sim/simfault"
 )
 
 // MaxBodyBytes is the largest Mail Send request body accepted: SendGrid limits
@@ -126,7 +128,7 @@ type Server struct {
 	mu          sync.Mutex
 	baseLatency time.Duration
 	latency     time.Duration
-	faults      []*activeFault
+	faults      simfault.List[Match] // locks itself
 	stats       Stats
 	messages    []Delivered
 }
@@ -145,14 +147,7 @@ func New(opts Options) *Server {
 	}
 	s.resetLocked()
 	s.mux.HandleFunc("POST "+MailSendPath, s.handleMailSend)
-	s.mux.HandleFunc("GET /_sim/stats", s.handleStats)
-	s.mux.HandleFunc("GET /_sim/messages", s.handleMessages)
-	s.mux.HandleFunc("GET /_sim/faults", s.handleListFaults)
-	s.mux.HandleFunc("POST /_sim/faults", s.handleAddFault)
-	s.mux.HandleFunc("DELETE /_sim/faults", s.handleClearFaults)
-	s.mux.HandleFunc("POST /_sim/reset", s.handleReset)
-	s.mux.HandleFunc("GET /_sim/latency", s.handleGetLatency)
-	s.mux.HandleFunc("POST /_sim/latency", s.handleSetLatency)
+	s.registerControl()
 	return s
 }
 
@@ -179,7 +174,7 @@ func (s *Server) Reset() {
 
 func (s *Server) resetLocked() {
 	s.latency = s.baseLatency
-	s.faults = nil
+	s.faults.Clear()
 	s.stats = Stats{DeliveriesByKey: map[string]int{}}
 	s.messages = nil
 }
@@ -214,7 +209,7 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 	latency := s.latency
 	s.mu.Unlock()
 
-	if !sleep(ctx, latency) {
+	if !simfault.Sleep(ctx, latency) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "sendgridsim: client gone during latency")
 		return
 	}
@@ -233,16 +228,12 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var final *Fault
-	for _, f := range s.takeFaults(m) {
-		if f.Kind != FaultDelay {
-			final = &f // takeFaults returns at most one
-			continue
-		}
+	delays, final := s.takeFaults(m)
+	for _, f := range delays {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "sendgridsim: fault fired",
 			slog.String("kind", string(f.Kind)), slog.Duration("delay", f.Delay),
 			slog.String("idempotency_key", m.idempotencyKey))
-		if !sleep(ctx, f.Delay) {
+		if !simfault.Sleep(ctx, f.Delay) {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "sendgridsim: client gone during delay fault")
 			return
 		}
@@ -253,7 +244,7 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 			slog.String("idempotency_key", m.idempotencyKey))
 		switch final.Kind {
 		case FaultErrorBefore:
-			s.reject(ctx, w, final.status(), apiError{Message: "simulated failure before delivery"})
+			s.reject(ctx, w, final.ErrorStatus(), apiError{Message: "simulated failure before delivery"})
 			return
 		case FaultRateLimit:
 			setRateLimitHeaders(w, 0)
@@ -261,11 +252,11 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 			return
 		case FaultErrorAfter:
 			s.deliver(ctx, m)
-			writeErrors(w, final.status(), apiError{Message: "simulated failure after delivery"})
+			writeErrors(w, final.ErrorStatus(), apiError{Message: "simulated failure after delivery"})
 			return
 		case FaultLostAfter:
 			s.deliver(ctx, m)
-			abortConnection(w)
+			simfault.DropConnection(w)
 			return
 		}
 	}
@@ -348,35 +339,6 @@ func setRateLimitHeaders(w http.ResponseWriter, remaining int) {
 	h.Set("X-RateLimit-Limit", "600")
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10))
-}
-
-// abortConnection closes the connection without answering, as when a
-// response is lost on the way back. The mail has been delivered by then.
-func abortConnection(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
-	}
-	// Not hijackable (HTTP/2, or a recorder): net/http aborts the response
-	// and closes the stream or connection when a handler panics with this.
-	panic(http.ErrAbortHandler)
-}
-
-// sleep waits d, or until ctx is done. It reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // newMessageID returns a random 22-character ID in the alphabet of

@@ -1,7 +1,6 @@
 package stripesim
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/effectively/effectively/internal/sim/simfault"
 )
 
 // DefaultKeyTTL is how long idempotency keys are kept when Options.KeyTTL is
@@ -74,7 +75,7 @@ type Server struct {
 	mu       sync.Mutex
 	latency  time.Duration
 	seq      uint64
-	faults   []*activeFault
+	faults   simfault.List[Match] // locks itself
 	intents  map[string]*paymentIntent
 	order    []*paymentIntent // creation order
 	keys     map[string]*keyEntry
@@ -142,7 +143,7 @@ func (s *Server) Reset() {
 }
 
 func (s *Server) resetLocked() {
-	s.faults = nil
+	s.faults.Clear()
 	s.intents = make(map[string]*paymentIntent)
 	s.order = nil
 	s.keys = make(map[string]*keyEntry)
@@ -223,7 +224,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 // late faults, saving and answering.
 func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, key string, latency time.Duration) outcome {
 	ctx := r.Context()
-	if !sleep(ctx, latency) {
+	if !simfault.Sleep(ctx, latency) {
 		return outcome{aborted: true}
 	}
 	if e := authenticate(r); e != nil {
@@ -238,7 +239,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 	if f, ok := s.takeFault(info, FaultErrorBefore, FaultRateLimit); ok {
 		e := rateLimitError()
 		if f.Kind == FaultErrorBefore {
-			e = serverError(f.status())
+			e = serverError(f.ErrorStatus())
 		}
 		out := write(w, errorResponse(e, requestID))
 		out.fault = f.Kind
@@ -260,7 +261,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 			return write(w, errorResponse(e, requestID))
 		}
 		if saved != nil {
-			if f, ok := s.takeFault(info, FaultDelay); ok && !sleep(ctx, f.Delay) {
+			if f, ok := s.takeFault(info, FaultDelay); ok && !simfault.Sleep(ctx, f.Delay) {
 				return outcome{aborted: true, fault: f.Kind}
 			}
 			h := w.Header()
@@ -272,7 +273,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 		}
 	}
 
-	if f, ok := s.takeFault(info, FaultDelay); ok && !sleep(ctx, f.Delay) {
+	if f, ok := s.takeFault(info, FaultDelay); ok && !simfault.Sleep(ctx, f.Delay) {
 		if idempotent {
 			s.release(key)
 		}
@@ -281,9 +282,9 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 
 	s.mu.Lock()
 	resp := op(requestID)
-	late, hasLate := s.takeFaultLocked(info, FaultErrorAfter, FaultLostAfter)
+	late, hasLate := s.takeFault(info, FaultErrorAfter, FaultLostAfter)
 	if hasLate && late.Kind == FaultErrorAfter {
-		resp = errorResponse(serverError(late.status()), requestID)
+		resp = errorResponse(serverError(late.ErrorStatus()), requestID)
 	}
 	if idempotent {
 		s.saveLocked(key, resp)
@@ -291,7 +292,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 	s.mu.Unlock()
 
 	if hasLate && late.Kind == FaultLostAfter {
-		dropConnection(w)
+		simfault.DropConnection(w)
 		return outcome{dropped: true, fault: late.Kind}
 	}
 	out := write(w, resp)
@@ -456,31 +457,4 @@ func write(w http.ResponseWriter, resp response) outcome {
 	w.WriteHeader(resp.status)
 	_, _ = w.Write(resp.body) // the client may be gone; nothing to do about it
 	return outcome{status: resp.status}
-}
-
-// dropConnection closes the client's connection without answering.
-func dropConnection(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		// HTTP/2 and recorders cannot be hijacked: abort the response
-		// instead, which resets the stream or closes the connection.
-		panic(http.ErrAbortHandler)
-	}
-	conn.Close()
-}
-
-// sleep waits for d or until ctx is done, and reports whether it waited the
-// whole time.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
