@@ -32,6 +32,10 @@ test-short: ## unit tests only (no Temporal dev server)
 soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
 	go test -count=1 -timeout 30m -run TestSoak -v ./internal/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3}
 
+.PHONY: bench
+bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)
+	go run ./internal/bench/cmd/bench $(BENCH_ARGS)
+
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s
 	go test ./internal/identity/ -run '^$$' -fuzz FuzzIdentity -fuzztime 30s

@@ -1,0 +1,434 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/effectively/effectively/internal/message"
+)
+
+// planner makes the messages of every phase of a run, with IDs and order
+// IDs that no other phase uses.
+type planner struct {
+	rng       *rand.Rand
+	tag       string
+	nextOrder int64
+}
+
+func newPlanner(seed uint64) *planner {
+	return &planner{
+		rng:       rand.New(rand.NewPCG(seed, seed^0xbe7c4)), //nolint:gosec // a repeatable plan, nothing secret
+		tag:       randomTag(3),
+		nextOrder: 1_000_000,
+	}
+}
+
+type planMsg struct {
+	id       string
+	orderID  int64
+	declined bool
+	raw      []byte
+}
+
+// plan is what one phase sends: sends lists indexes into msgs in publish
+// order; the first occurrence of an index is the original, later ones are
+// copies.
+type plan struct {
+	name    string
+	pattern string // LIKE pattern matching every message ID of the plan
+	msgs    []planMsg
+	sends   []int
+	dups    int
+}
+
+func (pl *planner) plan(name string, n int, dupRatio, declineRatio float64) plan {
+	dups := int(float64(n) * dupRatio)
+	uniq := max(1, n-dups)
+	prefix := fmt.Sprintf("bench_%s_%s_", pl.tag, name)
+	p := plan{name: name, pattern: strings.ReplaceAll(prefix, "_", `\_`) + "%", dups: dups}
+	for i := range uniq {
+		m := planMsg{id: fmt.Sprintf("%s%05d", prefix, i), orderID: pl.nextOrder}
+		pl.nextOrder++
+		pm := "pm_card_visa"
+		if pl.rng.Float64() < declineRatio {
+			pm, m.declined = "pm_card_chargeDeclined", true
+		}
+		m.raw = fmt.Appendf(nil, `{"id":%q,"type":"order.placed","data":{"order_id":%d,"amount":%d,"currency":"usd","customer_email":"bench%d@example.com","payment_method":%q}}`,
+			m.id, m.orderID, 100+pl.rng.IntN(90000), i, pm)
+		p.msgs = append(p.msgs, m)
+	}
+	// Originals in order; each copy shortly after its original (within the
+	// next 50 sends), so many arrive while the original's workflow runs.
+	type keyed struct {
+		key float64
+		idx int
+	}
+	order := make([]keyed, 0, uniq+dups)
+	for i := range uniq {
+		order = append(order, keyed{float64(i), i})
+	}
+	for range dups {
+		i := pl.rng.IntN(uniq)
+		order = append(order, keyed{float64(i) + 0.5 + pl.rng.Float64()*50, i})
+	}
+	sort.SliceStable(order, func(a, b int) bool { return order[a].key < order[b].key })
+	for _, k := range order {
+		p.sends = append(p.sends, k.idx)
+	}
+	return p
+}
+
+// e2eMode is how a run is paced: closed loop (at most inFlight unique
+// messages unrecorded), or open loop at rate unique messages/s (inFlight
+// then only a safety cap).
+type e2eMode struct {
+	inFlight int
+	rate     float64
+}
+
+// clockOffset estimates Postgres's clock minus ours, from the sample with
+// the shortest round trip.
+func (s *stack) clockOffset(ctx context.Context) (time.Duration, error) {
+	best, bestRTT := time.Duration(0), time.Duration(-1)
+	for range 7 {
+		t0 := time.Now()
+		var db time.Time
+		if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+			return 0, err
+		}
+		t1 := time.Now()
+		if rtt := t1.Sub(t0); bestRTT < 0 || rtt < bestRTT {
+			bestRTT = rtt
+			best = db.Sub(t0.Add(rtt / 2))
+		}
+	}
+	return best, nil
+}
+
+// completionQuery counts the messages of a plan whose effects are recorded:
+// a processed row, and for a paid order a receipt that reached a final state.
+const completionQuery = `
+	SELECT count(*) FROM processed_messages p LEFT JOIN orders o ON o.id = p.order_id
+	 WHERE p.consumer = $1 AND p.message_id LIKE $2
+	   AND (p.outcome <> 'paid' OR o.receipt_status IN ('sent', 'failed', 'unknown'))`
+
+// completionTimes reads when each message's last effect was recorded, on
+// the database's clock (now() of the recording transaction).
+const completionTimes = `
+	SELECT p.message_id, p.outcome, coalesce(o.receipt_status, ''),
+	       greatest(p.processed_at, CASE WHEN p.outcome = 'paid' THEN o.updated_at END)
+	  FROM processed_messages p LEFT JOIN orders o ON o.id = p.order_id
+	 WHERE p.consumer = $1 AND p.message_id LIKE $2`
+
+func (s *stack) duplicatesCounted(ctx context.Context, pattern string) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(duplicates), 0) FROM inbox WHERE consumer = $1 AND message_id LIKE $2`,
+		message.ConsumerOrderPlaced, pattern).Scan(&n)
+	return n, err
+}
+
+func (s *stack) publish(ctx context.Context, raw []byte, msgID string) error {
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	var err error
+	for try := range 5 {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = s.js.Publish(pctx, s.subject, raw, opts...)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if try < 4 {
+			_ = sleepCtx(ctx, 200*time.Millisecond)
+		}
+	}
+	return fmt.Errorf("publish: %w", err)
+}
+
+// progress is the completion poller's view, shared with the publisher.
+type progress struct {
+	completed  atomic.Int64
+	lastChange atomic.Int64 // unix nanos
+	lastErr    atomic.Value // error
+	signal     chan struct{}
+}
+
+func (s *stack) poll(ctx context.Context, every time.Duration, pattern string, pr *progress) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		var n int64
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.pool.QueryRow(qctx, completionQuery, message.ConsumerOrderPlaced, pattern).Scan(&n)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			pr.lastErr.Store(err)
+		}
+		if err == nil && n != pr.completed.Load() {
+			pr.completed.Store(n)
+			pr.lastChange.Store(time.Now().UnixNano())
+		}
+		select {
+		case pr.signal <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stalled reports a phase that has made no progress for too long.
+func (s *stack) stalled(pr *progress, stall time.Duration, what string) error {
+	if time.Since(time.Unix(0, pr.lastChange.Load())) < stall {
+		return nil
+	}
+	msg := fmt.Sprintf("%s: no progress for %s (%d recorded)", what, stall, pr.completed.Load())
+	if err, _ := pr.lastErr.Load().(error); err != nil {
+		msg += "; last poll error: " + err.Error()
+	}
+	select {
+	case <-s.worker.Done():
+		msg += fmt.Sprintf("; the worker exited: %v", s.worker.Err())
+	default:
+	}
+	return errors.New(msg + "\nworker log tail:\n" + tail(s.worker.Logs(), 3000))
+}
+
+// runE2E publishes p through JetStream and measures until every unique
+// message has its effects recorded.
+func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (Result, error) {
+	res := Result{InFlight: mode.inFlight, TargetRate: mode.rate, Messages: len(p.sends), Unique: len(p.msgs), Duplicates: p.dups}
+	if mode.rate > 0 {
+		res.InFlight = 0
+	}
+	offset, err := s.clockOffset(ctx)
+	if err != nil {
+		return res, fmt.Errorf("read the database clock: %w", err)
+	}
+	pctx, stopPoll := context.WithCancel(ctx)
+	pr := &progress{signal: make(chan struct{}, 1)}
+	pr.lastChange.Store(time.Now().UnixNano())
+	var pollDone sync.WaitGroup
+	pollDone.Go(func() { s.poll(pctx, cfg.Poll, p.pattern, pr) })
+	defer func() { stopPoll(); pollDone.Wait() }()
+
+	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	published := make([]time.Time, len(p.msgs))
+	sent := make([]bool, len(p.msgs))
+	var nUnique int64
+	t0 := time.Now()
+	for _, idx := range p.sends {
+		m := p.msgs[idx]
+		if sent[idx] {
+			// A copy: no Nats-Msg-Id, so the broker stores it and the
+			// consumer meets it. It does not count against the limit.
+			if err := s.publish(ctx, m.raw, ""); err != nil {
+				return res, err
+			}
+			continue
+		}
+		if mode.rate > 0 {
+			due := t0.Add(time.Duration(float64(nUnique) / mode.rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				if err := sleepCtx(ctx, d); err != nil {
+					return res, err
+				}
+			}
+		}
+		for nUnique-pr.completed.Load() >= int64(mode.inFlight) {
+			if err := s.stalled(pr, cfg.Stall, p.name); err != nil {
+				return res, err
+			}
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-pr.signal:
+			}
+		}
+		published[idx] = time.Now()
+		if err := s.publish(ctx, m.raw, m.id); err != nil {
+			return res, err
+		}
+		sent[idx] = true
+		nUnique++
+	}
+	for pr.completed.Load() < int64(len(p.msgs)) {
+		if err := s.stalled(pr, cfg.Stall, p.name); err != nil {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-pr.signal:
+		}
+	}
+	after := sampleUsage(s.worker.Pid(), s.devServerPID)
+	stopPoll()
+	pollDone.Wait()
+	res.CPU = cpuBetween(before, after)
+
+	// Per-message completion times, on the database's clock.
+	rows, err := s.pool.Query(ctx, completionTimes, message.ConsumerOrderPlaced, p.pattern)
+	if err != nil {
+		return res, err
+	}
+	done := map[string]time.Time{}
+	for rows.Next() {
+		var (
+			id, outcome, receipt string
+			at                   time.Time
+		)
+		if err := rows.Scan(&id, &outcome, &receipt, &at); err != nil {
+			rows.Close()
+			return res, err
+		}
+		done[id] = at.Add(-offset)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	lat := make([]time.Duration, 0, len(p.msgs))
+	last := t0
+	for i, m := range p.msgs {
+		at, ok := done[m.id]
+		if !ok {
+			return res, fmt.Errorf("%s: message %s has no processed row", p.name, m.id)
+		}
+		// now() is the recording transaction's start, a little before its
+		// commit; a clock estimate can be off by the probe's half round
+		// trip. Never report a negative latency.
+		lat = append(lat, max(0, at.Sub(published[i])))
+		if at.After(last) {
+			last = at
+		}
+	}
+	res.Elapsed = last.Sub(t0)
+	res.Latency = summarize(lat)
+	res.Throughput = float64(len(p.msgs)) / res.Elapsed.Seconds()
+
+	// The copies: wait (bounded) until the inbox has counted each of them.
+	deadline := time.Now().Add(min(cfg.Stall, 30*time.Second))
+	for {
+		n, err := s.duplicatesCounted(ctx, p.pattern)
+		if err != nil {
+			return res, err
+		}
+		res.Suppressed = n
+		if n >= p.dups || time.Now().After(deadline) {
+			break
+		}
+		if err := sleepCtx(ctx, cfg.Poll); err != nil {
+			return res, err
+		}
+	}
+	res.DuplicateRate = float64(res.Suppressed) / res.Elapsed.Seconds()
+	return res, nil
+}
+
+// runBurst publishes copies of p's already recorded messages back to back
+// and measures how fast the worker's inbox recognises them: each copy is a
+// delivery, an inbox insert that conflicts, and an ack.
+func (s *stack) runBurst(ctx context.Context, cfg Config, p plan, copies int) (Burst, error) {
+	b := Burst{Copies: copies}
+	base, err := s.duplicatesCounted(ctx, p.pattern)
+	if err != nil {
+		return b, err
+	}
+	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	t0 := time.Now()
+	var firstErr error
+	for i := range copies {
+		m := p.msgs[i%len(p.msgs)]
+		if _, err := s.js.PublishAsync(s.subject, m.raw); err != nil {
+			// The async window is full: wait for acks, then go on.
+			select {
+			case <-s.js.PublishAsyncComplete():
+			case <-time.After(10 * time.Second):
+			}
+			if _, err := s.js.PublishAsync(s.subject, m.raw); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		return b, errors.New("duplicate burst: publish acks did not arrive within 30s")
+	}
+	if firstErr != nil {
+		return b, fmt.Errorf("duplicate burst: publish: %w", firstErr)
+	}
+	// Poll more often than the completion poller: the whole burst takes
+	// about a second, and the poll interval bounds the measurement's error.
+	every := min(cfg.Poll, 10*time.Millisecond)
+	lastN, lastChange := base, time.Now()
+	for {
+		n, err := s.duplicatesCounted(ctx, p.pattern)
+		if err != nil {
+			return b, err
+		}
+		now := time.Now()
+		if n != lastN {
+			lastN, lastChange = n, now
+		}
+		b.Suppressed = n - base
+		if b.Suppressed >= copies {
+			b.Elapsed = now.Sub(t0)
+			break
+		}
+		if now.Sub(lastChange) > cfg.Stall {
+			return b, fmt.Errorf("duplicate burst: %d of %d copies counted, no progress for %s", b.Suppressed, copies, cfg.Stall)
+		}
+		if err := sleepCtx(ctx, every); err != nil {
+			return b, err
+		}
+	}
+	b.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	b.Rate = float64(b.Suppressed) / b.Elapsed.Seconds()
+	return b, nil
+}
+
+// summarize sorts lat and takes its percentiles (nearest rank).
+func summarize(lat []time.Duration) Latency {
+	if len(lat) == 0 {
+		return Latency{}
+	}
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration {
+		i := int(p*float64(len(lat))+0.999999) - 1
+		return lat[min(max(i, 0), len(lat)-1)]
+	}
+	return Latency{N: len(lat), P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Max: lat[len(lat)-1]}
+}
+
+// versions names the components' versions for the report.
+func (s *stack) versions(ctx context.Context) (pg, nats, temporal string) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = s.pool.QueryRow(qctx, `SHOW server_version`).Scan(&pg)
+	nats = s.nc.ConnectedServerVersion()
+	if info, err := s.temporal.WorkflowService().GetSystemInfo(qctx, &workflowservice.GetSystemInfoRequest{}); err == nil {
+		temporal = info.GetServerVersion()
+	}
+	if s.devServer != nil {
+		temporal += " (dev server, in memory)"
+	}
+	return pg, "nats-server " + nats, "temporal " + temporal
+}

@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	tlog "go.temporal.io/sdk/log"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
+// 100 on every Linux architecture Go supports as seen from user space.
+const clockTicks = 100
+
+// quietLogger drops the SDK's log lines: a benchmark prints its own.
+func quietLogger() tlog.Logger {
+	return tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+}
+
+// cpuSeconds is the user+system CPU time of pid so far (children that were
+// not reaped excluded), or 0 when it cannot be read.
+func cpuSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields after the last ')' start at field 3.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64) // field 14
+	stime, _ := strconv.ParseFloat(f[12], 64) // field 15
+	return (utime + stime) / clockTicks
+}
+
+// statusKB reads one "Name:   N kB" line of /proc/<pid>/status.
+func statusKB(pid int, name string) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name+":"); ok {
+			fs := strings.Fields(rest)
+			if len(fs) > 0 {
+				n, _ := strconv.ParseInt(fs[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// peakRSSMB is VmHWM of pid: its peak resident set since it started.
+func peakRSSMB(pid int) float64 { return float64(statusKB(pid, "VmHWM")) / 1024 }
+
+// machineBusy returns the busy and total jiffies of all CPUs (/proc/stat).
+func machineBusy() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseFloat(v, 64)
+		if i >= 8 { // guest time is already counted in user
+			break
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
+}
+
+// childPID finds a direct child of parent whose command name is comm, or 0.
+func childPID(parent int, comm string) int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		open, shut := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || shut < open {
+			continue
+		}
+		f := strings.Fields(string(b[shut+1:]))
+		if len(f) < 2 || string(b[open+1:shut]) != comm {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == parent {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:open])))
+			return pid
+		}
+	}
+	return 0
+}
+
+// usage samples the CPU time of the processes of a run, so a phase can
+// report what it cost each of them.
+type usage struct {
+	at                      time.Time
+	worker, server, harness float64
+	busy, total             float64
+}
+
+func sampleUsage(workerPID, serverPID int) usage {
+	u := usage{at: time.Now(), worker: cpuSeconds(workerPID), server: cpuSeconds(serverPID), harness: cpuSeconds(os.Getpid())}
+	u.busy, u.total = machineBusy()
+	return u
+}
+
+// CPU is the CPU time spent during one phase, by process.
+type CPU struct {
+	// Worker is the worker process's user+system seconds.
+	Worker float64 `json:"worker_s"`
+	// Server is the Temporal dev server's (0 when it was not started here).
+	Server float64 `json:"server_s"`
+	// Harness is this process's: publisher, poller, simulators, and for the
+	// reference points their in-process workers.
+	Harness float64 `json:"harness_s"`
+	// MachineBusy is the share of all CPUs busy during the phase (0–1):
+	// whatever ran, Postgres and NATS included.
+	MachineBusy float64 `json:"machine_busy"`
+	// Other is the CPU seconds of everything else busy meanwhile: Postgres,
+	// NATS, and whatever else ran on the machine.
+	Other float64 `json:"other_s"`
+}
+
+func cpuBetween(a, b usage) CPU {
+	c := CPU{Worker: b.worker - a.worker, Server: b.server - a.server, Harness: b.harness - a.harness}
+	if dt := b.total - a.total; dt > 0 {
+		c.MachineBusy = (b.busy - a.busy) / dt
+		all := (b.busy - a.busy) / clockTicks // jiffies of every CPU, summed
+		c.Other = max(0, all-c.Worker-c.Server-c.Harness)
+	}
+	return c
+}
+
+// Environment describes the machine and the components of a run.
+type Environment struct {
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	CPUModel  string `json:"cpu_model"`
+	CPUs      int    `json:"cpus"`
+	MemoryMB  int64  `json:"memory_mb"`
+	Postgres  string `json:"postgres"`
+	NATS      string `json:"nats"`
+	Temporal  string `json:"temporal"`
+	// BackgroundBusy is the share of all CPUs busy during the 2 s before the
+	// run started anything: load that was not the benchmark's.
+	BackgroundBusy float64 `json:"background_busy"`
+	// LoadAverage is /proc/loadavg's 1-minute figure at the start.
+	LoadAverage string `json:"load_average"`
+}
+
+func hostEnvironment() Environment {
+	e := Environment{GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				e.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				if fs := strings.Fields(rest); len(fs) > 0 {
+					kb, _ := strconv.ParseInt(fs[0], 10, 64)
+					e.MemoryMB = kb / 1024
+				}
+			}
+		}
+		_ = f.Close()
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			e.LoadAverage = f[0]
+		}
+	}
+	return e
+}
+
+// backgroundBusy measures how busy the machine is over d before the run.
+func backgroundBusy(d time.Duration) float64 {
+	b0, t0 := machineBusy()
+	time.Sleep(d)
+	b1, t1 := machineBusy()
+	if t1 <= t0 {
+		return 0
+	}
+	return (b1 - b0) / (t1 - t0)
+}

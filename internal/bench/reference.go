@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/store"
+)
+
+// Names of the bench-only workflows and activities, on task queues of
+// their own.
+const (
+	floorWorkflowName = "BenchFloor"
+	floorChargeName   = "BenchFloorCharge"
+	floorReceiptName  = "BenchFloorReceipt"
+	naiveWorkflowName = "BenchNaive"
+	naiveChargeName   = "BenchNaiveCharge"
+	naiveReceiptName  = "BenchNaiveReceipt"
+	plainConsumer     = "bench-plain"
+)
+
+// floorWorkflow is the shape of OrderPlaced with no work: two local
+// activities that return at once.
+func floorWorkflow(ctx workflow.Context, id string) (string, error) {
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	var out string
+	if err := workflow.ExecuteLocalActivity(ctx, floorChargeName, id).Get(ctx, &out); err != nil {
+		return "", err
+	}
+	if err := workflow.ExecuteLocalActivity(ctx, floorReceiptName, id).Get(ctx, &out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+func noop(_ context.Context, id string) (string, error) { return id, nil }
+
+// runConcurrent runs n calls of one, at most inFlight at once, and returns
+// each call's latency. The first error stops the run.
+func runConcurrent(ctx context.Context, n, inFlight int, one func(ctx context.Context, i int) error) ([]time.Duration, time.Duration, error) {
+	lat := make([]time.Duration, n)
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t0 := time.Now()
+	for range min(inFlight, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				start := time.Now()
+				if err := one(ctx, i); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				lat[i] = time.Since(start)
+			}
+		})
+	}
+	wg.Wait()
+	return lat, time.Since(t0), firstErr
+}
+
+// runFloor measures Temporal's floor: a client in this process, its worker
+// beside it, eager start, two no-op local activities.
+func (s *stack) runFloor(ctx context.Context, cfg Config) (Result, error) {
+	res := Result{Name: "Temporal floor", InFlight: cfg.InFlight, Messages: cfg.FloorWorkflows, Unique: cfg.FloorWorkflows}
+	c, err := client.Dial(client.Options{HostPort: s.temporalAddr, Logger: quietLogger()})
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	queue := "bench-floor-" + randomTag(4)
+	w := worker.New(c, queue, worker.Options{})
+	w.RegisterWorkflowWithOptions(floorWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
+	w.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: floorChargeName})
+	w.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: floorReceiptName})
+	if err := w.Start(); err != nil {
+		return res, err
+	}
+	defer w.Stop()
+	tag := randomTag(4)
+	run := func(prefix string) func(ctx context.Context, i int) error {
+		return func(ctx context.Context, i int) error {
+			id := fmt.Sprintf("bench-floor-%s-%s-%d", tag, prefix, i)
+			wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			r, err := c.ExecuteWorkflow(wctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true}, floorWorkflowName, id)
+			if err != nil {
+				return err
+			}
+			return r.Get(wctx, nil)
+		}
+	}
+	if _, _, err := runConcurrent(ctx, cfg.Warmup, cfg.InFlight, run("warm")); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	lat, elapsed, err := runConcurrent(ctx, cfg.FloorWorkflows, cfg.InFlight, run("run"))
+	if err != nil {
+		return res, err
+	}
+	res.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	res.Elapsed, res.Latency = elapsed, summarize(lat)
+	res.Throughput = float64(cfg.FloorWorkflows) / elapsed.Seconds()
+	return res, nil
+}
+
+// naiveInput is one message of the naive layout.
+type naiveInput struct {
+	MessageID     string `json:"message_id"`
+	OrderID       int64  `json:"order_id"`
+	Amount        int64  `json:"amount"`
+	PaymentMethod string `json:"payment_method"`
+	To            string `json:"to"`
+}
+
+// naiveWorkflow is what a first implementation does: two regular
+// activities with default options.
+func naiveWorkflow(ctx workflow.Context, in naiveInput) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	if err := workflow.ExecuteActivity(ctx, naiveChargeName, in).Get(ctx, nil); err != nil {
+		return err
+	}
+	return workflow.ExecuteActivity(ctx, naiveReceiptName, in).Get(ctx, nil)
+}
+
+// naiveActivities charge and mail through the same clients and simulators,
+// under the same keys, and record with plain SQL.
+type naiveActivities struct {
+	s        *stack
+	payments *payment.Client
+	mailer   *email.Client
+}
+
+func (a *naiveActivities) charge(ctx context.Context, in naiveInput) error {
+	ch, err := a.payments.Charge(ctx, payment.ChargeRequest{
+		IdempotencyKey: identity.MustKey(identity.EffectPayment, in.MessageID), MessageID: in.MessageID,
+		OrderID: in.OrderID, Amount: in.Amount, Currency: "usd", PaymentMethod: in.PaymentMethod,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.s.pool.Exec(ctx, `
+		INSERT INTO bench_naive (message_id, payment_ref, charged_at) VALUES ($1, $2, now())
+		ON CONFLICT (message_id) DO UPDATE SET payment_ref = EXCLUDED.payment_ref, charged_at = now()`,
+		in.MessageID, ch.PaymentIntentID)
+	return err
+}
+
+func (a *naiveActivities) receipt(ctx context.Context, in naiveInput) error {
+	ref, err := a.mailer.Send(ctx, email.Mail{
+		IdempotencyKey: identity.MustKey(identity.EffectEmail, in.MessageID), MessageID: in.MessageID,
+		To: in.To, Subject: fmt.Sprintf("Receipt for order %d", in.OrderID), Text: "Thank you for your order.",
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.s.pool.Exec(ctx, `UPDATE bench_naive SET receipt_ref = $2, receipt_at = now() WHERE message_id = $1`, in.MessageID, ref)
+	return err
+}
+
+// runNaive measures the naive layout: its worker in this process, the
+// workflows started from a separate client (no eager start).
+func (s *stack) runNaive(ctx context.Context, cfg Config, pl *planner) (Result, error) {
+	res := Result{Name: "naive layout", InFlight: cfg.InFlight, Messages: cfg.NaiveWorkflows, Unique: cfg.NaiveWorkflows}
+	payments, err := payment.New(payment.Config{APIKey: "sk_test_bench", BaseURL: s.stripeURL, Timeout: 20 * time.Second}) //nolint:gosec // fake key for the local simulator
+	if err != nil {
+		return res, err
+	}
+	mailer, err := email.New(email.Config{APIKey: "SG.bench", BaseURL: s.sendgridURL, From: "receipts@example.com", Timeout: 10 * time.Second})
+	if err != nil {
+		return res, err
+	}
+	wc, err := client.Dial(client.Options{HostPort: s.temporalAddr, Logger: quietLogger()})
+	if err != nil {
+		return res, err
+	}
+	defer wc.Close()
+	starter, err := client.Dial(client.Options{HostPort: s.temporalAddr, Logger: quietLogger()})
+	if err != nil {
+		return res, err
+	}
+	defer starter.Close()
+	queue := "bench-naive-" + randomTag(4)
+	acts := &naiveActivities{s: s, payments: payments, mailer: mailer}
+	w := worker.New(wc, queue, worker.Options{})
+	w.RegisterWorkflowWithOptions(naiveWorkflow, workflow.RegisterOptions{Name: naiveWorkflowName})
+	w.RegisterActivityWithOptions(acts.charge, activity.RegisterOptions{Name: naiveChargeName})
+	w.RegisterActivityWithOptions(acts.receipt, activity.RegisterOptions{Name: naiveReceiptName})
+	if err := w.Start(); err != nil {
+		return res, err
+	}
+	defer w.Stop()
+	run := func(p plan) func(ctx context.Context, i int) error {
+		return func(ctx context.Context, i int) error {
+			m := p.msgs[i]
+			in := naiveInput{MessageID: m.id, OrderID: m.orderID, Amount: 1999, PaymentMethod: "pm_card_visa", To: fmt.Sprintf("naive%d@example.com", i)}
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			r, err := starter.ExecuteWorkflow(wctx, client.StartWorkflowOptions{ID: "bench-naive/" + m.id, TaskQueue: queue}, naiveWorkflowName, in)
+			if err != nil {
+				return err
+			}
+			return r.Get(wctx, nil)
+		}
+	}
+	warm := pl.plan("naivewarm", cfg.Warmup, 0, 0)
+	if _, _, err := runConcurrent(ctx, len(warm.msgs), cfg.InFlight, run(warm)); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	p := pl.plan("naive", cfg.NaiveWorkflows, 0, 0)
+	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	lat, elapsed, err := runConcurrent(ctx, len(p.msgs), cfg.InFlight, run(p))
+	if err != nil {
+		return res, err
+	}
+	res.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	var recorded int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM bench_naive WHERE message_id LIKE $1 AND receipt_at IS NOT NULL`, p.pattern).Scan(&recorded); err != nil {
+		return res, err
+	}
+	if recorded != len(p.msgs) {
+		return res, fmt.Errorf("naive layout: %d of %d messages recorded", recorded, len(p.msgs))
+	}
+	res.Elapsed, res.Latency = elapsed, summarize(lat)
+	res.Throughput = float64(len(p.msgs)) / elapsed.Seconds()
+	return res, nil
+}
+
+// runPlain measures the seed's technique 1 with no Temporal: per message
+// one transaction that inserts the processed row (ON CONFLICT DO NOTHING)
+// and, for a new message, changes the order's state.
+func (s *stack) runPlain(ctx context.Context, cfg Config, pl *planner) (Result, error) {
+	p := pl.plan("plain", cfg.PlainMessages, cfg.DuplicateRatio, 0)
+	res := Result{Name: "plain consumer", InFlight: cfg.PlainClients, Messages: len(p.sends), Unique: len(p.msgs), Duplicates: p.dups}
+	var suppressed atomic.Int64
+	handle := func(ctx context.Context, i int) error {
+		m := p.msgs[p.sends[i]]
+		return store.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `
+				INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'paid', $3)
+				ON CONFLICT DO NOTHING`, plainConsumer, m.id, m.orderID)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				suppressed.Add(1)
+				return nil
+			}
+			_, err = tx.Exec(ctx, `
+				INSERT INTO orders (id, status, amount, currency, message_id) VALUES ($1, 'paid', 1999, 'usd', $2)
+				ON CONFLICT (id) DO UPDATE SET status = 'paid', updated_at = now()`, m.orderID, m.id)
+			return err
+		})
+	}
+	// The sends are handled in order by a pool of consumers, as a broker
+	// would deliver them.
+	warm := pl.plan("plainwarm", cfg.Warmup*10, 0, 0)
+	if _, _, err := runConcurrent(ctx, len(warm.sends), cfg.PlainClients, func(ctx context.Context, i int) error {
+		m := warm.msgs[i]
+		_, err := s.pool.Exec(ctx, `INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'paid', $3) ON CONFLICT DO NOTHING`, plainConsumer, m.id, m.orderID)
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	lat, elapsed, err := runConcurrent(ctx, len(p.sends), cfg.PlainClients, handle)
+	if err != nil {
+		return res, err
+	}
+	res.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	res.Suppressed = int(suppressed.Load())
+	if res.Suppressed != p.dups {
+		return res, errors.New("plain consumer: suppressed copies do not match the copies sent")
+	}
+	res.Elapsed, res.Latency = elapsed, summarize(lat)
+	res.Throughput = float64(len(p.sends)) / elapsed.Seconds()
+	res.DuplicateRate = float64(res.Suppressed) / elapsed.Seconds()
+	return res, nil
+}
