@@ -65,6 +65,24 @@ func workflowsFor(t *testing.T, s *testenv.Stack, messageID string) int {
 	return n
 }
 
+// expectOnce asserts what a user must see for a paid message however many
+// copies arrived: one workflow, one charge, one receipt, one processed row.
+func expectOnce(t *testing.T, s *testenv.Stack, messageID string) {
+	t.Helper()
+	if n := workflowsFor(t, s, messageID); n != 1 {
+		t.Errorf("%s: workflows = %d, want 1", messageID, n)
+	}
+	if n := s.Sims.Stripe.Stats().ChargesByMessage[messageID]; n != 1 {
+		t.Errorf("%s: charges = %d, want 1", messageID, n)
+	}
+	if n := s.Sims.SendGrid.Stats().DeliveriesByKey["email:"+messageID]; n != 1 {
+		t.Errorf("%s: emails = %d, want 1", messageID, n)
+	}
+	if n := count(t, s, `SELECT count(*) FROM processed_messages WHERE message_id = $1`, messageID); n != 1 {
+		t.Errorf("%s: processed rows = %d, want 1", messageID, n)
+	}
+}
+
 func count(t *testing.T, s *testenv.Stack, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -94,18 +112,7 @@ func TestDuplicateWhileRunningAndAfterCompletion(t *testing.T) {
 		t.Fatalf("copy after completion = %+v", r)
 	}
 
-	if n := workflowsFor(t, s, "evt_91c2"); n != 1 {
-		t.Errorf("workflows for evt_91c2 = %d, want 1", n)
-	}
-	if n := s.Sims.Stripe.Stats().ChargesByMessage["evt_91c2"]; n != 1 {
-		t.Errorf("charges = %d, want 1", n)
-	}
-	if n := s.Sims.SendGrid.Stats().DeliveriesByKey["email:evt_91c2"]; n != 1 {
-		t.Errorf("emails = %d, want 1", n)
-	}
-	if n := count(t, s, `SELECT count(*) FROM processed_messages WHERE message_id = 'evt_91c2'`); n != 1 {
-		t.Errorf("processed rows = %d, want 1", n)
-	}
+	expectOnce(t, s, "evt_91c2")
 	ms, err := s.Store.Status(context.Background(), message.ConsumerOrderPlaced, "evt_91c2")
 	if err != nil {
 		t.Fatal(err)
