@@ -300,12 +300,10 @@ func newDatabase(ctx context.Context, admin string, s *stack) (string, error) {
 		defer func() { _ = c.Close(dctx) }()
 		_, _ = c.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
-	u, err := url.Parse(admin)
+	dbURL, err := store.WithDatabase(admin, name)
 	if err != nil {
-		return "", fmt.Errorf("parse the postgres URL: %w", err)
+		return "", err
 	}
-	u.Path = "/" + name
-	dbURL := u.String()
 	pool, err := store.Open(ctx, dbURL, store.PoolConfig{MaxConns: 2})
 	if err != nil {
 		return "", err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -42,7 +41,10 @@ func (s *stack) postgres(ctx context.Context, fresh bool) (string, error) {
 	} else {
 		step(s.out, "using Postgres at 127.0.0.1:5432, database %s", devDatabase)
 	}
-	u := withDatabase(server, devDatabase)
+	u, err := store.WithDatabase(server, devDatabase)
+	if err != nil {
+		return "", err
+	}
 	if err := ensureDatabase(ctx, u, fresh); err != nil {
 		return "", err
 	}
@@ -59,15 +61,6 @@ func ping(ctx context.Context, u string) error {
 	return c.Close(ctx)
 }
 
-func withDatabase(raw, name string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
 // ensureDatabase creates the database of u if it does not exist (dropping it
 // first when fresh) and applies the schema.
 func ensureDatabase(ctx context.Context, u string, fresh bool) error {
@@ -76,7 +69,11 @@ func ensureDatabase(ctx context.Context, u string, fresh bool) error {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	name := cfg.Database
-	admin, err := pgx.Connect(ctx, withDatabase(u, "postgres"))
+	adminURL, err := store.WithDatabase(u, "postgres")
+	if err != nil {
+		return err
+	}
+	admin, err := pgx.Connect(ctx, adminURL)
 	if err == nil {
 		defer admin.Close(ctx)
 		ident := pgx.Identifier{name}.Sanitize()

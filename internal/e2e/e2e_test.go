@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
@@ -45,14 +46,14 @@ func wait(t *testing.T, s *testenv.Stack, messageID string) workflows.Status {
 }
 
 // workflowsFor counts the runs Temporal has for a message, by search attribute.
-func workflowsFor(t *testing.T, s *testenv.Stack, messageID string) int {
+func workflowsFor(t *testing.T, c client.Client, messageID string) int {
 	t.Helper()
 	ctx := context.Background()
 	query := fmt.Sprintf("MessageId = %q", messageID)
 	var n int
 	// Visibility is eventually consistent: poll until the count settles.
 	for range 50 {
-		resp, err := s.Client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		resp, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 		if err != nil {
 			t.Fatalf("count workflows: %v", err)
 		}
@@ -69,7 +70,7 @@ func workflowsFor(t *testing.T, s *testenv.Stack, messageID string) int {
 // copies arrived: one workflow, one charge, one receipt, one processed row.
 func expectOnce(t *testing.T, s *testenv.Stack, messageID string) {
 	t.Helper()
-	if n := workflowsFor(t, s, messageID); n != 1 {
+	if n := workflowsFor(t, s.Client, messageID); n != 1 {
 		t.Errorf("%s: workflows = %d, want 1", messageID, n)
 	}
 	if n := s.Sims.Stripe.Stats().ChargesByMessage[messageID]; n != 1 {
@@ -144,7 +145,7 @@ func TestTemporalRejectsCopies(t *testing.T) {
 	if started, err := s.Intake.Start(ctx, m); err != nil || started {
 		t.Fatalf("start after completion = %v, %v; want a duplicate", started, err)
 	}
-	if n := workflowsFor(t, s, "evt_t1"); n != 1 {
+	if n := workflowsFor(t, s.Client, "evt_t1"); n != 1 {
 		t.Errorf("workflows = %d, want 1", n)
 	}
 	if n := s.Sims.Stripe.Stats().Charges; n != 1 {
@@ -310,7 +311,7 @@ func TestCrashWindowsAtIntake(t *testing.T) {
 		if st := wait(t, s, id); st.Outcome != workflows.OutcomeCompleted {
 			t.Errorf("%s outcome = %+v", id, st)
 		}
-		if n := workflowsFor(t, s, id); n != 1 {
+		if n := workflowsFor(t, s.Client, id); n != 1 {
 			t.Errorf("%s workflows = %d, want 1", id, n)
 		}
 		if n := s.Sims.Stripe.Stats().ChargesByMessage[id]; n != 1 {

@@ -224,7 +224,7 @@ func TestJetStreamPayloadMismatchQuarantined(t *testing.T) {
 	if n := count(t, s, `SELECT amount FROM orders WHERE id = 201`); n != 1999 {
 		t.Errorf("order amount = %d, want the first payload's 1999", n)
 	}
-	if n := workflowsFor(t, s, "evt_mm"); n != 1 {
+	if n := workflowsFor(t, s.Client, "evt_mm"); n != 1 {
 		t.Errorf("workflows = %d, want 1", n)
 	}
 }

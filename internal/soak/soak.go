@@ -512,7 +512,6 @@ type workers struct {
 	cfg   workerproc.Config
 	mu    sync.Mutex
 	procs []*workerproc.Proc
-	all   []*workerproc.Proc
 }
 
 func (w *workers) add() error {
@@ -522,7 +521,6 @@ func (w *workers) add() error {
 	}
 	w.mu.Lock()
 	w.procs = append(w.procs, p)
-	w.all = append(w.all, p)
 	w.mu.Unlock()
 	return nil
 }
@@ -544,17 +542,3 @@ func (w *workers) stopAll() {
 		p.Stop(10 * time.Second)
 	}
 }
-
-// Logs returns the logs of every worker process the run started.
-func (w *workers) Logs() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var b strings.Builder
-	for _, p := range w.all {
-		b.WriteString(p.Logs())
-	}
-	return b.String()
-}
-
-// ErrViolations is returned by the soak command when a report has violations.
-var ErrViolations = errors.New("soak found violations")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -163,3 +164,14 @@ func New(pool *pgxpool.Pool) *Store {
 
 // Pool returns the pool the Store uses.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// WithDatabase returns the postgres connection URL raw with its database set
+// to name, everything else (host, user, options) kept.
+func WithDatabase(raw, name string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse the postgres URL: %w", redact(err))
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}

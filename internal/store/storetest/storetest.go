@@ -59,7 +59,10 @@ func NewDatabase(t testing.TB) string {
 			t.Logf("storetest: drop %s: %v", name, err)
 		}
 	})
-	url := replaceDatabase(AdminURL(), name)
+	url, err := store.WithDatabase(AdminURL(), name)
+	if err != nil {
+		t.Fatalf("storetest: TEST_DATABASE_URL: %v", err)
+	}
 
 	pool, err := store.Open(ctx, url, store.PoolConfig{MaxConns: 4})
 	if err != nil {
