@@ -8,7 +8,6 @@ import (
 	"errors"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/email"
@@ -29,8 +28,10 @@ const (
 	ErrTypePaymentUnknown = "PaymentUnknown"
 	// ErrTypeInvalidInput: the activity input is unusable.
 	ErrTypeInvalidInput = "InvalidInput"
-	// ErrTypeFenced: a newer attempt of this activity owns the ledger row;
-	// this attempt's result would be discarded anyway.
+	// ErrTypeFenced: a later claim owns the ledger row (a retry, or the
+	// regular activity that took over from a local one). It is retryable:
+	// whichever attempt Temporal still waits for claims again and settles
+	// the row; a superseded attempt's result is discarded anyway.
 	ErrTypeFenced = "Fenced"
 )
 
@@ -46,8 +47,9 @@ type Activities struct {
 	// EmailPolicy chooses the duplicate-vs-loss trade-off of receipts.
 	// Default store.AtLeastOnce.
 	EmailPolicy store.EmailPolicy
-	// AmbiguousAttempts is how many attempts an ambiguous payment outcome is
-	// looked up before it is recorded as unknown. Default 5.
+	// AmbiguousAttempts is how many claims of a payment (local and regular
+	// attempts together) look an ambiguous outcome up before it is recorded
+	// as unknown. Default 5.
 	AmbiguousAttempts int32
 	// Retention is how long Prune keeps processed-message, inbox and outbox
 	// rows, with the horizon the worker checked it against at start. The
@@ -101,10 +103,11 @@ func requestHash(v any) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// fenced converts store.ErrFenced into a non-retryable error.
+// fenced converts store.ErrFenced into a retryable error of type
+// ErrTypeFenced, and store.ErrMismatch into a non-retryable one.
 func fenced(err error) error {
 	if errors.Is(err, store.ErrFenced) {
-		return temporal.NewNonRetryableApplicationError("a newer attempt owns this effect", ErrTypeFenced, err)
+		return temporal.NewApplicationErrorWithCause("a later claim owns this effect", ErrTypeFenced, err)
 	}
 	if errors.Is(err, store.ErrMismatch) {
 		return temporal.NewNonRetryableApplicationError("idempotency key reused with a different request", ErrTypeIdempotencyMismatch, err)
@@ -112,15 +115,41 @@ func fenced(err error) error {
 	return err
 }
 
-// attemptKey carries an attempt number set by tests (see export_test.go):
-// the SDK's test environment always runs attempt 1, and the ledger's fencing
-// is about what later and earlier attempts may do.
-type attemptKey struct{}
+// AttemptError is the error of a local attempt, returned as data.
+type AttemptError struct {
+	Message      string `json:"message"`
+	Type         string `json:"type,omitempty"`
+	NonRetryable bool   `json:"non_retryable,omitempty"`
+}
 
-// attemptOf is the Temporal attempt number of the running activity.
-func attemptOf(ctx context.Context) int32 {
-	if n, ok := ctx.Value(attemptKey{}).(int32); ok {
-		return n
+// Err rebuilds the error for the workflow: an application error of the
+// same type and retryability.
+func (e *AttemptError) Err() error {
+	if e.NonRetryable {
+		return temporal.NewNonRetryableApplicationError(e.Message, e.Type, nil)
 	}
-	return activity.GetInfo(ctx).Attempt
+	return temporal.NewApplicationError(e.Message, e.Type)
+}
+
+// attemptError turns err into data. A cancelled or timed-out context is
+// not an outcome of the effect: it stays an error for the SDK to handle.
+func attemptError(ctx context.Context, err error) (*AttemptError, error) {
+	if err == nil || ctx.Err() != nil {
+		return nil, err
+	}
+	return ErrorAsData(err), nil
+}
+
+// ErrorAsData is err as an AttemptError, keeping the type and
+// retryability of an application error; nil for nil.
+func ErrorAsData(err error) *AttemptError {
+	if err == nil {
+		return nil
+	}
+	e := &AttemptError{Message: err.Error()}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		e.Type, e.NonRetryable = appErr.Type(), appErr.NonRetryable()
+	}
+	return e
 }

@@ -11,7 +11,6 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/payment"
@@ -40,14 +39,13 @@ func newFixture(t *testing.T, policy store.EmailPolicy) *fixture {
 	}
 }
 
-// run executes one activity call as attempt n.
-func run[In, Out any](t *testing.T, f *fixture, attempt int32, fn func(context.Context, In) (Out, error), in In) (Out, error) {
+// run executes one activity call: each call is a new attempt (a new claim).
+func run[In, Out any](t *testing.T, f *fixture, fn func(context.Context, In) (Out, error), in In) (Out, error) {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(f.acts)
 	env.SetTestTimeout(30 * time.Second)
-	env.SetWorkerOptions(worker.Options{BackgroundActivityContext: activities.WithAttempt(context.Background(), attempt)})
 	var out Out
 	val, err := env.ExecuteActivity(fn, in)
 	if err != nil {
@@ -78,11 +76,11 @@ func isType(err error, typ string) bool {
 func TestChargeOrderIsSafeToRetry(t *testing.T) {
 	f := newFixture(t, "")
 	in := charge("evt_1", 42, "pm_card_visa")
-	r1, err := run(t, f, 1, f.acts.ChargeOrder, in)
+	r1, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r1.Outcome != activities.PaymentPaid || r1.PaymentIntentID == "" {
 		t.Fatalf("first = %+v, %v", r1, err)
 	}
-	r2, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	r2, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r2.Outcome != activities.PaymentPaid || r2.PaymentIntentID != r1.PaymentIntentID || !r2.Recorded {
 		t.Fatalf("retry = %+v, %v", r2, err)
 	}
@@ -101,7 +99,7 @@ func TestChargeOrderRecordFailedThenRetryReplays(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := run(t, f, 1, f.acts.ChargeOrder, in)
+	r, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r.Outcome != activities.PaymentPaid || !r.Replayed {
 		t.Fatalf("charge after an unrecorded call = %+v, %v", r, err)
 	}
@@ -112,7 +110,7 @@ func TestChargeOrderRecordFailedThenRetryReplays(t *testing.T) {
 
 func TestChargeOrderDeclinedIsRecordedNotRetried(t *testing.T) {
 	f := newFixture(t, "")
-	r, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_d", 8, "pm_card_chargeDeclinedInsufficientFunds"))
+	r, err := run(t, f, f.acts.ChargeOrder, charge("evt_d", 8, "pm_card_chargeDeclinedInsufficientFunds"))
 	if err != nil || r.Outcome != activities.PaymentDeclined || r.DeclineCode != "insufficient_funds" {
 		t.Fatalf("declined = %+v, %v", r, err)
 	}
@@ -125,7 +123,7 @@ func TestChargeOrderDeclinedIsRecordedNotRetried(t *testing.T) {
 func TestChargeOrderTransientErrorIsRetryable(t *testing.T) {
 	f := newFixture(t, "")
 	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultRateLimit, Times: 5})
-	_, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_rl", 9, "pm_card_visa"))
+	_, err := run(t, f, f.acts.ChargeOrder, charge("evt_rl", 9, "pm_card_visa"))
 	var appErr *temporal.ApplicationError
 	if err == nil || (errors.As(err, &appErr) && appErr.NonRetryable()) {
 		t.Fatalf("429: err = %v, want a retryable error", err)
@@ -134,7 +132,7 @@ func TestChargeOrderTransientErrorIsRetryable(t *testing.T) {
 		t.Fatalf("charges = %d", n)
 	}
 	f.sims.Stripe.ClearFaults()
-	r, err := run(t, f, 2, f.acts.ChargeOrder, charge("evt_rl", 9, "pm_card_visa"))
+	r, err := run(t, f, f.acts.ChargeOrder, charge("evt_rl", 9, "pm_card_visa"))
 	if err != nil || r.Outcome != activities.PaymentPaid {
 		t.Fatalf("after the fault = %+v, %v", r, err)
 	}
@@ -142,10 +140,10 @@ func TestChargeOrderTransientErrorIsRetryable(t *testing.T) {
 
 func TestChargeOrderBusinessDuplicate(t *testing.T) {
 	f := newFixture(t, "")
-	if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_a", 42, "pm_card_visa")); err != nil {
+	if _, err := run(t, f, f.acts.ChargeOrder, charge("evt_a", 42, "pm_card_visa")); err != nil {
 		t.Fatal(err)
 	}
-	r, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_b", 42, "pm_card_visa"))
+	r, err := run(t, f, f.acts.ChargeOrder, charge("evt_b", 42, "pm_card_visa"))
 	if err != nil || r.Outcome != activities.PaymentBusinessDuplicate || r.HeldBy != "evt_a" {
 		t.Fatalf("second message = %+v, %v", r, err)
 	}
@@ -160,11 +158,11 @@ func TestChargeOrderAmbiguousIsReconciled(t *testing.T) {
 	// retry with the key gets the same 500.
 	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultErrorAfter, Times: 1})
 	in := charge("evt_amb", 11, "pm_card_visa")
-	_, err := run(t, f, 1, f.acts.ChargeOrder, in)
+	_, err := run(t, f, f.acts.ChargeOrder, in)
 	if err == nil {
 		t.Fatal("a fresh 500 was not reported")
 	}
-	r, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	r, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r.Outcome != activities.PaymentPaid || !r.Reconciled {
 		t.Fatalf("replayed 500 = %+v, %v; want reconciled by lookup", r, err)
 	}
@@ -173,37 +171,62 @@ func TestChargeOrderAmbiguousIsReconciled(t *testing.T) {
 	}
 }
 
-func TestChargeOrderZombieIsFenced(t *testing.T) {
+// TestChargeOrderSupersededClaimIsFenced: while an attempt waits for
+// Stripe, a later attempt claims the row (as the regular activity does after
+// a local one timed out). The first attempt's record is refused with a
+// retryable Fenced error, and the next attempt records the replayed charge:
+// one charge, recorded once.
+func TestChargeOrderSupersededClaimIsFenced(t *testing.T) {
 	f := newFixture(t, "")
 	in := charge("evt_z", 12, "pm_card_visa")
-	// Attempt 3 claims the row (as a newer retry would)…
-	if _, err := f.db.ClaimPayment(context.Background(), store.PaymentClaim{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
-		Key: "payment:evt_z", RequestHash: activities.RequestHash(in), Attempt: 3,
-	}); err != nil {
+	var stolen atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents" && stolen.CompareAndSwap(false, true) {
+			c, err := f.db.ClaimPayment(r.Context(), store.PaymentClaim{
+				Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+				Key: "payment:evt_z", RequestHash: activities.RequestHash(in),
+			})
+			if err != nil || c.Outcome != store.ClaimOwned || c.Claim != 2 {
+				t.Errorf("competing claim = %+v, %v; want owned under claim 2", c, err)
+			}
+		}
+		f.sims.Stripe.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	pay, err := payment.New(payment.Config{APIKey: "sk_test_fence", BaseURL: srv.URL})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// …so attempt 2, a zombie, must not proceed.
-	_, err := run(t, f, 2, f.acts.ChargeOrder, in)
-	if !isType(err, activities.ErrTypeFenced) {
-		t.Fatalf("zombie err = %v, want %s", err, activities.ErrTypeFenced)
+	f.acts.Payments = pay
+
+	_, err = run(t, f, f.acts.ChargeOrder, in)
+	var appErr *temporal.ApplicationError
+	if !isType(err, activities.ErrTypeFenced) || !errors.As(err, &appErr) || appErr.NonRetryable() {
+		t.Fatalf("superseded attempt err = %v, want a retryable %s", err, activities.ErrTypeFenced)
 	}
-	if n := f.sims.Stripe.Stats().Charges; n != 0 {
-		t.Fatalf("zombie charged: %d", n)
+	if p, err := f.db.PaymentOf(context.Background(), "order-placed", "evt_z"); err != nil || p.State != store.PaymentClaimed {
+		t.Fatalf("payment after the fenced record = %+v, %v; want still claimed", p, err)
+	}
+	r, err := run(t, f, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentPaid || !r.Replayed {
+		t.Fatalf("next attempt = %+v, %v; want paid from Stripe's replay", r, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_z"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
 	}
 }
 
 func TestSendReceiptLedger(t *testing.T) {
 	f := newFixture(t, store.AtLeastOnce)
-	if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_r", 20, "pm_card_visa")); err != nil {
+	if _, err := run(t, f, f.acts.ChargeOrder, charge("evt_r", 20, "pm_card_visa")); err != nil {
 		t.Fatal(err)
 	}
 	in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_r", OrderID: 20, Amount: 1999, Currency: "usd", To: "ada@example.com", PaymentIntentID: "pi_x"}
-	r1, err := run(t, f, 1, f.acts.SendReceipt, in)
+	r1, err := run(t, f, f.acts.SendReceipt, in)
 	if err != nil || r1.Outcome != activities.ReceiptSent || r1.ProviderMessageID == "" {
 		t.Fatalf("first = %+v, %v", r1, err)
 	}
-	r2, err := run(t, f, 2, f.acts.SendReceipt, in)
+	r2, err := run(t, f, f.acts.SendReceipt, in)
 	if err != nil || !r2.Recorded || r2.ProviderMessageID != r1.ProviderMessageID {
 		t.Fatalf("retry = %+v, %v", r2, err)
 	}
@@ -225,15 +248,15 @@ func TestSendReceiptLostResponsePolicies(t *testing.T) {
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			f := newFixture(t, tc.policy)
-			if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_l", 21, "pm_card_visa")); err != nil {
+			if _, err := run(t, f, f.acts.ChargeOrder, charge("evt_l", 21, "pm_card_visa")); err != nil {
 				t.Fatal(err)
 			}
 			f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultLostAfter, Times: 1})
 			in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_l", OrderID: 21, Amount: 1999, Currency: "usd", To: "ada@example.com"}
-			if _, err := run(t, f, 1, f.acts.SendReceipt, in); err == nil {
+			if _, err := run(t, f, f.acts.SendReceipt, in); err == nil {
 				t.Fatal("a lost response was reported as sent")
 			}
-			r, err := run(t, f, 2, f.acts.SendReceipt, in)
+			r, err := run(t, f, f.acts.SendReceipt, in)
 			if err != nil || r.Outcome != tc.wantOutcome {
 				t.Fatalf("retry = %+v, %v", r, err)
 			}
@@ -246,12 +269,12 @@ func TestSendReceiptLostResponsePolicies(t *testing.T) {
 
 func TestSendReceiptPermanentFailureIsRecorded(t *testing.T) {
 	f := newFixture(t, "")
-	if _, err := run(t, f, 1, f.acts.ChargeOrder, charge("evt_p", 22, "pm_card_visa")); err != nil {
+	if _, err := run(t, f, f.acts.ChargeOrder, charge("evt_p", 22, "pm_card_visa")); err != nil {
 		t.Fatal(err)
 	}
 	f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 400, Times: 1})
 	in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_p", OrderID: 22, Amount: 1999, Currency: "usd", To: "ada@example.com"}
-	r, err := run(t, f, 1, f.acts.SendReceipt, in)
+	r, err := run(t, f, f.acts.SendReceipt, in)
 	if err != nil || r.Outcome != activities.ReceiptFailed {
 		t.Fatalf("400 = %+v, %v", r, err)
 	}
@@ -278,7 +301,7 @@ func TestChargeOrderPastTheKeyWindowLooksUpFirst(t *testing.T) {
 	// Attempt 1 charged and died before recording; its claim is a day old.
 	if _, err := db.ClaimPayment(context.Background(), store.PaymentClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
-		Key: "payment:evt_old", RequestHash: activities.RequestHash(in), Attempt: 1,
+		Key: "payment:evt_old", RequestHash: activities.RequestHash(in),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +313,7 @@ func TestChargeOrderPastTheKeyWindowLooksUpFirst(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond) // the key expires at the simulator
 
-	r, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	r, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r.Outcome != activities.PaymentPaid || !r.Reconciled {
 		t.Fatalf("charge past the key window = %+v, %v; want reconciled", r, err)
 	}
@@ -304,10 +327,10 @@ func TestChargeOrderAmbiguousDeclineIsReconciled(t *testing.T) {
 	// The card is declined, but Stripe answers a 500 and saves it.
 	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultErrorAfter, Times: 1})
 	in := charge("evt_ambd", 13, "pm_card_chargeDeclined")
-	if _, err := run(t, f, 1, f.acts.ChargeOrder, in); err == nil {
+	if _, err := run(t, f, f.acts.ChargeOrder, in); err == nil {
 		t.Fatal("a fresh 500 was not reported")
 	}
-	r, err := run(t, f, 2, f.acts.ChargeOrder, in)
+	r, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r.Outcome != activities.PaymentDeclined || r.DeclineCode != "generic_decline" {
 		t.Fatalf("replayed 500 on a declined card = %+v, %v; want declined by lookup", r, err)
 	}
@@ -347,13 +370,13 @@ func TestChargeOrderUnknownStopsWithoutGuessing(t *testing.T) {
 	f := &fixture{acts: &activities.Activities{Store: db, Payments: pay, AmbiguousAttempts: 3}, db: db}
 	in := charge("evt_unk", 40, "pm_card_visa")
 	for attempt := int32(1); attempt < 3; attempt++ {
-		_, err := run(t, f, attempt, f.acts.ChargeOrder, in)
+		_, err := run(t, f, f.acts.ChargeOrder, in)
 		var appErr *temporal.ApplicationError
 		if err == nil || (errors.As(err, &appErr) && appErr.NonRetryable()) {
 			t.Fatalf("attempt %d: err = %v, want a retryable error", attempt, err)
 		}
 	}
-	_, err = run(t, f, 3, f.acts.ChargeOrder, in)
+	_, err = run(t, f, f.acts.ChargeOrder, in)
 	if !isType(err, activities.ErrTypePaymentUnknown) {
 		t.Fatalf("attempt 3: err = %v, want %s", err, activities.ErrTypePaymentUnknown)
 	}
@@ -367,7 +390,7 @@ func TestChargeOrderUnknownStopsWithoutGuessing(t *testing.T) {
 	}
 	// A later attempt does not call Stripe again: the outcome is recorded.
 	before := creates.Load()
-	if _, err := run(t, f, 4, f.acts.ChargeOrder, in); !isType(err, activities.ErrTypePaymentUnknown) {
+	if _, err := run(t, f, f.acts.ChargeOrder, in); !isType(err, activities.ErrTypePaymentUnknown) {
 		t.Fatalf("attempt 4: err = %v", err)
 	}
 	if creates.Load() != before {

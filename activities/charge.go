@@ -65,13 +65,12 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 	if err != nil {
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
-	attempt := attemptOf(ctx)
 	logger := activity.GetLogger(ctx)
 
 	claim, err := a.Store.ClaimPayment(ctx, store.PaymentClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
 		Amount: in.Amount, Currency: in.Currency, Key: key,
-		RequestHash: requestHash(in), Attempt: attempt,
+		RequestHash: requestHash(in),
 	})
 	if err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("claim order %d: %w", in.OrderID, err))
@@ -82,9 +81,8 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 		return ChargeResult{Outcome: PaymentBusinessDuplicate, HeldBy: claim.Payment.MessageID}, nil
 	case store.ClaimDone:
 		return recordedCharge(claim.Payment)
-	case store.ClaimFenced:
-		return ChargeResult{}, fenced(fmt.Errorf("claim order %d at attempt %d: %w", in.OrderID, attempt, store.ErrFenced))
 	}
+	token := claim.Claim
 
 	failpoint.Hit(failpoint.PaymentAfterClaim)
 	if age := a.now().Sub(claim.Payment.CreatedAt); age > a.keyTrust() {
@@ -94,7 +92,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 		switch {
 		case err == nil && found.Succeeded():
 			activity.GetLogger(ctx).Warn("claim older than the key window: charge found by lookup", "order_id", in.OrderID, "age", age.String())
-			return a.recordCharge(ctx, in, key, attempt, found, true)
+			return a.recordCharge(ctx, in, key, token, found, true)
 		case err != nil && !errors.Is(err, payment.ErrNotFound):
 			return ChargeResult{}, fmt.Errorf("look up payment of order %d before a charge past the key window: %w", in.OrderID, err)
 		}
@@ -106,7 +104,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 	ch, err := a.Payments.Charge(ctx, req)
 	if err == nil {
 		failpoint.Hit(failpoint.PaymentAfterCharge)
-		res, err := a.recordCharge(ctx, in, key, attempt, ch, false)
+		res, err := a.recordCharge(ctx, in, key, token, ch, false)
 		if err == nil {
 			failpoint.Hit(failpoint.PaymentAfterRecord)
 		}
@@ -120,11 +118,11 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 	}
 	switch payment.Classify(err) {
 	case payment.ClassDeclined, payment.ClassInvalid:
-		return a.recordDecline(ctx, in, key, attempt, err)
+		return a.recordDecline(ctx, in, key, token, err)
 	case payment.ClassIdempotencyMismatch:
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
 	case payment.ClassAmbiguous:
-		return a.reconcile(ctx, in, key, attempt, err)
+		return a.reconcile(ctx, in, key, token, err)
 	default:
 		// In flight (409), rate limited (429), transport errors, 5xx: retry
 		// with backoff under the same key.
@@ -148,9 +146,9 @@ func recordedCharge(p store.Payment) (ChargeResult, error) {
 	return r, nil
 }
 
-func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key string, attempt int32, ch *payment.Charge, reconciled bool) (ChargeResult, error) {
+func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key string, token int32, ch *payment.Charge, reconciled bool) (ChargeResult, error) {
 	_, err := a.Store.RecordPaymentSucceeded(ctx, store.PaymentSuccess{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, Attempt: attempt,
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, Claim: token,
 		PaymentIntentID: ch.PaymentIntentID, ChargeID: ch.ChargeID, Amount: in.Amount, Currency: in.Currency,
 		Reconciled: reconciled,
 	})
@@ -162,7 +160,7 @@ func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key strin
 	return ChargeResult{Outcome: PaymentPaid, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}, nil
 }
 
-func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key string, attempt int32, cause error) (ChargeResult, error) {
+func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key string, token int32, cause error) (ChargeResult, error) {
 	var (
 		pe *payment.Error
 		f  store.PaymentFailure
@@ -173,12 +171,12 @@ func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key stri
 	if f.Code == "" {
 		f.Code = string(payment.Classify(cause))
 	}
-	return a.recordRefusal(ctx, in, key, attempt, f)
+	return a.recordRefusal(ctx, in, key, token, f)
 }
 
 // recordRefusal records a refused payment as the order's final outcome.
-func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key string, attempt int32, f store.PaymentFailure) (ChargeResult, error) {
-	f.Consumer, f.MessageID, f.OrderID, f.Key, f.Attempt = in.Consumer, in.MessageID, in.OrderID, key, attempt
+func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key string, token int32, f store.PaymentFailure) (ChargeResult, error) {
+	f.Consumer, f.MessageID, f.OrderID, f.Key, f.Claim = in.Consumer, in.MessageID, in.OrderID, key, token
 	if _, err := a.Store.RecordPaymentFailed(ctx, f); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record declined payment of order %d: %w", in.OrderID, err))
 	}
@@ -188,31 +186,32 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 
 // reconcile settles an ambiguous answer by looking the payment up by its
 // message ID. A charge found is recorded; none found is retried a few times
-// (search results can lag) and then recorded as unknown for an operator.
-// It never charges again on a guess.
-func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, attempt int32, cause error) (ChargeResult, error) {
+// (search results can lag; token counts the claims, so the tries of the
+// local and the regular activity add up) and then recorded as unknown for
+// an operator. It never charges again on a guess.
+func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, token int32, cause error) (ChargeResult, error) {
 	ch, err := a.Payments.FindByMessageID(ctx, in.MessageID)
 	switch {
 	case err == nil && ch.Succeeded():
 		activity.GetLogger(ctx).Warn("ambiguous stripe answer reconciled by lookup", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		return a.recordCharge(ctx, in, key, attempt, ch, true)
+		return a.recordCharge(ctx, in, key, token, ch, true)
 	case err == nil && ch.Failed():
 		// The confirmation was refused (a decline): no charge exists.
 		activity.GetLogger(ctx).Warn("ambiguous stripe answer reconciled by lookup: declined", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		return a.recordRefusal(ctx, in, key, attempt, store.PaymentFailure{
+		return a.recordRefusal(ctx, in, key, token, store.PaymentFailure{
 			Code: ch.FailureCode, DeclineCode: ch.DeclineCode, PaymentIntentID: ch.PaymentIntentID,
 			Message: "declined (established by lookup after an ambiguous answer)",
 		})
 	case err != nil && !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("look up payment of order %d after ambiguous answer: %w", in.OrderID, err)
 	}
-	if attempt < a.ambiguousAttempts() {
-		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous answer and no charge found yet (attempt %d): %w", in.OrderID, attempt, cause)
+	if token < a.ambiguousAttempts() {
+		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous answer and no charge found yet (claim %d): %w", in.OrderID, token, cause)
 	}
-	if err := a.Store.RecordPaymentUnknown(ctx, in.Consumer, in.MessageID, key, attempt, cause.Error()); err != nil {
+	if err := a.Store.RecordPaymentUnknown(ctx, in.Consumer, in.MessageID, key, token, cause.Error()); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record unknown payment of order %d: %w", in.OrderID, err))
 	}
 	activity.GetLogger(ctx).Error("payment outcome unknown: operator action needed", "order_id", in.OrderID, "message_id", in.MessageID)
 	return ChargeResult{}, temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("payment of order %d: outcome unknown after %d attempts", in.OrderID, attempt), ErrTypePaymentUnknown, cause)
+		fmt.Sprintf("payment of order %d: outcome unknown after %d attempts", in.OrderID, token), ErrTypePaymentUnknown, cause)
 }

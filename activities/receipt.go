@@ -58,11 +58,10 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 	if err != nil {
 		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
-	attempt := attemptOf(ctx)
 	mail := receiptMail(key, in)
 	decision, e, err := a.Store.ClaimEmail(ctx, store.EmailClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key,
-		RequestHash: requestHash(mail), Attempt: attempt, Policy: a.emailPolicy(),
+		RequestHash: requestHash(mail), Policy: a.emailPolicy(),
 	})
 	if err != nil {
 		return ReceiptResult{}, fenced(fmt.Errorf("claim receipt of order %d: %w", in.OrderID, err))
@@ -80,14 +79,13 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 	case store.EmailUnknown:
 		activity.GetLogger(ctx).Warn("receipt not resent: an earlier attempt may have sent it", "order_id", in.OrderID, "policy", a.emailPolicy())
 		return ReceiptResult{Outcome: ReceiptUnknown, Error: e.Error}, nil
-	case store.EmailFenced:
-		return ReceiptResult{}, fenced(fmt.Errorf("claim receipt of order %d at attempt %d: %w", in.OrderID, attempt, store.ErrFenced))
 	}
+	token := e.Claim
 
 	id, err := a.Mailer.Send(ctx, mail)
 	if err != nil {
 		if email.IsPermanent(err) {
-			if _, rerr := a.Store.RecordEmailFailed(ctx, key, attempt, in.OrderID, err.Error()); rerr != nil {
+			if _, rerr := a.Store.RecordEmailFailed(ctx, key, token, in.OrderID, err.Error()); rerr != nil {
 				return ReceiptResult{}, fenced(fmt.Errorf("record refused receipt of order %d: %w", in.OrderID, rerr))
 			}
 			activity.GetLogger(ctx).Warn("receipt refused by sendgrid", "order_id", in.OrderID, "error", err)
@@ -96,7 +94,7 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 		return ReceiptResult{}, fmt.Errorf("send receipt of order %d: %w", in.OrderID, err)
 	}
 	failpoint.Hit(failpoint.EmailAfterSend)
-	if _, err := a.Store.RecordEmailSent(ctx, key, attempt, in.OrderID, id); err != nil {
+	if _, err := a.Store.RecordEmailSent(ctx, key, token, in.OrderID, id); err != nil {
 		return ReceiptResult{}, fenced(fmt.Errorf("record receipt of order %d (sendgrid id %s): %w", in.OrderID, id, err))
 	}
 	return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: id}, nil

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -86,7 +87,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pool, err := store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{})
+	pool, err := store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: int32(cfg.DatabaseMaxConns)}) //nolint:gosec // validated: 4 to 1000
 	if err != nil {
 		return err
 	}
@@ -117,7 +118,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		logger.Warn("search attributes", "error", err.Error())
 	}
 	st := store.New(pool)
-	in, err := intake.New(st, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger})
+	in, err := intake.New(st, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true})
 	if err != nil {
 		return err
 	}
@@ -180,6 +181,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	if cfg.HealthAddr != "" {
 		g.Go(func() error { return serveHealth(gctx, cfg.HealthAddr, logger) })
+	}
+	if cfg.PprofAddr != "" {
+		g.Go(func() error { return servePprof(gctx, cfg.PprofAddr, logger) })
 	}
 	if codecServer != nil {
 		g.Go(func() error { return codec.Serve(gctx, codecServer.addr, codecServer.h, logger) })
@@ -292,12 +296,29 @@ func serveHealth(ctx context.Context, addr string, logger *slog.Logger) error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return serveHTTP(ctx, "health endpoint", addr, mux, logger)
+}
+
+// servePprof serves Go's profiles (/debug/pprof/…) on addr, for an operator
+// or the benchmark to see where the worker spends its time.
+func servePprof(ctx context.Context, addr string, logger *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return serveHTTP(ctx, "pprof endpoint", addr, mux, logger)
+}
+
+// serveHTTP serves h on addr until ctx ends.
+func serveHTTP(ctx context.Context, name, addr string, h http.Handler, logger *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("health endpoint %s: %w", addr, err)
+		return fmt.Errorf("%s %s: %w", name, addr, err)
 	}
-	logger.Info("health endpoint listening", "addr", ln.Addr().String())
+	logger.Info(name+" listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -309,6 +330,6 @@ func serveHealth(ctx context.Context, addr string, logger *slog.Logger) error {
 		if errors.Is(err, http.ErrServerClosed) {
 			return nil
 		}
-		return fmt.Errorf("health endpoint: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 }

@@ -27,8 +27,9 @@ type Config struct {
 	// PaymentStartToClose bounds one ChargeOrder attempt: a claim, one
 	// Stripe call (stripe-go retries inside it) and one record. Default 2m.
 	PaymentStartToClose time.Duration
-	// PaymentScheduleToClose bounds all attempts of ChargeOrder. It must stay
-	// inside Stripe's 24 h key window less a 1 h margin. Default 20h.
+	// PaymentScheduleToClose bounds all regular attempts of ChargeOrder.
+	// With the local attempts before them it must stay inside Stripe's 24 h
+	// key window less a 1 h margin. Default 20h.
 	PaymentScheduleToClose time.Duration
 	// EmailStartToClose bounds one SendReceipt attempt. Default 1m.
 	EmailStartToClose time.Duration
@@ -38,6 +39,12 @@ type Config struct {
 	RetryInitialInterval time.Duration
 	// RetryMaximumInterval caps the backoff. Default 5m.
 	RetryMaximumInterval time.Duration
+	// LocalStartToClose bounds the local attempt of an effect. Each effect
+	// first runs once as a local activity in the worker that runs the
+	// workflow (no task queue round trip, no history event but a marker);
+	// when that attempt fails or runs out of time, the same activity runs
+	// again as a regular activity with the timeouts above. Default 10s.
+	LocalStartToClose time.Duration
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -49,6 +56,7 @@ func DefaultConfig() Config {
 		EmailScheduleToClose:   24 * time.Hour,
 		RetryInitialInterval:   time.Second,
 		RetryMaximumInterval:   5 * time.Minute,
+		LocalStartToClose:      10 * time.Second,
 	}
 }
 
@@ -66,6 +74,7 @@ func (c Config) withDefaults() Config {
 	set(&c.EmailScheduleToClose, d.EmailScheduleToClose)
 	set(&c.RetryInitialInterval, d.RetryInitialInterval)
 	set(&c.RetryMaximumInterval, d.RetryMaximumInterval)
+	set(&c.LocalStartToClose, d.LocalStartToClose)
 	return c
 }
 
@@ -73,9 +82,11 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	limit := StripeKeyWindow - keyWindowMargin
-	if c.PaymentScheduleToClose > limit {
-		return fmt.Errorf("PaymentScheduleToClose is %s: it must be at most %s (Stripe keeps idempotency keys for %s; a later retry could charge twice)",
-			c.PaymentScheduleToClose, limit, StripeKeyWindow)
+	// The local attempt comes first: the regular ones must still end inside
+	// the key window after it.
+	if c.PaymentScheduleToClose+c.LocalStartToClose > limit {
+		return fmt.Errorf("PaymentScheduleToClose is %s and the local attempt takes up to %s: together at most %s (Stripe keeps idempotency keys for %s; a later retry could charge twice)",
+			c.PaymentScheduleToClose, c.LocalStartToClose, limit, StripeKeyWindow)
 	}
 	if c.PaymentStartToClose > c.PaymentScheduleToClose {
 		return fmt.Errorf("PaymentStartToClose (%s) is longer than PaymentScheduleToClose (%s)", c.PaymentStartToClose, c.PaymentScheduleToClose)
@@ -86,6 +97,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"PaymentStartToClose": c.PaymentStartToClose, "EmailStartToClose": c.EmailStartToClose,
 		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
+		"LocalStartToClose": c.LocalStartToClose,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)
@@ -127,5 +139,15 @@ func (c Config) emailOptions(summary string) workflow.ActivityOptions {
 		ScheduleToCloseTimeout: c.EmailScheduleToClose,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
+	}
+}
+
+// localOptions are the options of an effect's local attempt: one try of at
+// most LocalStartToClose. Its retries are the regular activity's.
+func (c Config) localOptions(summary string) workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{
+		StartToCloseTimeout: c.LocalStartToClose,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             summary,
 	}
 }

@@ -1,9 +1,11 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -57,7 +59,20 @@ type Status struct {
 	Outcome   string                    `json:"outcome,omitempty"`
 	Payment   *activities.ChargeResult  `json:"payment,omitempty"`
 	Receipt   *activities.ReceiptResult `json:"receipt,omitempty"`
+	// Fallbacks names the effects ("payment", "receipt") whose local
+	// attempt failed, so that they ran as regular activities.
+	Fallbacks []string `json:"fallbacks,omitempty"`
 }
+
+// Versions of OrderPlaced (workflow.GetVersion). A history records the
+// version its run took, and replays the same way under newer code.
+const (
+	// localFirstChange: each effect runs as a local activity first, and as
+	// a regular activity only when its local attempt fails. Histories from
+	// before it (workflow.DefaultVersion) replay their regular activities.
+	localFirstChange  = "local-first-effects"
+	localFirstVersion = workflow.Version(1)
+)
 
 // Workflows holds the workflow implementations and their configuration.
 type Workflows struct {
@@ -81,6 +96,13 @@ func (w *Workflows) Register(r worker.WorkflowRegistry) {
 // OrderPlaced handles one order.placed message: it charges the order once
 // and, when paid, sends one receipt. Each step is an activity that is safe to
 // retry; this function only orders them, so it is deterministic.
+//
+// Each effect first runs once as a local activity, inside the workflow task:
+// with the eager start of the worker's intake, a message then completes in
+// one workflow task and a handful of history events. A local attempt that
+// fails or times out falls back to the same function as a regular activity,
+// with the long retry policy of Config. The two are safe to mix: the ledger
+// fences a superseded claim, whichever kind of attempt made it.
 func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Status, error) {
 	st := Status{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID, Stage: StageCharging}
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return st, nil }); err != nil {
@@ -94,15 +116,14 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	if err != nil {
 		return st, err
 	}
-	var a *activities.Activities
+	localFirst := workflow.GetVersion(ctx, localFirstChange, workflow.DefaultVersion, localFirstVersion) >= localFirstVersion
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d with Stripe under key `%s`.", in.Order.OrderID, payKey))
-	pctx := workflow.WithActivityOptions(ctx, w.cfg.paymentOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
-	var charge activities.ChargeResult
-	err = workflow.ExecuteActivity(pctx, a.ChargeOrder, activities.ChargeInput{
+	var a *activities.Activities
+	charge, err := effect(ctx, w, &st, localFirst, "payment", a.ChargeOrderLocally, a.ChargeOrder, activities.ChargeInput{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 		Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
-	}).Get(ctx, &charge)
+	}, w.cfg.paymentOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("charge order %d: %w", in.Order.OrderID, err)
@@ -121,13 +142,11 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s). Sending the receipt under ledger key `%s`.", in.Order.OrderID, charge.PaymentIntentID, mailKey))
-	ectx := workflow.WithActivityOptions(ctx, w.cfg.emailOptions(fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
-	var receipt activities.ReceiptResult
-	err = workflow.ExecuteActivity(ectx, a.SendReceipt, activities.ReceiptInput{
+	receipt, err := effect(ctx, w, &st, localFirst, "receipt", a.SendReceiptLocally, a.SendReceipt, activities.ReceiptInput{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 		Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
 		PaymentIntentID: charge.PaymentIntentID,
-	}).Get(ctx, &receipt)
+	}, w.cfg.emailOptions(fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid; sending the receipt failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("send receipt of order %d: %w", in.Order.OrderID, err)
@@ -144,6 +163,62 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s); receipt %s (%s).", in.Order.OrderID, charge.PaymentIntentID, receipt.Outcome, receipt.ProviderMessageID))
 	return st, nil
+}
+
+// localOutcome is the result of a local variant of an activity: the
+// effect's result, or its error as data.
+type localOutcome[Out any] interface {
+	Outcome() (Out, *activities.AttemptError)
+}
+
+// effect runs one effect with input in: with localFirst, once as the local
+// activity local first (ChargeOrderLocally, SendReceiptLocally), and as the
+// regular activity regular, with opts and their retry policy, when that
+// attempt failed in a way a retry could cure; without, as the regular
+// activity only (histories from before the local-first change).
+func effect[In, Out any, L localOutcome[Out]](ctx workflow.Context, w *Workflows, st *Status, localFirst bool, name string,
+	local func(context.Context, In) (L, error), regular func(context.Context, In) (Out, error), in In, opts workflow.ActivityOptions,
+) (Out, error) {
+	if localFirst {
+		var lo L
+		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.localOptions(opts.Summary)), local, in).Get(ctx, &lo)
+		var attempt *activities.AttemptError
+		if err == nil {
+			var out Out
+			if out, attempt = lo.Outcome(); attempt == nil {
+				return out, nil
+			}
+		}
+		if err := fallBack(ctx, st, name, err, attempt); err != nil {
+			var zero Out
+			return zero, err
+		}
+	}
+	var out Out
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), regular, in).Get(ctx, &out)
+	return out, err
+}
+
+// fallBack decides what follows a failed local attempt of effect: err is
+// the local activity's own error (a timeout, a cancellation), attempt the
+// effect's error returned as data. A non-retryable error or a cancellation
+// is returned, since a regular attempt would end the same way; anything
+// else is noted in st.Fallbacks and nil is returned: the regular activity
+// takes over.
+func fallBack(ctx workflow.Context, st *Status, effect string, err error, attempt *activities.AttemptError) error {
+	if err == nil && attempt != nil {
+		err = attempt.Err()
+	}
+	var (
+		appErr   *temporal.ApplicationError
+		canceled *temporal.CanceledError
+	)
+	if (errors.As(err, &appErr) && appErr.NonRetryable()) || errors.As(err, &canceled) {
+		return err
+	}
+	workflow.GetLogger(ctx).Warn("local attempt failed; running the effect as a regular activity", "effect", effect, "error", err)
+	st.Fallbacks = append(st.Fallbacks, effect)
+	return nil
 }
 
 // rootMessage is the innermost error's message, for a one-line summary.

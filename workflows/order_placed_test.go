@@ -3,10 +3,12 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -22,15 +24,62 @@ func input(id string) OrderPlacedInput {
 
 func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *Workflows) {
 	t.Helper()
+	return newEnvWith(t, DefaultConfig())
+}
+
+func newEnvWith(t *testing.T, cfg Config) (*testsuite.TestWorkflowEnvironment, *Workflows) {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	wfs, err := New(DefaultConfig())
+	wfs, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wfs.Register(env)
 	env.RegisterActivity(&activities.Activities{})
 	return env, wfs
+}
+
+// attempts records which kind of activity ran an effect, in order.
+type attempts struct{ kinds []string }
+
+func (r *attempts) note(ctx context.Context, effect string) {
+	kind := "regular"
+	if activity.GetInfo(ctx).IsLocalActivity {
+		kind = "local"
+	}
+	r.kinds = append(r.kinds, effect+":"+kind)
+}
+
+func (r *attempts) String() string { return strings.Join(r.kinds, " ") }
+
+// onCharge mocks ChargeOrder, and its local form as the worker runs it
+// (the error returned as data), with fn.
+func onCharge(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.ChargeInput) (activities.ChargeResult, error)) {
+	var a *activities.Activities
+	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ChargeInput) (activities.ChargeResult, error) {
+		rec.note(ctx, "payment")
+		return fn(in)
+	})
+	env.OnActivity(a.ChargeOrderLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ChargeInput) (activities.LocalCharge, error) {
+		rec.note(ctx, "payment")
+		r, err := fn(in)
+		return activities.LocalCharge{Result: r, Err: activities.ErrorAsData(err)}, nil
+	})
+}
+
+// onReceipt is onCharge for SendReceipt.
+func onReceipt(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.ReceiptInput) (activities.ReceiptResult, error)) {
+	var a *activities.Activities
+	env.OnActivity(a.SendReceipt, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ReceiptInput) (activities.ReceiptResult, error) {
+		rec.note(ctx, "receipt")
+		return fn(in)
+	})
+	env.OnActivity(a.SendReceiptLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ReceiptInput) (activities.LocalReceipt, error) {
+		rec.note(ctx, "receipt")
+		r, err := fn(in)
+		return activities.LocalReceipt{Result: r, Err: activities.ErrorAsData(err)}, nil
+	})
 }
 
 func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) Status {
@@ -50,90 +99,141 @@ func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) Status {
 
 func TestPaidThenReceipt(t *testing.T) {
 	env, _ := newEnv(t)
-	var a *activities.Activities
-	env.OnActivity(a.ChargeOrder, mock.Anything, activities.ChargeInput{
-		Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa",
-	}).Return(activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_1"}, nil).Once()
-	env.OnActivity(a.SendReceipt, mock.Anything, mock.MatchedBy(func(in activities.ReceiptInput) bool {
-		return in.To == "ada@example.com" && in.PaymentIntentID == "pi_1" && in.MessageID == "evt_1"
-	})).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent, ProviderMessageID: "sg_1"}, nil).Once()
+	var rec attempts
+	onCharge(env, &rec, func(in activities.ChargeInput) (activities.ChargeResult, error) {
+		if want := (activities.ChargeInput{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa"}); in != want {
+			t.Errorf("charge input = %+v, want %+v", in, want)
+		}
+		return activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_1"}, nil
+	})
+	onReceipt(env, &rec, func(in activities.ReceiptInput) (activities.ReceiptResult, error) {
+		if in.To != "ada@example.com" || in.PaymentIntentID != "pi_1" || in.MessageID != "evt_1" {
+			t.Errorf("receipt input = %+v", in)
+		}
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent, ProviderMessageID: "sg_1"}, nil
+	})
 
 	env.ExecuteWorkflow(OrderPlacedName, input("evt_1"))
 	st := result(t, env)
 	if st.Outcome != OutcomeCompleted || st.Stage != StageCompleted || st.Receipt.ProviderMessageID != "sg_1" {
 		t.Fatalf("status = %+v", st)
 	}
-	env.AssertExpectations(t)
+	// Both effects ran once, locally: no regular activity, no fallback.
+	if want := "payment:local receipt:local"; rec.String() != want || len(st.Fallbacks) != 0 {
+		t.Fatalf("attempts = %s (want %s), fallbacks = %v", &rec, want, st.Fallbacks)
+	}
 }
 
 func TestDeclinedSendsNoReceipt(t *testing.T) {
 	env, _ := newEnv(t)
-	var a *activities.Activities
-	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).
-		Return(activities.ChargeResult{Outcome: activities.PaymentDeclined, FailureCode: "card_declined", DeclineCode: "generic_decline"}, nil)
-	env.OnActivity(a.SendReceipt, mock.Anything, mock.Anything).Return(activities.ReceiptResult{}, nil).Times(0)
+	var rec attempts
+	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
+		return activities.ChargeResult{Outcome: activities.PaymentDeclined, FailureCode: "card_declined", DeclineCode: "generic_decline"}, nil
+	})
+	onReceipt(env, &rec, func(activities.ReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{}, nil
+	})
 
 	env.ExecuteWorkflow(OrderPlacedName, input("evt_d"))
 	st := result(t, env)
-	if st.Outcome != OutcomePaymentFailed || st.Receipt != nil {
-		t.Fatalf("status = %+v", st)
+	if st.Outcome != OutcomePaymentFailed || st.Receipt != nil || rec.String() != "payment:local" {
+		t.Fatalf("status = %+v, attempts = %s", st, &rec)
 	}
-	env.AssertNotCalled(t, "SendReceipt", mock.Anything, mock.Anything)
 }
 
 func TestBusinessDuplicateChargesNothingMore(t *testing.T) {
 	env, _ := newEnv(t)
-	var a *activities.Activities
-	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).
-		Return(activities.ChargeResult{Outcome: activities.PaymentBusinessDuplicate, HeldBy: "evt_1"}, nil)
+	var rec attempts
+	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
+		return activities.ChargeResult{Outcome: activities.PaymentBusinessDuplicate, HeldBy: "evt_1"}, nil
+	})
+	onReceipt(env, &rec, func(activities.ReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{}, nil
+	})
 	env.ExecuteWorkflow(OrderPlacedName, input("evt_2"))
 	st := result(t, env)
-	if st.Outcome != OutcomeBusinessDuplicate || st.Payment.HeldBy != "evt_1" {
-		t.Fatalf("status = %+v", st)
+	if st.Outcome != OutcomeBusinessDuplicate || st.Payment.HeldBy != "evt_1" || rec.String() != "payment:local" {
+		t.Fatalf("status = %+v, attempts = %s", st, &rec)
 	}
-	env.AssertNotCalled(t, "SendReceipt", mock.Anything, mock.Anything)
 }
 
-func TestTransientErrorsAreRetried(t *testing.T) {
+// TestTransientErrorsFallBackToRegularAttempts: the payment's local attempt
+// fails with a retryable error, so the same activity runs again as a
+// regular activity, with its retry policy, until it succeeds; the receipt's
+// local attempt succeeds.
+func TestTransientErrorsFallBackToRegularAttempts(t *testing.T) {
 	env, _ := newEnv(t)
-	var a *activities.Activities
+	var rec attempts
 	calls := 0
-	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, _ activities.ChargeInput) (activities.ChargeResult, error) {
-			calls++
-			if calls < 3 {
-				return activities.ChargeResult{}, errors.New("stripe: 503")
-			}
-			return activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_3"}, nil
-		})
-	env.OnActivity(a.SendReceipt, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
+		calls++
+		if calls < 3 {
+			return activities.ChargeResult{}, errors.New("stripe: 503")
+		}
+		return activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_3"}, nil
+	})
+	onReceipt(env, &rec, func(activities.ReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
 	env.ExecuteWorkflow(OrderPlacedName, input("evt_r"))
 	st := result(t, env)
-	if calls != 3 || st.Outcome != OutcomeCompleted {
-		t.Fatalf("calls = %d, status = %+v", calls, st)
+	if want := "payment:local payment:regular payment:regular receipt:local"; rec.String() != want || st.Outcome != OutcomeCompleted {
+		t.Fatalf("attempts = %s (want %s), status = %+v", &rec, want, st)
+	}
+	if len(st.Fallbacks) != 1 || st.Fallbacks[0] != "payment" {
+		t.Fatalf("fallbacks = %v, want [payment]", st.Fallbacks)
 	}
 }
 
+// TestNonRetryableErrorFailsWorkflow: a non-retryable error of the local
+// attempt ends the workflow; no regular attempt follows.
 func TestNonRetryableErrorFailsWorkflow(t *testing.T) {
 	env, _ := newEnv(t)
-	var a *activities.Activities
-	calls := 0
-	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, _ activities.ChargeInput) (activities.ChargeResult, error) {
-			calls++
-			return activities.ChargeResult{}, temporal.NewNonRetryableApplicationError("mismatch", activities.ErrTypeIdempotencyMismatch, nil)
-		})
+	var rec attempts
+	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
+		return activities.ChargeResult{}, temporal.NewNonRetryableApplicationError("mismatch", activities.ErrTypeIdempotencyMismatch, nil)
+	})
 	env.ExecuteWorkflow(OrderPlacedName, input("evt_x"))
 	err := env.GetWorkflowError()
-	if !hasType(err, activities.ErrTypeIdempotencyMismatch) || calls != 1 {
-		t.Fatalf("err = %v, calls = %d", err, calls)
+	if !hasType(err, activities.ErrTypeIdempotencyMismatch) || rec.String() != "payment:local" {
+		t.Fatalf("err = %v, attempts = %s", err, &rec)
+	}
+}
+
+// TestLocalTimeoutFallsBack: a local attempt that outlives
+// LocalStartToClose is abandoned for a regular attempt.
+func TestLocalTimeoutFallsBack(t *testing.T) {
+	// Local activities run in real time, even in the test environment.
+	cfg := DefaultConfig()
+	cfg.LocalStartToClose = 200 * time.Millisecond
+	env, _ := newEnvWith(t, cfg)
+	var rec attempts
+	var a *activities.Activities
+	env.OnActivity(a.ChargeOrderLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ChargeInput) (activities.LocalCharge, error) {
+		rec.note(ctx, "payment")
+		<-ctx.Done()
+		return activities.LocalCharge{}, ctx.Err()
+	})
+	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ChargeInput) (activities.ChargeResult, error) {
+		rec.note(ctx, "payment")
+		return activities.ChargeResult{Outcome: activities.PaymentDeclined}, nil
+	})
+	env.ExecuteWorkflow(OrderPlacedName, input("evt_t"))
+	st := result(t, env)
+	if rec.String() != "payment:local payment:regular" || st.Outcome != OutcomePaymentFailed || len(st.Fallbacks) != 1 {
+		t.Fatalf("attempts = %s, status = %+v", &rec, st)
 	}
 }
 
 func TestStatusQueryWhileSendingReceipt(t *testing.T) {
 	env, _ := newEnv(t)
+	var rec attempts
+	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
+		return activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_q"}, nil
+	})
+	// The local receipt attempt fails; the regular one takes a minute.
 	var a *activities.Activities
-	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_q"}, nil)
+	env.OnActivity(a.SendReceiptLocally, mock.Anything, mock.Anything).Return(activities.LocalReceipt{Err: &activities.AttemptError{Message: "sendgrid: 503"}}, nil)
 	env.OnActivity(a.SendReceipt, mock.Anything, mock.Anything).After(time.Minute).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
 	var mid Status
 	env.RegisterDelayedCallback(func() {
@@ -159,9 +259,14 @@ func TestConfigRefusesKeyWindow(t *testing.T) {
 	if _, err := New(c); err == nil {
 		t.Fatal("a payment schedule-to-close of 24h was accepted")
 	}
+	// The local attempts come first and count against the window.
 	c.PaymentScheduleToClose = 23 * time.Hour
+	if _, err := New(c); err == nil {
+		t.Fatal("23h of regular attempts after a local one of 10s was accepted")
+	}
+	c.PaymentScheduleToClose = 23*time.Hour - c.LocalStartToClose
 	if _, err := New(c); err != nil {
-		t.Fatalf("23h refused: %v", err)
+		t.Fatalf("23h less the local attempt refused: %v", err)
 	}
 }
 

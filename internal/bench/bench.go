@@ -68,6 +68,13 @@ type Config struct {
 	Poll time.Duration `json:"poll"`
 	// Stall fails a phase that makes no progress for this long. Default 60s.
 	Stall time.Duration `json:"stall"`
+	// GrpcCompression is the gRPC compression of every Temporal client of
+	// the run, the worker's (EFFECTIVELY_GRPC_COMPRESSION) and the
+	// reference points': gzip (the SDK's default) or none. Default gzip.
+	GrpcCompression string `json:"grpc_compression"`
+	// ProfileSeconds is how long the worker's CPU profile runs, from the
+	// start of the e2e run; 0 takes the default 20, negative takes none.
+	ProfileSeconds int `json:"profile_seconds"`
 	// Timeout bounds the whole run. Default 30m.
 	Timeout time.Duration `json:"timeout"`
 	// Seed makes the message plan repeatable. Default: the time.
@@ -97,7 +104,7 @@ type Config struct {
 func QuickConfig() Config {
 	return Config{
 		Messages: 600, Sweep: []int{8, 64}, SweepMessages: 300,
-		FloorWorkflows: 300, NaiveWorkflows: 200, PlainMessages: 2000, DuplicateBurst: 500,
+		FloorWorkflows: 300, NaiveWorkflows: 200, PlainMessages: 2000, DuplicateBurst: 500, ProfileSeconds: 4,
 	}
 }
 
@@ -146,6 +153,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Minute
+	}
+	if c.GrpcCompression == "" {
+		c.GrpcCompression = "gzip"
+	}
+	if c.ProfileSeconds == 0 {
+		c.ProfileSeconds = 20
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
@@ -247,13 +260,21 @@ type Report struct {
 	Emails          int `json:"emails"`
 	DuplicateEmails int `json:"duplicate_emails"`
 	// Ratios against the reference points.
-	E2EOverFloor   float64       `json:"e2e_over_floor"`
-	E2EOverNaive   float64       `json:"e2e_over_naive"`
-	BurstOverPlain float64       `json:"burst_over_plain"`
-	MaxRate        float64       `json:"max_rate"`
-	Targets        []Target      `json:"targets"`
-	Notes          []string      `json:"notes"`
-	Elapsed        time.Duration `json:"elapsed"`
+	E2EOverFloor   float64  `json:"e2e_over_floor"`
+	E2EOverNaive   float64  `json:"e2e_over_naive"`
+	BurstOverPlain float64  `json:"burst_over_plain"`
+	MaxRate        float64  `json:"max_rate"`
+	Targets        []Target `json:"targets"`
+	// WorkerProfile is the worker's CPU profile during the e2e run (written
+	// beside the report, not into the JSON); WorkerProfileWhat says how it
+	// was taken, WorkerProfileFile and WorkerProfileTop are set by
+	// WriteFiles.
+	WorkerProfile     []byte        `json:"-"`
+	WorkerProfileWhat string        `json:"worker_profile,omitempty"`
+	WorkerProfileFile string        `json:"worker_profile_file,omitempty"`
+	WorkerProfileTop  string        `json:"worker_profile_top,omitempty"`
+	Notes             []string      `json:"notes"`
+	Elapsed           time.Duration `json:"elapsed"`
 }
 
 // ErrDoubleCharge is returned with the report when a message was charged
@@ -304,8 +325,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	logf("bench: e2e: %d messages (%.0f%% duplicates), in-flight %d", cfg.Messages, cfg.DuplicateRatio*100, cfg.InFlight)
 	main := planner.plan("e2e", cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
+	prof := s.profileWorker(ctx, cfg.ProfileSeconds)
 	if rep.E2E, err = s.runE2E(ctx, cfg, main, e2eMode{inFlight: cfg.InFlight}); err != nil {
 		return rep, fmt.Errorf("e2e: %w", err)
+	}
+	if p := <-prof; p.err != nil {
+		logf("bench: worker profile: %v", p.err)
+	} else {
+		rep.WorkerProfile = p.data
+		rep.WorkerProfileWhat = fmt.Sprintf("%d s of the worker's CPU profile (`/debug/pprof/profile`, `EFFECTIVELY_PPROF_ADDR`)", cfg.ProfileSeconds)
 	}
 	rep.E2E.Name = "e2e"
 	logf("bench: e2e: %s", rep.E2E.short())

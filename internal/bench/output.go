@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -13,7 +15,7 @@ import (
 )
 
 type row struct {
-	name, inflight, sent, unique, copies, elapsed, rate, dupRate, p50, p90, p99, pmax, worker, server, other, busy string
+	name, inflight, sent, unique, copies, elapsed, rate, dupRate, p50, p90, p99, pmax, worker, server, pg, nats, other, busy string
 }
 
 func fmtMS(d time.Duration) string {
@@ -50,7 +52,8 @@ func resultRow(r Result, name string) row {
 		name: name, inflight: inflight, sent: fmt.Sprint(r.Messages), unique: fmt.Sprint(r.Unique), copies: copies,
 		elapsed: r.Elapsed.Round(10 * time.Millisecond).String(), rate: fmtRate(r.Throughput), dupRate: fmtRate(r.DuplicateRate),
 		p50: fmtMS(r.Latency.P50), p90: fmtMS(r.Latency.P90), p99: fmtMS(r.Latency.P99), pmax: fmtMS(r.Latency.Max),
-		worker: fmt.Sprintf("%.1f", r.CPU.Worker), server: fmt.Sprintf("%.1f", r.CPU.Server), other: fmt.Sprintf("%.1f", r.CPU.Other),
+		worker: fmt.Sprintf("%.1f", r.CPU.Worker), server: fmt.Sprintf("%.1f", r.CPU.Server),
+		pg: fmt.Sprintf("%.1f", r.CPU.Postgres), nats: fmt.Sprintf("%.1f", r.CPU.NATS), other: fmt.Sprintf("%.1f", r.CPU.Other),
 		busy: fmt.Sprintf("%.0f%%", r.CPU.MachineBusy*100),
 	}
 }
@@ -61,7 +64,8 @@ func (r Report) rows() []row {
 		name: "duplicate burst (copies only)", inflight: "async", sent: fmt.Sprint(r.Burst.Copies), unique: "0",
 		copies: fmt.Sprintf("%d/%d", r.Burst.Suppressed, r.Burst.Copies), elapsed: r.Burst.Elapsed.Round(10 * time.Millisecond).String(),
 		rate: "-", dupRate: fmtRate(r.Burst.Rate), p50: "-", p90: "-", p99: "-", pmax: "-",
-		worker: fmt.Sprintf("%.1f", r.Burst.CPU.Worker), server: fmt.Sprintf("%.1f", r.Burst.CPU.Server), other: fmt.Sprintf("%.1f", r.Burst.CPU.Other),
+		worker: fmt.Sprintf("%.1f", r.Burst.CPU.Worker), server: fmt.Sprintf("%.1f", r.Burst.CPU.Server),
+		pg: fmt.Sprintf("%.1f", r.Burst.CPU.Postgres), nats: fmt.Sprintf("%.1f", r.Burst.CPU.NATS), other: fmt.Sprintf("%.1f", r.Burst.CPU.Other),
 		busy: fmt.Sprintf("%.0f%%", r.Burst.CPU.MachineBusy*100),
 	})
 	for _, s := range r.Sweep {
@@ -79,10 +83,10 @@ func (r Report) rows() []row {
 	return rows
 }
 
-var header = row{"approach", "in-flight", "sent", "unique", "copies suppr./sent", "time", "unique/s", "copies/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "worker CPU s", "server CPU s", "other CPU s", "machine busy"}
+var header = row{"approach", "in-flight", "sent", "unique", "copies suppr./sent", "time", "unique/s", "copies/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "worker CPU s", "server CPU s", "pg CPU s", "nats CPU s", "other CPU s", "machine busy"}
 
 func (x row) cells() []string {
-	return []string{x.name, x.inflight, x.sent, x.unique, x.copies, x.elapsed, x.rate, x.dupRate, x.p50, x.p90, x.p99, x.pmax, x.worker, x.server, x.other, x.busy}
+	return []string{x.name, x.inflight, x.sent, x.unique, x.copies, x.elapsed, x.rate, x.dupRate, x.p50, x.p90, x.p99, x.pmax, x.worker, x.server, x.pg, x.nats, x.other, x.busy}
 }
 
 // WriteTable prints the results, the ratios and the targets as text.
@@ -130,7 +134,7 @@ func (r Report) Markdown(chart string) string {
 	fmt.Fprintf(&b, "- sweep: in-flight %v, %d messages each; then an open-loop point paced at half the highest rate measured\n", c.Sweep, c.SweepMessages)
 	fmt.Fprintf(&b, "- duplicate burst: %d copies; floor: %d workflows; naive: %d workflows; plain consumer: %d messages on %d connections\n",
 		c.DuplicateBurst, c.FloorWorkflows, c.NaiveWorkflows, c.PlainMessages, c.PlainClients)
-	fmt.Fprintf(&b, "- completion poll every %s; warm-up %d messages per path, not counted\n", c.Poll, c.Warmup)
+	fmt.Fprintf(&b, "- completion poll every %s; warm-up %d messages per path, not counted; gRPC compression of every Temporal client (the worker's and the reference points'): %s\n", c.Poll, c.Warmup, c.GrpcCompression)
 	if len(c.WorkerEnv) > 0 {
 		fmt.Fprintf(&b, "- worker environment additions: `%s`\n", strings.Join(c.WorkerEnv, " "))
 	}
@@ -152,6 +156,7 @@ func (r Report) Markdown(chart string) string {
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", t.What, t.Want, t.Measured, verdict(t))
 	}
+	b.WriteString(r.cpuSection())
 
 	b.WriteString("\n## How it was measured\n\n")
 	b.WriteString("- **e2e**: each unique message is published to a fresh JetStream stream with `Nats-Msg-Id` = its ID; one real worker process (the `./worker` binary, built for the run) consumes it, records it in the inbox, starts its workflow, charges through stripe-go and mails through sendgrid-go against the simulators, and records everything in a fresh Postgres database. A message is done when its `processed_messages` row exists and, when paid, its order's receipt reached a final state. The harness counts those with one query per poll; the in-flight limit is enforced on that count, so at small limits the poll interval itself costs throughput (about half an interval per message).\n")
@@ -161,7 +166,7 @@ func (r Report) Markdown(chart string) string {
 	b.WriteString("- **Temporal floor**: a bench-only workflow with two no-op local activities, started with `EnableEagerStart` from the client its worker uses, in the harness process; latency is start to result.\n")
 	b.WriteString("- **naive layout**: a bench-only workflow with two regular activities (`StartToCloseTimeout` 1 m, default retry policy) that charge and mail through the same clients, simulators and keys and record with plain SQL; its worker runs in the harness process and the workflows are started from a second client (no eager start); latency is start to result.\n")
 	b.WriteString("- **plain consumer**: per message one transaction — `INSERT INTO processed_messages … ON CONFLICT DO NOTHING`, and for a new message an upsert of its order row — with the same share of copies, on a pool of connections, no broker and no Temporal; its rate counts every message (copies included): its insert rate.\n")
-	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker process, the dev server and the harness, sampled at the start and end of each phase; `other` is the rest of the machine's busy time meanwhile (`/proc/stat`): Postgres, NATS and anything else that ran; `machine busy` is the share of both CPUs busy, everything included. Peak RSS is the worker's `VmHWM` at the end of the run.\n")
+	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker process, the dev server, the harness, every `postgres` process (the server and its per-connection backends) and `nats-server`, sampled at the start and end of each phase; `other` is the rest of the machine's busy time meanwhile (`/proc/stat`): the kernel's own work and anything else that ran; `machine busy` is the share of both CPUs busy, everything included. Peak RSS is the worker's `VmHWM` at the end of the run.\n")
 
 	b.WriteString("\n## Notes\n\n")
 	for _, n := range r.notes() {
@@ -188,8 +193,8 @@ func (r Report) notes() []string {
 	}
 	if u := float64(r.E2E.Unique); u > 0 {
 		c := r.E2E.CPU
-		n = append(n, fmt.Sprintf("CPU per unique e2e message: worker %.1f ms, dev server %.1f ms, harness %.1f ms, other (Postgres, NATS, …) %.1f ms. For comparison, the floor cost the dev server %.1f ms per workflow and the naive layout %.1f ms.",
-			c.Worker/u*1000, c.Server/u*1000, c.Harness/u*1000, c.Other/u*1000,
+		n = append(n, fmt.Sprintf("CPU per unique e2e message: worker %.1f ms, dev server %.1f ms, harness %.1f ms, Postgres %.1f ms, NATS %.1f ms, other %.1f ms. For comparison, the floor cost the dev server %.1f ms per workflow and the naive layout %.1f ms.",
+			c.Worker/u*1000, c.Server/u*1000, c.Harness/u*1000, c.Postgres/u*1000, c.NATS/u*1000, c.Other/u*1000,
 			perUnit(r.Floor.CPU.Server, r.Floor.Unique), perUnit(r.Naive.CPU.Server, r.Naive.Unique)))
 		if c.Server > c.Worker {
 			n = append(n, fmt.Sprintf("The dev server used more CPU than the worker during the e2e run (%.1f s against %.1f s): per message the Temporal server, not the worker's own code, is the larger cost on this machine. The e2e path cost the server %.1f× what the floor's shape does per workflow.",
@@ -215,6 +220,42 @@ func (r Report) notes() []string {
 	return n
 }
 
+// cpuSection renders where the CPU went, per unique message, for the e2e
+// path and the reference points, and the worker's profile.
+func (r Report) cpuSection() string {
+	var b strings.Builder
+	b.WriteString("\n## Where the CPU goes\n\n")
+	b.WriteString("CPU milliseconds per unique message (per workflow for the floor and the naive layout), by process, over each phase. With every process on the same 2 CPUs, `2000 / total` bounds the rate when the run is CPU-bound.\n\n")
+	b.WriteString("| approach | dev server | worker | harness | Postgres | NATS | other | total | bound (2 CPUs) | measured |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, x := range []struct {
+		name string
+		r    Result
+	}{{"e2e", r.E2E}, {"Temporal floor", r.Floor}, {"naive layout", r.Naive}, {"plain consumer (per message sent)", r.Plain}} {
+		n := x.r.Unique
+		if x.name == "plain consumer (per message sent)" {
+			n = x.r.Messages
+		}
+		if n == 0 {
+			continue
+		}
+		c := x.r.CPU
+		total := c.Server + c.Worker + c.Harness + c.Postgres + c.NATS + c.Other
+		bound := "-"
+		if total > 0 {
+			bound = fmt.Sprintf("%.0f/s", float64(n)/total*float64(max(1, r.Environment.CPUs)))
+		}
+		per := func(v float64) string { return fmt.Sprintf("%.1f", perUnit(v, n)) }
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | **%s** | %s | %s/s |\n", x.name,
+			per(c.Server), per(c.Worker), per(c.Harness), per(c.Postgres), per(c.NATS), per(c.Other), per(total), bound, fmtRate(x.r.Throughput))
+	}
+	b.WriteString("\nThe floor's workers run in the harness, so its worker cost shows under `harness`; the e2e path's harness cost is the simulators, the publisher and the poller.\n")
+	if r.WorkerProfileTop != "" {
+		fmt.Fprintf(&b, "\n### The worker's CPU profile\n\n%s, taken during the e2e run (`go tool pprof -top`, the first entries; the profile is `%s` beside this report):\n\n```\n%s\n```\n",
+			r.WorkerProfileWhat, r.WorkerProfileFile, strings.TrimSpace(r.WorkerProfileTop))
+	}
+	return b.String()
+}
+
 func perUnit(sec float64, n int) float64 {
 	if n == 0 {
 		return 0
@@ -236,6 +277,18 @@ func (r Report) WriteFiles(dir string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, base+".png"), pngBytes, 0o644); err != nil { //nolint:gosec // a report, meant to be read
 		return "", err
 	}
+	if len(r.WorkerProfile) > 0 {
+		r.WorkerProfileFile = base + "-worker-cpu.pprof"
+		path := filepath.Join(dir, r.WorkerProfileFile)
+		if err := os.WriteFile(path, r.WorkerProfile, 0o644); err != nil { //nolint:gosec // a report, meant to be read
+			return "", err
+		}
+		r.WorkerProfileTop = pprofTop(path)
+	}
+	md := filepath.Join(dir, base+".md")
+	if err := os.WriteFile(md, []byte(r.Markdown(base+".png")), 0o644); err != nil { //nolint:gosec // a report, meant to be read
+		return "", err
+	}
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err
@@ -243,9 +296,17 @@ func (r Report) WriteFiles(dir string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, base+".json"), js, 0o644); err != nil { //nolint:gosec // a report, meant to be read
 		return "", err
 	}
-	md := filepath.Join(dir, base+".md")
-	if err := os.WriteFile(md, []byte(r.Markdown(base+".png")), 0o644); err != nil { //nolint:gosec // a report, meant to be read
-		return "", err
-	}
 	return md, nil
+}
+
+// pprofTop is the first lines of `go tool pprof -top` of the profile at
+// path, or a line saying why there are none.
+func pprofTop(path string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=30", path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go tool pprof failed: %v\n%s", err, out)
+	}
+	return string(out)
 }

@@ -100,8 +100,9 @@ func machineBusy() (busy, total float64) {
 	return busy, total
 }
 
-// childPID finds a direct child of parent whose command name is comm, or 0.
-func childPID(parent int, comm string) int {
+// eachProcess calls fn with the PID, command name and parent PID of every
+// process in /proc.
+func eachProcess(fn func(pid int, comm string, ppid int)) {
 	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, d := range dirs {
 		b, err := os.ReadFile(d)
@@ -113,15 +114,50 @@ func childPID(parent int, comm string) int {
 			continue
 		}
 		f := strings.Fields(string(b[shut+1:]))
-		if len(f) < 2 || string(b[open+1:shut]) != comm {
+		if len(f) < 2 {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == parent {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:open])))
-			return pid
-		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:open])))
+		ppid, _ := strconv.Atoi(f[1])
+		fn(pid, string(b[open+1:shut]), ppid)
 	}
-	return 0
+}
+
+// childPID finds a direct child of parent whose command name is comm, or 0.
+func childPID(parent int, comm string) int {
+	found := 0
+	eachProcess(func(pid int, c string, ppid int) {
+		if found == 0 && c == comm && ppid == parent {
+			found = pid
+		}
+	})
+	return found
+}
+
+// commCPU maps every process's PID to its CPU seconds, for the processes
+// whose command name is one of comms, keyed by name: Postgres runs a process
+// per connection, so its CPU is the sum over them.
+func commCPU(comms ...string) map[string]map[int]float64 {
+	out := make(map[string]map[int]float64, len(comms))
+	for _, c := range comms {
+		out[c] = map[int]float64{}
+	}
+	eachProcess(func(pid int, comm string, _ int) {
+		if byPID, ok := out[comm]; ok {
+			byPID[pid] = cpuSeconds(pid)
+		}
+	})
+	return out
+}
+
+// grown sums what each process of after spent since before (a process
+// that started meanwhile counts from 0; one that ended is lost).
+func grown(before, after map[int]float64) float64 {
+	var s float64
+	for pid, t := range after {
+		s += max(0, t-before[pid])
+	}
+	return s
 }
 
 // usage samples the CPU time of the processes of a run, so a phase can
@@ -129,11 +165,13 @@ func childPID(parent int, comm string) int {
 type usage struct {
 	at                      time.Time
 	worker, server, harness float64
+	byComm                  map[string]map[int]float64
 	busy, total             float64
 }
 
 func sampleUsage(workerPID, serverPID int) usage {
 	u := usage{at: time.Now(), worker: cpuSeconds(workerPID), server: cpuSeconds(serverPID), harness: cpuSeconds(os.Getpid())}
+	u.byComm = commCPU("postgres", "nats-server")
 	u.busy, u.total = machineBusy()
 	return u
 }
@@ -147,20 +185,25 @@ type CPU struct {
 	// Harness is this process's: publisher, poller, simulators, and for the
 	// reference points their in-process workers.
 	Harness float64 `json:"harness_s"`
+	// Postgres is the CPU of every postgres process (the server and its
+	// per-connection backends), NATS the nats-server's.
+	Postgres float64 `json:"postgres_s"`
+	NATS     float64 `json:"nats_s"`
 	// MachineBusy is the share of all CPUs busy during the phase (0–1):
-	// whatever ran, Postgres and NATS included.
+	// whatever ran.
 	MachineBusy float64 `json:"machine_busy"`
-	// Other is the CPU seconds of everything else busy meanwhile: Postgres,
-	// NATS, and whatever else ran on the machine.
+	// Other is the CPU seconds of everything else busy meanwhile: the
+	// kernel's own work, and whatever else ran on the machine.
 	Other float64 `json:"other_s"`
 }
 
 func cpuBetween(a, b usage) CPU {
-	c := CPU{Worker: b.worker - a.worker, Server: b.server - a.server, Harness: b.harness - a.harness}
+	c := CPU{Worker: b.worker - a.worker, Server: b.server - a.server, Harness: b.harness - a.harness,
+		Postgres: grown(a.byComm["postgres"], b.byComm["postgres"]), NATS: grown(a.byComm["nats-server"], b.byComm["nats-server"])}
 	if dt := b.total - a.total; dt > 0 {
 		c.MachineBusy = (b.busy - a.busy) / dt
 		all := (b.busy - a.busy) / clockTicks // jiffies of every CPU, summed
-		c.Other = max(0, all-c.Worker-c.Server-c.Harness)
+		c.Other = max(0, all-c.Worker-c.Server-c.Harness-c.Postgres-c.NATS)
 	}
 	return c
 }

@@ -85,7 +85,7 @@ func runConcurrent(ctx context.Context, n, inFlight int, one func(ctx context.Co
 // beside it, eager start, two no-op local activities.
 func (s *stack) runFloor(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Name: "Temporal floor", InFlight: cfg.InFlight, Messages: cfg.FloorWorkflows, Unique: cfg.FloorWorkflows}
-	c, err := client.Dial(client.Options{HostPort: s.temporalAddr, Logger: quietLogger()})
+	c, err := client.Dial(s.clientOptions())
 	if err != nil {
 		return res, err
 	}
@@ -192,12 +192,12 @@ func (s *stack) runNaive(ctx context.Context, cfg Config, pl *planner) (Result, 
 	if err != nil {
 		return res, err
 	}
-	wc, err := client.Dial(client.Options{HostPort: s.temporalAddr, Logger: quietLogger()})
+	wc, err := client.Dial(s.clientOptions())
 	if err != nil {
 		return res, err
 	}
 	defer wc.Close()
-	starter, err := client.Dial(client.Options{HostPort: s.temporalAddr, Logger: quietLogger()})
+	starter, err := client.Dial(s.clientOptions())
 	if err != nil {
 		return res, err
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -29,6 +31,7 @@ import (
 	"github.com/effectively/effectively/internal/sim/sendgridsim"
 	"github.com/effectively/effectively/internal/sim/stripesim"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/internal/workerproc"
 	"github.com/effectively/effectively/workflows"
 )
@@ -43,6 +46,11 @@ type stack struct {
 
 	dbURL string
 	pool  *pgxpool.Pool
+
+	pprofAddr string // the worker's EFFECTIVELY_PPROF_ADDR
+	// compression is the gRPC compression of every client of the run,
+	// the worker's and the reference points' alike.
+	compression string
 
 	nc           *nats.Conn
 	js           jetstream.JetStream
@@ -105,7 +113,7 @@ func fileExists(p string) bool {
 // startStack brings up everything the run needs. On error, what was started
 // is stopped before it returns.
 func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
-	s := &stack{taskQueue: "effectively-bench-" + randomTag(4)}
+	s := &stack{taskQueue: "effectively-bench-" + randomTag(4), compression: cfg.GrpcCompression}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -199,7 +207,10 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	s.onClose(sg.Close)
 	s.stripeURL, s.sendgridURL = st.URL, sg.URL
 
-	// One real worker process.
+	// One real worker process, with its profiles on a free loopback port.
+	if s.pprofAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
 	s.workerBin = cfg.WorkerBin
 	if s.workerBin == "" {
 		dir, err := os.MkdirTemp("", "effectively-bench-")
@@ -224,6 +235,8 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 			"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m",
 			"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
 			"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
+			"EFFECTIVELY_PPROF_ADDR=" + s.pprofAddr,
+			temporalclient.EnvCompression + "=" + cfg.GrpcCompression,
 		}, cfg.WorkerEnv...),
 	})
 	if s.worker, err = workerproc.Start(s.workerBin, env); err != nil {
@@ -356,4 +369,60 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
+type profile struct {
+	data []byte
+	err  error
+}
+
+// profileWorker takes a CPU profile of the worker for seconds, in the
+// background; the channel yields it (or why there is none) when it ends.
+func (s *stack) profileWorker(ctx context.Context, seconds int) <-chan profile {
+	out := make(chan profile, 1)
+	if seconds <= 0 {
+		out <- profile{err: errors.New("not taken (-profile 0)")}
+		return out
+	}
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+30)*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(pctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprofAddr, seconds), nil)
+		if err != nil {
+			out <- profile{err: err}
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- profile{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("worker pprof answered %s: %s", resp.Status, data)
+		}
+		out <- profile{data: data, err: err}
+	}()
+	return out
+}
+
+// clientOptions are the options of the reference points' clients: the
+// dev server, no logs, and the run's gRPC compression.
+func (s *stack) clientOptions() client.Options {
+	o := client.Options{HostPort: s.temporalAddr, Logger: quietLogger()}
+	if s.compression == "none" {
+		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
+	return o
 }

@@ -34,6 +34,11 @@ type Config struct {
 	// DatabaseURL is the Postgres connection string (DATABASE_URL). Default
 	// store.DefaultURL.
 	DatabaseURL string
+	// DatabaseMaxConns bounds the worker's Postgres pool
+	// (DATABASE_MAX_CONNS). Default 32: room for the JetStream handlers
+	// (NATS_HANDLERS), the fast-path starters, the dispatcher, the outbox
+	// relay and the activities.
+	DatabaseMaxConns int
 	// TaskQueue is the Temporal task queue (EFFECTIVELY_TASK_QUEUE).
 	// Default workflows.DefaultTaskQueue.
 	TaskQueue string
@@ -44,11 +49,16 @@ type Config struct {
 	Email email.Config
 	// EmailPolicy is at-least-once (default) or at-most-once (EMAIL_POLICY).
 	EmailPolicy store.EmailPolicy
-	// Workflows holds activity timeouts (PAYMENT_SCHEDULE_TO_CLOSE, …).
+	// Workflows holds activity timeouts (PAYMENT_SCHEDULE_TO_CLOSE, …) and
+	// the local attempt before them (LOCAL_START_TO_CLOSE).
 	Workflows workflows.Config
 	// HealthAddr serves GET /healthz (EFFECTIVELY_HEALTH_ADDR). Default
 	// 127.0.0.1:8081; empty string "off" disables it.
 	HealthAddr string
+	// PprofAddr serves Go's profiles at /debug/pprof/ (EFFECTIVELY_PPROF_ADDR,
+	// e.g. 127.0.0.1:6060). Default off: profiles reveal internals, so bind
+	// it to loopback.
+	PprofAddr string
 	// LogLevel is debug, info (default), warn or error (LOG_LEVEL).
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
@@ -75,7 +85,10 @@ type NATS struct {
 	// NATS_CONSUMER (the durable name, default effectively-worker),
 	// NATS_ACK_WAIT (default 30s), NATS_MAX_DELIVER (default 5) and
 	// NATS_BACKOFF (the ack waits of the second, third, … delivery, comma
-	// separated, default 1m,5m,15m; "none" to use NATS_ACK_WAIT for all).
+	// separated, default 1m,5m,15m; "none" to use NATS_ACK_WAIT for all) and
+	// NATS_HANDLERS (deliveries settled at once, default 16, at least 1) and
+	// NATS_STARTERS (workflow starts in flight after the ack, default 32,
+	// at least 1).
 	JetStream intake.JetStreamConfig
 	// DuplicateWindow is the publish deduplication window of a stream the
 	// worker creates (NATS_DUPLICATE_WINDOW). Default 2m. An existing
@@ -98,6 +111,9 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // DefaultRetention is how long records are kept when RETENTION is not set.
 const DefaultRetention = 30 * 24 * time.Hour
+
+// DefaultDatabaseMaxConns is the worker's Postgres pool size.
+const DefaultDatabaseMaxConns = 32
 
 // FromEnv reads the configuration from the process environment.
 func FromEnv() (Config, error) { return Load(os.LookupEnv) }
@@ -147,17 +163,21 @@ func Load(env Lookup) (Config, error) {
 		}
 		return out
 	}
-	maxDeliver := intake.DefaultMaxDeliver
-	if v := get("NATS_MAX_DELIVER", ""); v != "" {
+	intOr := func(name string, def int) int {
+		v := get(name, "")
+		if v == "" {
+			return def
+		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%q: not a whole number", v))
+			errs = append(errs, fmt.Errorf("%s=%q: not a whole number", name, v))
 		}
-		maxDeliver = n
+		return n
 	}
 	c := Config{
-		DatabaseURL: get("DATABASE_URL", store.DefaultURL),
-		TaskQueue:   get("EFFECTIVELY_TASK_QUEUE", workflows.DefaultTaskQueue),
+		DatabaseURL:      get("DATABASE_URL", store.DefaultURL),
+		DatabaseMaxConns: intOr("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
+		TaskQueue:        get("EFFECTIVELY_TASK_QUEUE", workflows.DefaultTaskQueue),
 		Stripe: payment.Config{
 			APIKey:  get("STRIPE_API_KEY", ""),
 			BaseURL: get("STRIPE_BASE_URL", ""),
@@ -174,8 +194,10 @@ func Load(env Lookup) (Config, error) {
 			PaymentScheduleToClose: dur("PAYMENT_SCHEDULE_TO_CLOSE"),
 			EmailStartToClose:      dur("EMAIL_START_TO_CLOSE"),
 			EmailScheduleToClose:   dur("EMAIL_SCHEDULE_TO_CLOSE"),
+			LocalStartToClose:      dur("LOCAL_START_TO_CLOSE"),
 		},
 		HealthAddr: get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
+		PprofAddr:  get("EFFECTIVELY_PPROF_ADDR", ""),
 		NATS: NATS{
 			URL: get("NATS_URL", DefaultNATSURL),
 			JetStream: intake.JetStreamConfig{
@@ -183,8 +205,10 @@ func Load(env Lookup) (Config, error) {
 				Subject:    get("NATS_SUBJECT", intake.DefaultSubject),
 				Durable:    get("NATS_CONSUMER", intake.DefaultDurable),
 				AckWait:    durOr("NATS_ACK_WAIT", intake.DefaultAckWait),
-				MaxDeliver: maxDeliver,
+				MaxDeliver: intOr("NATS_MAX_DELIVER", intake.DefaultMaxDeliver),
 				BackOff:    backoff("NATS_BACKOFF"),
+				Handlers:   intOr("NATS_HANDLERS", intake.DefaultHandlers),
+				Starters:   intOr("NATS_STARTERS", intake.DefaultStarters),
 			},
 			DuplicateWindow: durOr("NATS_DUPLICATE_WINDOW", intake.DefaultDuplicateWindow),
 			EventsStream:    get("NATS_EVENTS_STREAM", outbox.DefaultStream),
@@ -221,6 +245,9 @@ func (c Config) Validate() error {
 	case store.AtLeastOnce, store.AtMostOnce:
 	default:
 		errs = append(errs, fmt.Errorf("EMAIL_POLICY=%q: use %s or %s", c.EmailPolicy, store.AtLeastOnce, store.AtMostOnce))
+	}
+	if c.DatabaseMaxConns < 4 || c.DatabaseMaxConns > 1000 {
+		errs = append(errs, fmt.Errorf("DATABASE_MAX_CONNS=%d: must be between 4 and 1000", c.DatabaseMaxConns))
 	}
 	errs = append(errs, c.validateBroker()...)
 	if err := c.Workflows.Validate(); err != nil {
@@ -273,6 +300,12 @@ func (c Config) validateBroker() []error {
 	case len(js.BackOff) > 0 && js.MaxDeliver <= len(js.BackOff)+1:
 		errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%d: must exceed the %d ack waits given by NATS_ACK_WAIT and NATS_BACKOFF (JetStream refuses otherwise)", js.MaxDeliver, len(js.BackOff)+1))
 	}
+	if js.Handlers < 1 {
+		errs = append(errs, fmt.Errorf("NATS_HANDLERS=%d: must be at least 1", js.Handlers))
+	}
+	if js.Starters < 1 {
+		errs = append(errs, fmt.Errorf("NATS_STARTERS=%d: must be at least 1", js.Starters))
+	}
 	if n.DuplicateWindow <= 0 {
 		errs = append(errs, fmt.Errorf("NATS_DUPLICATE_WINDOW=%s: must be positive", n.DuplicateWindow))
 	}
@@ -320,16 +353,20 @@ func (c Config) LogValue() slog.Value {
 	}
 	return slog.GroupValue(
 		slog.String("task_queue", c.TaskQueue),
+		slog.Int("database_max_conns", c.DatabaseMaxConns),
 		slog.String("stripe_base_url", base(c.Stripe.BaseURL, "https://api.stripe.com")),
 		slog.String("stripe_api_key", set(c.Stripe.APIKey)),
 		slog.String("sendgrid_base_url", base(c.Email.BaseURL, "https://api.sendgrid.com")),
 		slog.String("sendgrid_api_key", set(c.Email.APIKey)),
 		slog.String("email_policy", string(c.EmailPolicy)),
 		slog.String("health_addr", c.HealthAddr),
+		slog.String("pprof_addr", base(c.PprofAddr, "off")),
 		slog.String("nats_url", base(redactURL(c.NATS.URL), "off")),
 		slog.String("nats_stream", c.NATS.JetStream.Stream),
 		slog.String("nats_subject", c.NATS.JetStream.Subject),
 		slog.String("nats_consumer", c.NATS.JetStream.Durable),
+		slog.Int("nats_handlers", c.NATS.JetStream.Handlers),
+		slog.Int("nats_starters", c.NATS.JetStream.Starters),
 		slog.String("retention", c.Retention.String()),
 	)
 }

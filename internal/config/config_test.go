@@ -32,6 +32,8 @@ func TestValidateNamesTheVariable(t *testing.T) {
 		"key window":    {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "30h"}, "24h0m0s"},
 		"bad duration":  {map[string]string{"PAYMENT_SCHEDULE_TO_CLOSE": "soon"}, "PAYMENT_SCHEDULE_TO_CLOSE"},
 		"bad log level": {map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		"local budget":  {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "23h", "LOCAL_START_TO_CLOSE": "1m"}, "local attempt"},
+		"tiny pool":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "DATABASE_MAX_CONNS": "2"}, "DATABASE_MAX_CONNS"},
 	}
 	for name, tt := range tests {
 		c, err := Load(env(tt.env))

@@ -21,7 +21,7 @@ func TestNATSDefaults(t *testing.T) {
 	if !c.NATS.Enabled() || c.NATS.URL != DefaultNATSURL || js.Stream != "EFFECTIVELY" || js.Subject != "effectively.messages.>" ||
 		js.Durable != "effectively-worker" || js.AckWait != 30*time.Second || js.MaxDeliver != 5 ||
 		!reflect.DeepEqual(js.BackOff, intake.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
-		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute {
+		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 16 {
 		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
 	}
 	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour {
@@ -43,12 +43,15 @@ func TestNATSSettings(t *testing.T) {
 	if c.NATS.Enabled() || c.Retention != 45*24*time.Hour || c.NATS.JetStream.BackOff == nil || len(c.NATS.JetStream.BackOff) != 0 {
 		t.Fatalf("settings not applied: %+v retention %s", c.NATS, c.Retention)
 	}
-	c, err = Load(env(map[string]string{"NATS_BACKOFF": "10s, 1m", "NATS_MAX_DELIVER": "4"}))
+	c, err = Load(env(map[string]string{"NATS_BACKOFF": "10s, 1m", "NATS_MAX_DELIVER": "4", "NATS_HANDLERS": "3"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []time.Duration{10 * time.Second, time.Minute}; !reflect.DeepEqual(c.NATS.JetStream.BackOff, want) || c.NATS.JetStream.MaxDeliver != 4 {
 		t.Fatalf("backoff = %v, max deliver %d", c.NATS.JetStream.BackOff, c.NATS.JetStream.MaxDeliver)
+	}
+	if c.NATS.JetStream.Handlers != 3 {
+		t.Fatalf("handlers = %d, want 3 from NATS_HANDLERS", c.NATS.JetStream.Handlers)
 	}
 }
 
@@ -71,6 +74,10 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		"negative retention":          {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
 		"negative ack wait":           {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
 		"bad events prefix":           {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
+		"no handlers":                 {map[string]string{"NATS_HANDLERS": "0"}, "NATS_HANDLERS"},
+		"negative handlers":           {map[string]string{"NATS_HANDLERS": "-2"}, "NATS_HANDLERS"},
+		"handlers not a number":       {map[string]string{"NATS_HANDLERS": "lots"}, "NATS_HANDLERS"},
+		"no starters":                 {map[string]string{"NATS_STARTERS": "0"}, "NATS_STARTERS"},
 	}
 	for name, tt := range tests {
 		m := map[string]string{}

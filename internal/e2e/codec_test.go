@@ -49,10 +49,12 @@ func TestCodecKeepsPIIOutOfHistory(t *testing.T) {
 		keys := newTestKeyring(t)
 		dc := codec.NewDataConverter(keys)
 		s := testenv.NewStack(t, testenv.StackOptions{DataConverter: dc, FailureConverter: codec.NewFailureConverter(dc)})
-		// One refused receipt, matched by recipient: the history then holds
-		// a failure, and the fault firing proves the activity saw the
-		// decrypted address.
-		s.Sims.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{To: "ada@example.com"}, Kind: sendgridsim.FaultErrorBefore, Times: 1})
+		// The receipt is refused twice, matched by recipient: by the local
+		// attempt (its error travels as an encrypted result) and by the
+		// first regular attempt, which leaves a failure in the history; the
+		// faults firing prove the activity saw the decrypted address.
+		const refusals = 2
+		s.Sims.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{To: "ada@example.com"}, Kind: sendgridsim.FaultErrorBefore, Times: refusals})
 		wfID := runPIIOrder(t, s)
 
 		// The codec client reads the result.
@@ -60,8 +62,8 @@ func TestCodecKeepsPIIOutOfHistory(t *testing.T) {
 		if st.Outcome != workflows.OutcomeCompleted || st.OrderID != piiOrderID || st.Payment == nil || st.Payment.PaymentIntentID == "" {
 			t.Fatalf("result through the codec client = %+v", st)
 		}
-		if got := s.Sims.SendGrid.Stats().FaultsFired; got != 1 {
-			t.Errorf("sendgrid faults fired = %d, want 1", got)
+		if got := s.Sims.SendGrid.Stats().FaultsFired; got != refusals {
+			t.Errorf("sendgrid faults fired = %d, want %d", got, refusals)
 		}
 		if ms := s.Sims.SendGrid.Messages(); len(ms) != 1 || len(ms[0].To) != 1 || ms[0].To[0] != "ada@example.com" {
 			t.Errorf("receipts delivered = %+v, want one to ada@example.com", ms)
@@ -79,11 +81,11 @@ func TestCodecKeepsPIIOutOfHistory(t *testing.T) {
 			t.Errorf("payload not encrypted: %s", path)
 		}
 		if h.failures == 0 {
-			t.Error("history holds no failure: the refused receipt should have left one")
+			t.Error("history holds no failure: the refused regular attempt should have left one")
 		}
-		for _, msg := range h.failureMessages {
+		for i, msg := range h.failureMessages {
 			if msg != "Encoded failure" {
-				t.Errorf("failure message in plaintext: %q", msg)
+				t.Errorf("failure message in plaintext at %s: %q", h.failurePaths[i], msg)
 			}
 		}
 
@@ -183,6 +185,7 @@ type historyScan struct {
 	// failures counts Failure messages; failureMessages are their messages.
 	failures        int
 	failureMessages []string
+	failurePaths    []string
 	// summary is the static summary and input the input of the started event.
 	summary *commonpb.Payload
 	input   *commonpb.Payloads
@@ -262,6 +265,7 @@ func (h *historyScan) walk(m protoreflect.Message, path string) {
 	case *failurepb.Failure:
 		h.failures++
 		h.failureMessages = append(h.failureMessages, v.GetMessage())
+		h.failurePaths = append(h.failurePaths, path)
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
 		p := path + "." + string(fd.Name())

@@ -218,26 +218,3 @@ func (in *Intake) startRecorded(ctx context.Context, p store.PendingMessage) (wo
 	started, err = in.Start(ctx, m)
 	return wfID, started, err
 }
-
-// DispatchOne starts the workflow of the pending row (consumer, messageID)
-// and marks it dispatched, holding the row's lock so that no dispatcher
-// starts it at the same time. It reports claimed=false when the row is not
-// pending (already dispatched) or another dispatcher holds it: either way
-// its start is in other hands.
-func (in *Intake) DispatchOne(ctx context.Context, consumer, messageID string) (claimed, started bool, err error) {
-	var startErr error
-	claimed, err = in.store.DispatchOne(ctx, consumer, messageID, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
-		p := batch[0]
-		wfID, s, err := in.startRecorded(ctx, p)
-		if err != nil && !errors.Is(err, errUnstartable) {
-			startErr = err
-			return nil
-		}
-		started = s
-		return []store.Dispatched{{Consumer: p.Consumer, MessageID: p.MessageID, WorkflowID: wfID}}
-	})
-	if err == nil {
-		err = startErr
-	}
-	return claimed, started, err
-}

@@ -57,6 +57,13 @@ type Config struct {
 	// server is busy, or the same ID closed a moment ago) is retried.
 	// Default 5.
 	StartRetries int
+	// EagerStart asks the server to hand each new workflow's first task
+	// straight back to this process (Temporal's eager workflow start): set
+	// it when a worker polling TaskQueue runs in this process on the same
+	// client, as in the worker. It saves a task queue round trip per
+	// message; when the worker has no free slot, or the server does not
+	// allow eager starts, the start is an ordinary one.
+	EagerStart bool
 }
 
 // Intake accepts messages from any source.
@@ -102,11 +109,8 @@ func (in *Intake) AcceptMessage(ctx context.Context, m *message.Message, source 
 		return rec.Result, err
 	}
 	res := rec.Result
-	started, err := in.Start(ctx, m)
+	started, err := in.Dispatch(ctx, m)
 	if err != nil {
-		return Result{}, err
-	}
-	if err := in.store.MarkDispatched(ctx, m.Consumer, m.ID, res.WorkflowID); err != nil {
 		return Result{}, err
 	}
 	res.Status = StatusStarted
@@ -115,6 +119,25 @@ func (in *Intake) AcceptMessage(ctx context.Context, m *message.Message, source 
 		res.Status = StatusDuplicate
 	}
 	return res, nil
+}
+
+// Dispatch starts the workflow of a recorded message and marks its inbox
+// row dispatched. It takes no lock: a dispatcher that starts the same row
+// meanwhile gets "already started", which is settled as a duplicate start,
+// so the row's workflow starts once either way. On error the row stays
+// pending for the Dispatcher.
+func (in *Intake) Dispatch(ctx context.Context, m *message.Message) (started bool, err error) {
+	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	if err != nil {
+		return false, err
+	}
+	if started, err = in.Start(ctx, m); err != nil {
+		return false, err
+	}
+	if err := in.store.MarkDispatched(ctx, m.Consumer, m.ID, wfID); err != nil {
+		return started, err
+	}
+	return started, nil
 }
 
 // Recorded is the outcome of recording one message in the inbox, before any
@@ -251,6 +274,7 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 	}
 	input := workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *m.OrderPlaced}
 	opts := StartOptions(in.cfg.TaskQueue, wfID, m)
+	opts.EnableEagerStart = in.cfg.EagerStart
 	backoff := 100 * time.Millisecond
 	for try := 0; ; try++ {
 		_, err = in.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, input)

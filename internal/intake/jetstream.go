@@ -37,6 +37,11 @@ const (
 	// DefaultDuplicateWindow is the publish deduplication window of a stream
 	// the worker creates (JetStream's own default).
 	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultHandlers is how many deliveries a Consumer settles at once.
+	DefaultHandlers = 16
+	// DefaultStarters is how many workflow starts a Consumer has in flight
+	// on its fast path.
+	DefaultStarters = 32
 	// SourceJetStream is the source recorded for messages from the broker.
 	SourceJetStream = "jetstream"
 )
@@ -74,11 +79,20 @@ type JetStreamConfig struct {
 	MaxAckPending int
 	// FetchBatch is how many messages one pull asks for. Default 100.
 	FetchBatch int
+	// Handlers is how many deliveries are settled at once: the handler
+	// goroutines that record a delivery and then ack it, each holding one
+	// Postgres connection while it records, so the store's pool should
+	// have room for them besides the Starters. Fetching goes on while they
+	// work and waits when all of them are busy. Default DefaultHandlers.
+	Handlers int
 	// FetchWait is how long a pull waits for messages; it bounds how long a
 	// shutdown waits for the pull in flight. Default 1s.
 	FetchWait time.Duration
 	// Starters is how many goroutines start workflows right after the ack
-	// (the fast path; the Dispatcher is the slow one). Default 4.
+	// (the fast path; the Dispatcher is the slow one). A start waits for
+	// the server's answer, so this bounds the starts in flight; each then
+	// holds a Postgres connection only for the mark that follows. Default
+	// DefaultStarters.
 	Starters int
 	// Logger receives a line per quarantined, failed and redelivered
 	// message. Default slog.Default().
@@ -113,8 +127,11 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 	if c.FetchWait <= 0 {
 		c.FetchWait = time.Second
 	}
+	if c.Handlers <= 0 {
+		c.Handlers = DefaultHandlers
+	}
 	if c.Starters <= 0 {
-		c.Starters = 4
+		c.Starters = DefaultStarters
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -202,6 +219,13 @@ type ConsumerStats struct {
 // and then starts its workflow on the fast path; what the fast path does not
 // finish, a Dispatcher does.
 //
+// Deliveries are settled concurrently, up to JetStreamConfig.Handlers at a
+// time, in no particular order: each one still goes through the steps above
+// in that order. Copies of one message settled at the same moment are safe:
+// the inbox keeps one row, counts the others as duplicates and lets one
+// start through. Of two payloads under one ID, the one whose row commits
+// first is kept and the other quarantined as a payload mismatch.
+//
 // A delivery that cannot be recorded (Postgres unreachable) is never acked:
 // it is handed back with a delay, and after MaxDeliver deliveries it is
 // quarantined with its raw bytes, so a message the inbox cannot take does not
@@ -273,34 +297,53 @@ func (c *Consumer) Redelivery(ctx context.Context) (retention.Redelivery, time.D
 	return r, si.Config.Duplicates, nil
 }
 
-type inboxKey struct{ consumer, messageID string }
-
-// Run fetches and records messages until ctx ends. On shutdown it stops
-// fetching, settles every message already fetched (record, ack or hand
-// back), lets the workflow starts in flight finish and returns nil; queued
-// starts are left pending for a Dispatcher.
+// Run fetches and records messages until ctx ends. Handlers goroutines
+// settle the fetched deliveries while the next ones are fetched; when all of
+// them are busy, fetching waits. On shutdown it stops fetching, settles every
+// message already fetched (record, ack or hand back), lets the workflow
+// starts in flight finish and returns nil; queued starts are left pending for
+// a Dispatcher.
 func (c *Consumer) Run(ctx context.Context) error {
-	starts := make(chan inboxKey, c.cfg.FetchBatch*2)
-	var wg sync.WaitGroup
+	starts := make(chan *message.Message, c.cfg.FetchBatch*2)
+	var starters sync.WaitGroup
 	for range c.cfg.Starters {
-		wg.Go(func() {
-			for k := range starts {
+		starters.Go(func() {
+			for m := range starts {
 				if ctx.Err() != nil {
 					continue // left pending: the next dispatcher pass starts it
 				}
-				c.startFast(ctx, k)
+				c.startFast(ctx, m)
 			}
 		})
 	}
-	defer wg.Wait()
-	defer close(starts)
+	// Unbuffered: a delivery is handed over only to a free handler, so the
+	// fetch loop holds at most one message that no handler has.
+	deliveries := make(chan jetstream.Msg)
+	var handlers sync.WaitGroup
+	for range c.cfg.Handlers {
+		handlers.Go(func() {
+			for msg := range deliveries {
+				c.handle(ctx, msg, starts)
+			}
+		})
+	}
+	defer func() {
+		// Every fetched delivery has been handed to a handler. Let them
+		// settle it; only then can no handler send on starts any more.
+		close(deliveries)
+		handlers.Wait()
+		close(starts)
+		starters.Wait()
+	}()
 
 	pause := c.cfg.FetchWait
 	for ctx.Err() == nil {
 		batch, err := c.cons.Fetch(c.cfg.FetchBatch, jetstream.FetchMaxWait(c.cfg.FetchWait))
 		if err == nil {
+			// The whole batch is handed out even when ctx ends meanwhile:
+			// a fetched message is settled, not left to its ack wait.
 			for msg := range batch.Messages() {
-				c.handle(ctx, msg, starts)
+				deliveries <- msg
 			}
 			err = batch.Error()
 		}
@@ -318,14 +361,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// startFast starts the workflow of a message just acked. A failure is only
-// logged: the row stays pending and a Dispatcher pass starts it.
-func (c *Consumer) startFast(ctx context.Context, k inboxKey) {
+// startFast starts the workflow of a message just acked, and marks its
+// inbox row dispatched, without holding the row's lock across the start (a
+// Dispatcher only takes rows older than its MinAge, and a start it makes
+// anyway is refused as already started). A failure is only logged: the row
+// stays pending and a Dispatcher pass starts it.
+func (c *Consumer) startFast(ctx context.Context, m *message.Message) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_, started, err := c.in.DispatchOne(sctx, k.consumer, k.messageID)
+	started, err := c.in.Dispatch(sctx, m)
 	if err != nil {
-		c.cfg.Logger.Warn("start after ack failed; the dispatcher will retry", "message_id", k.messageID, "error", err.Error())
+		c.cfg.Logger.Warn("start after ack failed; the dispatcher will retry", "message_id", m.ID, "error", err.Error())
 		return
 	}
 	if started {
@@ -333,10 +379,10 @@ func (c *Consumer) startFast(ctx context.Context, k inboxKey) {
 	}
 }
 
-// handle settles one delivery. It is called with the Run context, which may
-// already be cancelled: a fetched message is settled anyway, within its ack
-// wait.
-func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- inboxKey) {
+// handle settles one delivery; up to Handlers calls run at once. It is
+// called with the Run context, which may already be cancelled: a fetched
+// message is settled anyway, within its ack wait.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- *message.Message) {
 	c.stats.delivered.Add(1)
 	received := time.Now()
 	md, err := msg.Metadata()
@@ -366,15 +412,21 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 		c.cfg.Logger.Info("redelivered or republished copy recognised", "message_id", rec.MessageID,
 			"stream_seq", md.Sequence.Stream, "delivery", md.NumDelivered)
 	}
-	// DoubleAck waits for the broker to confirm: an ack lost on the way
-	// means one more (recognised) delivery, nothing worse.
-	if err := msg.DoubleAck(hctx); err != nil {
-		c.cfg.Logger.Warn("ack not confirmed; the redelivery will be recognised", "message_id", rec.MessageID,
+	// A plain ack, not waiting for the broker's confirmation (DoubleAck
+	// would cost a round trip per message): an ack lost on the way means
+	// one more delivery, which the inbox recognises, nothing worse.
+	if err := msg.Ack(); err != nil {
+		c.cfg.Logger.Warn("ack not sent; the redelivery will be recognised", "message_id", rec.MessageID,
 			"stream_seq", md.Sequence.Stream, "error", err.Error())
 	}
-	if rec.Pending && rec.Message != nil {
+	// Only the delivery that created the row starts the workflow: a copy
+	// of a row still pending is most likely being started right now (by
+	// this or another process), so a start from the copy would cost a
+	// Temporal call just to be refused. Were the first start lost (a
+	// crash after the ack), the Dispatcher starts the row.
+	if rec.New && rec.Pending && rec.Message != nil {
 		select {
-		case starts <- inboxKey{rec.Message.Consumer, rec.Message.ID}:
+		case starts <- rec.Message:
 		default: // starters busy: the dispatcher picks it up
 		}
 	}

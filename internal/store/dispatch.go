@@ -64,32 +64,6 @@ func (s *Store) DispatchPending(ctx context.Context, limit int, minAge time.Dura
 	return n, err
 }
 
-// DispatchOne is DispatchPending for the single row (consumer, messageID),
-// whatever its age. It reports claimed=false, without calling fn, when the
-// row is not pending or another dispatcher holds it right now.
-func (s *Store) DispatchOne(ctx context.Context, consumer, messageID string, fn DispatchFunc) (claimed bool, err error) {
-	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT consumer, message_id, payload, received_at FROM inbox
-			 WHERE consumer = $1 AND message_id = $2 AND state = 'pending'
-			 FOR UPDATE SKIP LOCKED`, consumer, messageID)
-		if err != nil {
-			return fmt.Errorf("claim inbox row %s/%s: %w", consumer, messageID, translate(err))
-		}
-		batch, err := pgx.CollectRows(rows, scanPending)
-		if err != nil {
-			return fmt.Errorf("claim inbox row %s/%s: %w", consumer, messageID, translate(err))
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		claimed = true
-		_, err = markDispatched(ctx, tx, fn(ctx, batch))
-		return err
-	})
-	return claimed, err
-}
-
 func scanPending(row pgx.CollectableRow) (PendingMessage, error) {
 	var p PendingMessage
 	err := row.Scan(&p.Consumer, &p.MessageID, &p.Payload, &p.ReceivedAt)

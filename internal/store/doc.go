@@ -13,8 +13,11 @@
 // change commits in one transaction with the processed-message row that
 // records it, so there is no moment when one exists without the other.
 //
-// The effect ledger's transitions are compare-and-set on (state, attempt): an
-// activity attempt that was superseded by a newer one (it timed out, and the
-// retry is already running) finds its update matching no row and gets
-// ErrFenced instead of overwriting the newer state.
+// The effect ledger's transitions are compare-and-set on (state, claim),
+// where claim is a fencing token the database counts up at every claim of a
+// row (not Temporal's attempt number, which starts again at 1 for a local
+// activity after a worker crash). A caller whose claim was superseded (it
+// timed out, and the retry or the regular-activity fallback claimed the row
+// since) finds its update matching no row and gets ErrFenced instead of
+// overwriting the newer state.
 package store

@@ -31,7 +31,6 @@ type EmailClaim struct {
 	OrderID     int64
 	Key         string // "email:<message id>"
 	RequestHash string
-	Attempt     int32
 	Policy      EmailPolicy
 }
 
@@ -44,28 +43,40 @@ const (
 	EmailSend EmailDecision = "send"
 	// EmailDone: the ledger already has an outcome; do not send.
 	EmailDone EmailDecision = "done"
-	// EmailUnknown: at-most-once found an earlier attempt in flight; the row
+	// EmailUnknown: at-most-once found an earlier claim in flight; the row
 	// is now marked unknown and nothing is sent.
 	EmailUnknown EmailDecision = "unknown"
-	// EmailFenced: a newer attempt owns the row.
-	EmailFenced EmailDecision = "fenced"
 )
 
 // ClaimEmail consults and claims the ledger row of an email before it is
-// sent. Under AtMostOnce the in_flight state commits before the send.
+// sent. Under AtMostOnce the in_flight state commits before the send. For
+// EmailSend the returned Effect's Claim is the fencing token the record must
+// present.
 func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Effect, error) {
 	var (
 		decision EmailDecision
 		effect   Effect
 	)
+	if c.Policy != AtMostOnce {
+		// The common case in one statement: the claim, and the order's
+		// receipt marked sending. A row it cannot take (already settled,
+		// or claimed for another request) is sorted out below.
+		e, err := scanEffect(s.pool.QueryRow(ctx, claimEmailSQL, c.Key, KindEmail, c.Consumer, c.MessageID, c.RequestHash, StateClaimed, c.OrderID))
+		if err == nil {
+			return EmailSend, e, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return "", Effect{}, fmt.Errorf("claim email %s: %w", c.Key, err)
+		}
+	}
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if c.Policy == AtMostOnce {
-			// An in_flight row left by an earlier attempt means a send may
+			// An in_flight row left by an earlier claim means a send may
 			// have happened: settle it as unknown instead of sending again.
 			e, err := scanEffect(tx.QueryRow(ctx, `
 				UPDATE effects SET state = 'unknown', error = 'an earlier attempt may have sent it; not resent under at-most-once', updated_at = now()
-				 WHERE key = $1 AND state = 'in_flight' AND attempt < $2
-				RETURNING `+effectColumns, c.Key, c.Attempt))
+				 WHERE key = $1 AND state = 'in_flight'
+				RETURNING `+effectColumns, c.Key))
 			if err == nil {
 				decision, effect = EmailUnknown, e
 				return markReceipt(ctx, tx, c.OrderID, "unknown")
@@ -80,25 +91,30 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 		}
 		e, owned, err := claimEffect(ctx, tx, EffectClaim{
 			Key: c.Key, Kind: KindEmail, Consumer: c.Consumer, MessageID: c.MessageID,
-			RequestHash: c.RequestHash, Attempt: c.Attempt, State: state,
+			RequestHash: c.RequestHash, State: state,
 		})
 		if err != nil {
 			return err
 		}
 		effect = e
-		switch {
-		case owned:
-			decision = EmailSend
-			return markReceipt(ctx, tx, c.OrderID, "sending")
-		case e.Terminal():
+		if !owned {
+			// Only a terminal row is not taken: the outcome is recorded.
 			decision = EmailDone
-		default:
-			decision = EmailFenced
+			return nil
 		}
-		return nil
+		decision = EmailSend
+		return markReceipt(ctx, tx, c.OrderID, "sending")
 	})
 	return decision, effect, err
 }
+
+// claimEmailSQL is claimEffectSQL and, when it took the row, the order's
+// ($7) receipt marked sending, in one statement.
+const claimEmailSQL = `WITH claimed AS (` + claimEffectSQL + ` RETURNING *
+	), mark AS (
+		UPDATE orders SET receipt_status = 'sending', updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM claimed)
+	)
+	SELECT ` + effectColumns + ` FROM claimed`
 
 func markReceipt(ctx context.Context, tx pgx.Tx, orderID int64, status string) error {
 	if _, err := tx.Exec(ctx, `UPDATE orders SET receipt_status = $2, updated_at = now() WHERE id = $1`, orderID, status); err != nil {
@@ -108,28 +124,22 @@ func markReceipt(ctx context.Context, tx pgx.Tx, orderID int64, status string) e
 }
 
 // RecordEmailSent records SendGrid's acceptance (its X-Message-Id) and the
-// order's receipt status in one transaction. Idempotent; ErrFenced for a
-// superseded attempt.
-func (s *Store) RecordEmailSent(ctx context.Context, key string, attempt int32, orderID int64, providerMessageID string) (already bool, err error) {
-	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		already, err = settleEffect(ctx, tx, key, attempt, StateSucceeded, providerMessageID, map[string]any{"x_message_id": providerMessageID}, "")
-		if err != nil || already {
-			return err
-		}
-		return markReceipt(ctx, tx, orderID, "sent")
-	})
-	return already, err
+// order's receipt status in one statement, under the claim ClaimEmail
+// returned. Idempotent; ErrFenced for a superseded claim.
+func (s *Store) RecordEmailSent(ctx context.Context, key string, claim int32, orderID int64, providerMessageID string) (already bool, err error) {
+	return s.settleAnd(ctx, settleReceiptSQL, key, claim, StateSucceeded, providerMessageID,
+		map[string]any{"x_message_id": providerMessageID}, "", orderID, "sent")
 }
 
 // RecordEmailFailed records a send SendGrid refused for good (an invalid
-// address, say). Idempotent; ErrFenced for a superseded attempt.
-func (s *Store) RecordEmailFailed(ctx context.Context, key string, attempt int32, orderID int64, reason string) (already bool, err error) {
-	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		already, err = settleEffect(ctx, tx, key, attempt, StateFailed, "", nil, reason)
-		if err != nil || already {
-			return err
-		}
-		return markReceipt(ctx, tx, orderID, "failed")
-	})
-	return already, err
+// address, say). Idempotent; ErrFenced for a superseded claim.
+func (s *Store) RecordEmailFailed(ctx context.Context, key string, claim int32, orderID int64, reason string) (already bool, err error) {
+	return s.settleAnd(ctx, settleReceiptSQL, key, claim, StateFailed, "", nil, reason, orderID, "failed")
 }
+
+// settleReceiptSQL settles an email's ledger row and, in the same
+// statement, sets the order's ($7) receipt status ($8).
+const settleReceiptSQL = settleCTE + `, mark AS (
+		UPDATE orders SET receipt_status = $8, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM settled)
+	)
+	SELECT count(*) FROM settled`

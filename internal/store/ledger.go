@@ -33,7 +33,6 @@ type EffectClaim struct {
 	Consumer    string
 	MessageID   string
 	RequestHash string // hash of the request the key stands for
-	Attempt     int32  // the activity attempt claiming the row
 	// State is the state to claim into: StateClaimed, or StateInFlight for an
 	// effect that is recorded as in flight before the call (at-most-once).
 	State string
@@ -41,12 +40,14 @@ type EffectClaim struct {
 
 // Effect is one ledger row.
 type Effect struct {
-	Key         string          `json:"key"`
-	Kind        string          `json:"kind"`
-	Consumer    string          `json:"consumer"`
-	MessageID   string          `json:"message_id"`
-	State       string          `json:"state"`
-	Attempt     int32           `json:"attempt"`
+	Key       string `json:"key"`
+	Kind      string `json:"kind"`
+	Consumer  string `json:"consumer"`
+	MessageID string `json:"message_id"`
+	State     string `json:"state"`
+	// Claim is the fencing token: the number of the claim that owns the
+	// row, counted by the database (1 for the first claim).
+	Claim       int32           `json:"claim"`
 	ProviderRef string          `json:"provider_ref,omitempty"`
 	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error,omitempty"`
@@ -59,30 +60,40 @@ func (e Effect) Terminal() bool {
 	return e.State == StateSucceeded || e.State == StateFailed || e.State == StateUnknown
 }
 
-const effectColumns = `key, kind, consumer, message_id, state, attempt, coalesce(provider_ref, ''), result, coalesce(error, ''), created_at, updated_at`
+const effectColumns = `key, kind, consumer, message_id, state, claim, coalesce(provider_ref, ''), result, coalesce(error, ''), created_at, updated_at`
 
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
-	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Attempt, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt)
 	return e, translate(err)
 }
 
-// claimEffect takes the ledger row for c.Key for attempt c.Attempt, creating
-// it if needed. It returns the row as it now stands and whether this attempt
-// owns it. A terminal row is never claimed; a row held by a newer attempt is
-// not taken (the caller is a zombie); a row for a different request is
+// claimEffectSQL creates the ledger row ($1 key, $2 kind, $3 consumer, $4
+// message ID, $5 request hash, $6 state) under claim 1, or takes a
+// non-terminal row for the same request over under the next claim.
+const claimEffectSQL = `
+		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+		VALUES ($1, $2, $3, $4, $5, $6, 1)` + takeOverEffect
+
+// takeOverEffect ends an insert into effects: an existing row is taken
+// over under the next claim when it is not terminal and stands for the
+// same request.
+const takeOverEffect = `
+		ON CONFLICT (key) DO UPDATE
+		   SET claim = effects.claim + 1, state = EXCLUDED.state, updated_at = now()
+		 WHERE effects.state IN ('claimed', 'in_flight')
+		   AND effects.request_sha256 = EXCLUDED.request_sha256`
+
+// claimEffect takes the ledger row for c.Key, creating it if needed, and
+// returns it as it now stands and whether this caller owns it. Each claim
+// increments the row's claim number, the fencing token the caller settles
+// with: a caller that claimed earlier (a timed-out attempt still running, a
+// local activity abandoned for its regular fallback) can no longer settle
+// the row. A terminal row is never claimed; a row for a different request is
 // ErrMismatch.
 func claimEffect(ctx context.Context, tx pgx.Tx, c EffectClaim) (Effect, bool, error) {
-	row := tx.QueryRow(ctx, `
-		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, attempt)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (key) DO UPDATE
-		   SET attempt = EXCLUDED.attempt, state = EXCLUDED.state, updated_at = now()
-		 WHERE effects.state IN ('claimed', 'in_flight')
-		   AND effects.attempt <= EXCLUDED.attempt
-		   AND effects.request_sha256 = EXCLUDED.request_sha256
-		RETURNING `+effectColumns,
-		c.Key, c.Kind, c.Consumer, c.MessageID, c.RequestHash, c.State, c.Attempt)
+	row := tx.QueryRow(ctx, claimEffectSQL+` RETURNING `+effectColumns,
+		c.Key, c.Kind, c.Consumer, c.MessageID, c.RequestHash, c.State)
 	e, err := scanEffect(row)
 	if err == nil {
 		return e, true, nil
@@ -104,40 +115,92 @@ func claimEffect(ctx context.Context, tx pgx.Tx, c EffectClaim) (Effect, bool, e
 
 func scanEffectWithHash(row pgx.Row, hash *string) (Effect, error) {
 	var e Effect
-	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Attempt, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt, hash)
+	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt, hash)
 	return e, translate(err)
 }
 
 // settleEffect moves the row for key from a non-terminal state held by
-// attempt to state. If the row is already in that state with the same
+// claim to state. If the row is already in that state with the same
 // provider reference (a retry of a record that committed), it reports
 // already=true. Anything else is ErrFenced.
-func settleEffect(ctx context.Context, tx pgx.Tx, key string, attempt int32, state, providerRef string, result any, errText string) (already bool, err error) {
-	var res []byte
-	if result != nil {
-		if res, err = json.Marshal(result); err != nil {
-			return false, fmt.Errorf("encode result of %s: %w", key, err)
-		}
+func settleEffect(ctx context.Context, tx pgx.Tx, key string, claim int32, state, providerRef string, result any, errText string) (already bool, err error) {
+	res, err := encodeResult(key, result)
+	if err != nil {
+		return false, err
 	}
 	tag, err := tx.Exec(ctx, `
 		UPDATE effects
 		   SET state = $3, provider_ref = nullif($4, ''), result = $5, error = nullif($6, ''), updated_at = now()
-		 WHERE key = $1 AND attempt = $2 AND state IN ('claimed', 'in_flight')`,
-		key, attempt, state, providerRef, res, errText)
+		 WHERE key = $1 AND claim = $2 AND state IN ('claimed', 'in_flight')`,
+		key, claim, state, providerRef, res, errText)
 	if err != nil {
 		return false, fmt.Errorf("settle effect %s: %w", key, translate(err))
 	}
 	if tag.RowsAffected() == 1 {
 		return false, nil
 	}
-	e, err := scanEffect(tx.QueryRow(ctx, `SELECT `+effectColumns+` FROM effects WHERE key = $1`, key))
+	return settledBefore(ctx, tx, key, claim, state, providerRef)
+}
+
+func encodeResult(key string, result any) ([]byte, error) {
+	if result == nil {
+		return nil, nil
+	}
+	res, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("encode result of %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// querier is what settledBefore needs: a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// settledBefore explains a settle that matched no row: the same outcome
+// already recorded (already=true), or ErrFenced.
+func settledBefore(ctx context.Context, q querier, key string, claim int32, state, providerRef string) (already bool, err error) {
+	e, err := scanEffect(q.QueryRow(ctx, `SELECT `+effectColumns+` FROM effects WHERE key = $1`, key))
 	if err != nil {
 		return false, fmt.Errorf("read effect %s: %w", key, err)
 	}
 	if e.State == state && e.ProviderRef == providerRef {
 		return true, nil
 	}
-	return false, fmt.Errorf("settle effect %s as %s at attempt %d (row is %s at attempt %d): %w", key, state, attempt, e.State, e.Attempt, ErrFenced)
+	return false, fmt.Errorf("settle effect %s as %s under claim %d (row is %s under claim %d): %w", key, state, claim, e.State, e.Claim, ErrFenced)
+}
+
+// settleCTE is the first part of a statement that settles a ledger row and,
+// only when that matched ($1 key, $2 claim, $3 state, $4 provider
+// reference, $5 result, $6 error text), changes what the outcome changes in
+// the same statement: a single statement is a transaction of its own, and
+// costs one round trip instead of one per change.
+const settleCTE = `
+	WITH settled AS (
+		UPDATE effects
+		   SET state = $3, provider_ref = nullif($4::text, ''), result = $5::jsonb, error = nullif($6::text, ''), updated_at = now()
+		 WHERE key = $1 AND claim = $2 AND state IN ('claimed', 'in_flight')
+		RETURNING key
+	)`
+
+// settleAnd runs a statement made of settleCTE, further CTEs (which must
+// test EXISTS (SELECT FROM settled)) and the final "SELECT count(*) FROM
+// settled", with args appended after the settle's six.
+func (s *Store) settleAnd(ctx context.Context, stmt, key string, claim int32, state, providerRef string, result any, errText string, args ...any) (already bool, err error) {
+	res, err := encodeResult(key, result)
+	if err != nil {
+		return false, err
+	}
+	var n int
+	all := append([]any{key, claim, state, providerRef, res, errText}, args...)
+	if err := s.pool.QueryRow(ctx, stmt, all...).Scan(&n); err != nil {
+		return false, fmt.Errorf("settle effect %s: %w", key, translate(err))
+	}
+	if n == 1 {
+		return false, nil
+	}
+	return settledBefore(ctx, s.pool, key, claim, state, providerRef)
 }
 
 // Effect returns the ledger row for key.

@@ -40,7 +40,6 @@ type PaymentClaim struct {
 	Currency    string
 	Key         string // "payment:<message id>"
 	RequestHash string // hash of the Stripe request parameters
-	Attempt     int32
 }
 
 // ClaimOutcome says what the payment activity should do next.
@@ -55,8 +54,6 @@ const (
 	ClaimDone ClaimOutcome = "done"
 	// ClaimBusinessDuplicate: another message holds this order; do not charge.
 	ClaimBusinessDuplicate ClaimOutcome = "business_duplicate"
-	// ClaimFenced: a newer attempt of this activity owns the ledger row.
-	ClaimFenced ClaimOutcome = "fenced"
 )
 
 // Payment is a payments row.
@@ -83,6 +80,10 @@ type ClaimResult struct {
 	// Payment is the order's payment row: this message's, or for
 	// ClaimBusinessDuplicate the one held by the other message.
 	Payment Payment
+	// Claim is the fencing token of a ClaimOwned: the record that follows
+	// must present it, and fails with ErrFenced once a later claim took
+	// the row. It also counts the claims made so far.
+	Claim int32
 }
 
 const paymentColumns = `order_id, consumer, message_id, idempotency_key, state, amount, currency,
@@ -103,8 +104,24 @@ func scanPayment(row pgx.Row) (Payment, error) {
 // the same transaction) and returns ClaimBusinessDuplicate, so the caller
 // never charges.
 func (s *Store) ClaimPayment(ctx context.Context, c PaymentClaim) (ClaimResult, error) {
-	var res ClaimResult
-	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+	// The first claim of a message, the common case, in one statement: the
+	// order, its payment row and the ledger row under claim 1. When the
+	// payment row exists already (a retry, or another message holds the
+	// order) nothing is inserted, and the transaction below sorts it out.
+	res := ClaimResult{Outcome: ClaimOwned}
+	err := s.pool.QueryRow(ctx, firstClaimSQL, c.OrderID, c.Amount, c.Currency, c.MessageID, c.Consumer, c.Key, KindPayment, c.RequestHash, StateClaimed).
+		Scan(&res.Payment.OrderID, &res.Payment.Consumer, &res.Payment.MessageID, &res.Payment.Key, &res.Payment.State,
+			&res.Payment.Amount, &res.Payment.Currency, &res.Payment.PaymentIntentID, &res.Payment.ChargeID,
+			&res.Payment.FailureCode, &res.Payment.DeclineCode, &res.Payment.FailureMessage,
+			&res.Payment.CreatedAt, &res.Payment.UpdatedAt, &res.Claim)
+	if err == nil {
+		return res, nil
+	}
+	if err = translate(err); !errors.Is(err, ErrNotFound) {
+		return ClaimResult{}, fmt.Errorf("claim payment of order %d: %w", c.OrderID, err)
+	}
+	res = ClaimResult{}
+	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO orders (id, amount, currency, message_id)
 			VALUES ($1, $2, $3, $4)
@@ -146,23 +163,42 @@ func (s *Store) ClaimPayment(ctx context.Context, c PaymentClaim) (ClaimResult, 
 		}
 		e, owned, err := claimEffect(ctx, tx, EffectClaim{
 			Key: c.Key, Kind: KindPayment, Consumer: c.Consumer, MessageID: c.MessageID,
-			RequestHash: c.RequestHash, Attempt: c.Attempt, State: StateClaimed,
+			RequestHash: c.RequestHash, State: StateClaimed,
 		})
 		if err != nil {
 			return err
 		}
-		switch {
-		case owned:
-			res.Outcome = ClaimOwned
-		case e.Terminal():
+		if !owned {
+			// Only a terminal row is not taken: the outcome is recorded.
 			res.Outcome = ClaimDone
-		default:
-			res.Outcome = ClaimFenced
+			return nil
 		}
+		res.Outcome, res.Claim = ClaimOwned, e.Claim
 		return nil
 	})
 	return res, err
 }
+
+// firstClaimSQL inserts the order ($1 ID, $2 amount, $3 currency, $4
+// message ID) unless it exists, the message's payment row ($5 consumer, $6
+// key) unless the order or the message has one, and, only when the payment
+// row was inserted, the ledger row ($7 kind, $8 request hash, $9 state)
+// under claim 1; it returns the payment row and the claim, or no row.
+const firstClaimSQL = `
+	WITH ord AS (
+		INSERT INTO orders (id, amount, currency, message_id) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO NOTHING
+	), pay AS (
+		INSERT INTO payments (order_id, consumer, message_id, idempotency_key, amount, currency)
+		VALUES ($1, $5, $4, $6, $2, $3)
+		ON CONFLICT DO NOTHING
+		RETURNING *
+	), eff AS (
+		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+		SELECT $6::text, $7::text, $5::text, $4::text, $8::text, $9::text, 1 WHERE EXISTS (SELECT FROM pay)` + takeOverEffect + `
+		RETURNING claim
+	)
+	SELECT ` + paymentColumns + `, eff.claim FROM pay, eff`
 
 // PaymentSuccess records a charge that Stripe confirmed.
 type PaymentSuccess struct {
@@ -170,7 +206,7 @@ type PaymentSuccess struct {
 	MessageID       string
 	OrderID         int64
 	Key             string
-	Attempt         int32
+	Claim           int32 // the fencing token ClaimPayment returned
 	PaymentIntentID string
 	ChargeID        string
 	Amount          int64
@@ -182,42 +218,36 @@ type PaymentSuccess struct {
 
 // RecordPaymentSucceeded records the charge, marks the order paid, inserts the
 // message's processed row and the order.paid outbox event, all in one
-// transaction. Repeating it after it committed is a no-op that reports
-// already=true; an attempt that lost its claim gets ErrFenced.
+// statement (one transaction, one round trip). Repeating it after it
+// committed is a no-op that reports already=true; a caller whose claim was
+// superseded gets ErrFenced.
 func (s *Store) RecordPaymentSucceeded(ctx context.Context, r PaymentSuccess) (already bool, err error) {
-	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		result := map[string]any{"payment_intent_id": r.PaymentIntentID, "charge_id": r.ChargeID, "reconciled": r.Reconciled}
-		already, err = settleEffect(ctx, tx, r.Key, r.Attempt, StateSucceeded, r.PaymentIntentID, result, "")
-		if err != nil || already {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE payments SET state = 'succeeded', payment_intent_id = $3, charge_id = nullif($4, ''), updated_at = now()
-			 WHERE consumer = $1 AND message_id = $2`,
-			r.Consumer, r.MessageID, r.PaymentIntentID, r.ChargeID); err != nil {
-			return fmt.Errorf("record payment of order %d: %w", r.OrderID, translate(err))
-		}
-		if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1`, r.OrderID); err != nil {
-			return fmt.Errorf("mark order %d paid: %w", r.OrderID, translate(err))
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'paid', $3)`,
-			r.Consumer, r.MessageID, r.OrderID); err != nil {
-			return fmt.Errorf("record processed message %s: %w", r.MessageID, translate(err))
-		}
-		event := map[string]any{
-			"type": "order.paid", "order_id": r.OrderID, "message_id": r.MessageID,
-			"payment_intent_id": r.PaymentIntentID, "amount": r.Amount, "currency": r.Currency,
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO outbox (event_id, topic, payload) VALUES ($1, 'order.paid', $2)
-			ON CONFLICT (event_id) DO NOTHING`, OrderPaidEventID(r.MessageID), event); err != nil {
-			return fmt.Errorf("write order.paid event for order %d: %w", r.OrderID, translate(err))
-		}
-		return nil
-	})
-	return already, err
+	result := map[string]any{"payment_intent_id": r.PaymentIntentID, "charge_id": r.ChargeID, "reconciled": r.Reconciled}
+	event := map[string]any{
+		"type": "order.paid", "order_id": r.OrderID, "message_id": r.MessageID,
+		"payment_intent_id": r.PaymentIntentID, "amount": r.Amount, "currency": r.Currency,
+	}
+	already, err = s.settleAnd(ctx, recordPaidSQL, r.Key, r.Claim, StateSucceeded, r.PaymentIntentID, result, "",
+		r.Consumer, r.MessageID, r.OrderID, r.ChargeID, OrderPaidEventID(r.MessageID), event)
+	if err != nil {
+		return false, fmt.Errorf("record payment of order %d: %w", r.OrderID, err)
+	}
+	return already, nil
 }
+
+// recordPaidSQL settles the payment's ledger row and, in the same
+// statement, records the charge ($7 consumer, $8 message ID, $9 order ID,
+// $10 charge ID), marks the order paid, inserts the processed row and the
+// order.paid outbox event ($11 event ID, $12 payload).
+var recordPaidSQL = settleCTE + `, paid AS (
+		UPDATE payments SET state = 'succeeded', payment_intent_id = $4, charge_id = nullif($10::text, ''), updated_at = now()
+		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
+	)` + orderOutcomeCTEs(OutcomePaid) + `, event AS (
+		INSERT INTO outbox (event_id, topic, payload)
+		SELECT $11::text, 'order.paid', $12::jsonb WHERE EXISTS (SELECT FROM settled)
+		ON CONFLICT (event_id) DO NOTHING
+	)
+	SELECT count(*) FROM settled`
 
 // OrderPaidEventID is the outbox event ID of the order.paid event a message
 // causes: derived from the message, so a repeat can never emit a second one.
@@ -230,7 +260,7 @@ type PaymentFailure struct {
 	MessageID   string
 	OrderID     int64
 	Key         string
-	Attempt     int32
+	Claim       int32 // the fencing token ClaimPayment returned
 	Code        string
 	DeclineCode string
 	Message     string
@@ -240,33 +270,39 @@ type PaymentFailure struct {
 }
 
 // RecordPaymentFailed records the refusal, marks the order payment_failed and
-// inserts the processed row in one transaction. Idempotent like
+// inserts the processed row in one statement. Idempotent like
 // RecordPaymentSucceeded.
 func (s *Store) RecordPaymentFailed(ctx context.Context, f PaymentFailure) (already bool, err error) {
-	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		result := map[string]any{"code": f.Code, "decline_code": f.DeclineCode}
-		already, err = settleEffect(ctx, tx, f.Key, f.Attempt, StateFailed, f.PaymentIntentID, result, f.Message)
-		if err != nil || already {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE payments SET state = 'failed', payment_intent_id = nullif($3, ''), failure_code = nullif($4, ''),
-			       decline_code = nullif($5, ''), failure_message = nullif($6, ''), updated_at = now()
-			 WHERE consumer = $1 AND message_id = $2`,
-			f.Consumer, f.MessageID, f.PaymentIntentID, f.Code, f.DeclineCode, f.Message); err != nil {
-			return fmt.Errorf("record failed payment of order %d: %w", f.OrderID, translate(err))
-		}
-		if _, err := tx.Exec(ctx, `UPDATE orders SET status = 'payment_failed', updated_at = now() WHERE id = $1`, f.OrderID); err != nil {
-			return fmt.Errorf("mark order %d payment_failed: %w", f.OrderID, translate(err))
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'payment_failed', $3)`,
-			f.Consumer, f.MessageID, f.OrderID); err != nil {
-			return fmt.Errorf("record processed message %s: %w", f.MessageID, translate(err))
-		}
-		return nil
-	})
-	return already, err
+	result := map[string]any{"code": f.Code, "decline_code": f.DeclineCode}
+	already, err = s.settleAnd(ctx, recordRefusedSQL, f.Key, f.Claim, StateFailed, f.PaymentIntentID, result, f.Message,
+		f.Consumer, f.MessageID, f.OrderID, f.Code, f.DeclineCode)
+	if err != nil {
+		return false, fmt.Errorf("record failed payment of order %d: %w", f.OrderID, err)
+	}
+	return already, nil
+}
+
+// recordRefusedSQL settles the payment's ledger row as failed and, in the
+// same statement, records the refusal ($7 consumer, $8 message ID, $9 order
+// ID, $10 failure code, $11 decline code), marks the order payment_failed
+// and inserts the processed row.
+var recordRefusedSQL = settleCTE + `, refused AS (
+		UPDATE payments SET state = 'failed', payment_intent_id = nullif($4::text, ''), failure_code = nullif($10::text, ''),
+		       decline_code = nullif($11::text, ''), failure_message = nullif($6::text, ''), updated_at = now()
+		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
+	)` + orderOutcomeCTEs(OutcomePaymentFailed) + `
+	SELECT count(*) FROM settled`
+
+// orderOutcomeCTEs sets the order's ($9) status to outcome and inserts the
+// message's ($7 consumer, $8 message ID) processed row with that outcome,
+// when the ledger row was settled.
+func orderOutcomeCTEs(outcome string) string {
+	return `, ord AS (
+		UPDATE orders SET status = '` + outcome + `', updated_at = now() WHERE id = $9 AND EXISTS (SELECT FROM settled)
+	), processed AS (
+		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
+		SELECT $7::text, $8::text, '` + outcome + `', $9::bigint WHERE EXISTS (SELECT FROM settled)
+	)`
 }
 
 // PaymentOf returns the payment row of message (consumer, messageID).
@@ -281,9 +317,9 @@ func (s *Store) PaymentOf(ctx context.Context, consumer, messageID string) (Paym
 // RecordPaymentUnknown records that the payment's outcome could not be
 // established. No processed row is written: the message is not done, and an
 // operator decides.
-func (s *Store) RecordPaymentUnknown(ctx context.Context, consumer, messageID, key string, attempt int32, reason string) error {
+func (s *Store) RecordPaymentUnknown(ctx context.Context, consumer, messageID, key string, claim int32, reason string) error {
 	return WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := settleEffect(ctx, tx, key, attempt, StateUnknown, "", nil, reason); err != nil {
+		if _, err := settleEffect(ctx, tx, key, claim, StateUnknown, "", nil, reason); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE payments SET state = 'unknown', failure_message = $3, updated_at = now()

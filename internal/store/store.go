@@ -27,9 +27,9 @@ var (
 	ErrDuplicate = errors.New("duplicate")
 	// ErrNotFound reports that no row matched.
 	ErrNotFound = errors.New("not found")
-	// ErrFenced reports a ledger transition refused because the row's attempt
-	// or state is no longer the one the caller holds: a newer attempt owns it.
-	ErrFenced = errors.New("ledger row is owned by a newer attempt")
+	// ErrFenced reports a ledger transition refused because the row's claim
+	// or state is no longer the one the caller holds: a later claim owns it.
+	ErrFenced = errors.New("ledger row is owned by a later claim")
 	// ErrMismatch reports an idempotency key reused for a different request.
 	ErrMismatch = errors.New("idempotency key reused with a different request")
 )

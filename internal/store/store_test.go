@@ -10,10 +10,10 @@ import (
 	"github.com/effectively/effectively/internal/store/storetest"
 )
 
-func claim(msg string, order int64, attempt int32) store.PaymentClaim {
+func claim(msg string, order int64) store.PaymentClaim {
 	return store.PaymentClaim{
 		Consumer: "order-placed", MessageID: msg, OrderID: order, Amount: 1999, Currency: "usd",
-		Key: "payment:" + msg, RequestHash: "h-" + msg, Attempt: attempt,
+		Key: "payment:" + msg, RequestHash: "h-" + msg,
 	}
 }
 
@@ -39,26 +39,27 @@ func TestPaymentLifecycle(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
 
-	res, err := s.ClaimPayment(ctx, claim("evt_1", 42, 1))
-	if err != nil || res.Outcome != store.ClaimOwned {
+	res, err := s.ClaimPayment(ctx, claim("evt_1", 42))
+	if err != nil || res.Outcome != store.ClaimOwned || res.Claim != 1 {
 		t.Fatalf("first claim = %+v, %v", res, err)
 	}
-	// A retry of the same activity (attempt 2) takes the claim over.
-	res, err = s.ClaimPayment(ctx, claim("evt_1", 42, 2))
-	if err != nil || res.Outcome != store.ClaimOwned {
+	// A retry (or the regular activity after a local one) takes the row
+	// over under the next token.
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42))
+	if err != nil || res.Outcome != store.ClaimOwned || res.Claim != 2 {
 		t.Fatalf("retry claim = %+v, %v", res, err)
 	}
-	// The superseded attempt 1 can no longer record.
-	_, err = s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Attempt: 1, PaymentIntentID: "pi_1"})
+	// The superseded claim 1 can no longer record.
+	_, err = s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Claim: 1, PaymentIntentID: "pi_1"})
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("zombie record err = %v, want ErrFenced", err)
 	}
-	// A zombie claim with an older attempt does not take the row back.
-	res, err = s.ClaimPayment(ctx, claim("evt_1", 42, 1))
-	if err != nil || res.Outcome != store.ClaimFenced {
-		t.Fatalf("zombie claim = %+v, %v", res, err)
+	// Nor can a token that was never handed out.
+	_, err = s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Claim: 3, PaymentIntentID: "pi_1"})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("record under a future token err = %v, want ErrFenced", err)
 	}
-	ok := store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Attempt: 2, PaymentIntentID: "pi_1", Amount: 1999, Currency: "usd"}
+	ok := store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Claim: 2, PaymentIntentID: "pi_1", Amount: 1999, Currency: "usd"}
 	already, err := s.RecordPaymentSucceeded(ctx, ok)
 	if err != nil || already {
 		t.Fatalf("record = %v, %v", already, err)
@@ -67,12 +68,12 @@ func TestPaymentLifecycle(t *testing.T) {
 	if err != nil || !already {
 		t.Fatalf("repeated record = %v, %v; want already", already, err)
 	}
-	res, err = s.ClaimPayment(ctx, claim("evt_1", 42, 3))
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42))
 	if err != nil || res.Outcome != store.ClaimDone || res.Payment.PaymentIntentID != "pi_1" {
 		t.Fatalf("claim after success = %+v, %v", res, err)
 	}
 	// A second message for the same order is a business duplicate.
-	res, err = s.ClaimPayment(ctx, claim("evt_2", 42, 1))
+	res, err = s.ClaimPayment(ctx, claim("evt_2", 42))
 	if err != nil || res.Outcome != store.ClaimBusinessDuplicate || res.Payment.MessageID != "evt_1" {
 		t.Fatalf("second message claim = %+v, %v", res, err)
 	}
@@ -103,10 +104,11 @@ func TestPaymentLifecycle(t *testing.T) {
 func TestPaymentFailed(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
-	if _, err := s.ClaimPayment(ctx, claim("evt_d", 7, 1)); err != nil {
+	c, err := s.ClaimPayment(ctx, claim("evt_d", 7))
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.RecordPaymentFailed(ctx, store.PaymentFailure{Consumer: "order-placed", MessageID: "evt_d", OrderID: 7, Key: "payment:evt_d", Attempt: 1, Code: "card_declined", DeclineCode: "generic_decline", Message: "Your card was declined."})
+	_, err = s.RecordPaymentFailed(ctx, store.PaymentFailure{Consumer: "order-placed", MessageID: "evt_d", OrderID: 7, Key: "payment:evt_d", Claim: c.Claim, Code: "card_declined", DeclineCode: "generic_decline", Message: "Your card was declined."})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +124,10 @@ func TestPaymentFailed(t *testing.T) {
 func TestRequestMismatch(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
-	if _, err := s.ClaimPayment(ctx, claim("evt_m", 9, 1)); err != nil {
+	if _, err := s.ClaimPayment(ctx, claim("evt_m", 9)); err != nil {
 		t.Fatal(err)
 	}
-	c := claim("evt_m", 9, 2)
+	c := claim("evt_m", 9)
 	c.RequestHash = "other"
 	if _, err := s.ClaimPayment(ctx, c); !errors.Is(err, store.ErrMismatch) {
 		t.Fatalf("err = %v, want ErrMismatch", err)
@@ -135,37 +137,38 @@ func TestRequestMismatch(t *testing.T) {
 func TestEmailPolicies(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
-	if _, err := s.ClaimPayment(ctx, claim("evt_e", 5, 1)); err != nil {
+	if _, err := s.ClaimPayment(ctx, claim("evt_e", 5)); err != nil {
 		t.Fatal(err)
 	}
-	ec := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_e", OrderID: 5, Key: "email:evt_e", RequestHash: "m", Attempt: 1, Policy: store.AtLeastOnce}
-	d, _, err := s.ClaimEmail(ctx, ec)
-	if err != nil || d != store.EmailSend {
-		t.Fatalf("first claim = %v, %v", d, err)
+	ec := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_e", OrderID: 5, Key: "email:evt_e", RequestHash: "m", Policy: store.AtLeastOnce}
+	d, e, err := s.ClaimEmail(ctx, ec)
+	if err != nil || d != store.EmailSend || e.Claim != 1 {
+		t.Fatalf("first claim = %v %+v, %v", d, e, err)
 	}
 	// Crash before the record: at-least-once sends again on retry.
-	ec.Attempt = 2
-	if d, _, err = s.ClaimEmail(ctx, ec); err != nil || d != store.EmailSend {
-		t.Fatalf("retry claim = %v, %v", d, err)
+	if d, e, err = s.ClaimEmail(ctx, ec); err != nil || d != store.EmailSend || e.Claim != 2 {
+		t.Fatalf("retry claim = %v %+v, %v", d, e, err)
+	}
+	// The first claim's record is fenced; the second's lands.
+	if _, err := s.RecordEmailSent(ctx, "email:evt_e", 1, 5, "sg_0"); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("superseded record err = %v, want ErrFenced", err)
 	}
 	if _, err := s.RecordEmailSent(ctx, "email:evt_e", 2, 5, "sg_1"); err != nil {
 		t.Fatal(err)
 	}
-	ec.Attempt = 3
-	d, e, err := s.ClaimEmail(ctx, ec)
+	d, e, err = s.ClaimEmail(ctx, ec)
 	if err != nil || d != store.EmailDone || e.ProviderRef != "sg_1" {
 		t.Fatalf("claim after send = %v %+v %v", d, e, err)
 	}
 
 	// At-most-once: a retry that finds in_flight refuses to resend.
-	if _, err := s.ClaimPayment(ctx, claim("evt_f", 6, 1)); err != nil {
+	if _, err := s.ClaimPayment(ctx, claim("evt_f", 6)); err != nil {
 		t.Fatal(err)
 	}
-	am := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_f", OrderID: 6, Key: "email:evt_f", RequestHash: "m", Attempt: 1, Policy: store.AtMostOnce}
+	am := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_f", OrderID: 6, Key: "email:evt_f", RequestHash: "m", Policy: store.AtMostOnce}
 	if d, _, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailSend {
 		t.Fatalf("at-most-once first = %v, %v", d, err)
 	}
-	am.Attempt = 2
 	if d, e, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailUnknown || e.State != store.StateUnknown {
 		t.Fatalf("at-most-once retry = %v %+v %v", d, e, err)
 	}

@@ -33,6 +33,9 @@ func Options(logger *slog.Logger) (client.Options, error) {
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
+	if opts.ConnectionOptions.GrpcCompression, err = compression(os.LookupEnv); err != nil {
+		return client.Options{}, err
+	}
 	keys, on, err := codec.LoadKeyring(os.LookupEnv)
 	if err != nil {
 		return client.Options{}, err
@@ -48,6 +51,24 @@ func Options(logger *slog.Logger) (client.Options, error) {
 		logger.Info("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
 	}
 	return opts, nil
+}
+
+// EnvCompression names the variable that chooses the gRPC compression of
+// requests to Temporal: gzip (the SDK's default) or none. gzip saves
+// bandwidth to a remote cluster; none saves the CPU of compressing every
+// request and response (the server answers in the request's encoding), which
+// is the better trade-off on a local network.
+const EnvCompression = "EFFECTIVELY_GRPC_COMPRESSION"
+
+func compression(lookup func(string) (string, bool)) (client.GrpcCompression, error) {
+	switch v, _ := lookup(EnvCompression); v {
+	case "", "gzip":
+		return &client.GrpcCompressionGzip{}, nil
+	case "none":
+		return &client.GrpcCompressionNone{}, nil
+	default:
+		return nil, fmt.Errorf("%s=%q: use gzip or none", EnvCompression, v)
+	}
 }
 
 // Dial connects with the options from the environment and returns the

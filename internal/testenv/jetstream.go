@@ -149,7 +149,7 @@ func (s *Stack) StartProcess(t testing.TB, j *JetStream, cfg intake.JetStreamCon
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	in, err := intake.New(store.New(pool), s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t)})
+	in, err := intake.New(store.New(pool), s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t), EagerStart: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,7 +226,7 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Worker.Stop)
-	s.Intake, err = intake.New(s.Store, s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t)})
+	s.Intake, err = intake.New(s.Store, s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t), EagerStart: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,8 @@ func run() int {
 		sweep     = fs.String("sweep", "", `in-flight limits of the sweep, comma separated, or "none" (default 8,32,128,256)`)
 		latency   = fs.Duration("latency", -1, "provider simulator latency (default 3ms)")
 		sweepN    = fs.Int("sweep-n", 0, "messages per sweep point (default 1000)")
+		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
+		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20)")
 		out       = fs.String("out", "results", "folder for the markdown report, the PNG chart and the JSON")
 		temporal  = fs.String("temporal", "", "address of a running Temporal server (default: start a dev server from bin/temporal)")
 		seed      = fs.Uint64("seed", 0, "seed of the message plan (default: the time)")
@@ -91,6 +93,21 @@ func run() int {
 	if *sweepN > 0 {
 		cfg.SweepMessages = *sweepN
 	}
+	switch *compress {
+	case "", "gzip", "none":
+		cfg.GrpcCompression = *compress
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -grpc-compression %q: use gzip or none\n", *compress)
+		return 2
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "profile" {
+			cfg.ProfileSeconds = *profile
+			if *profile == 0 {
+				cfg.ProfileSeconds = -1 // none
+			}
+		}
+	})
 	cfg.TemporalAddress, cfg.Seed, cfg.WorkerEnv = *temporal, *seed, workerEnv
 	if !*quiet {
 		cfg.Logf = func(format string, args ...any) {

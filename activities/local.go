@@ -1,0 +1,46 @@
+package activities
+
+import "context"
+
+// The workflow runs each effect once as a local activity first, through
+// ChargeOrderLocally and SendReceiptLocally, and falls back to the regular
+// activity when that attempt fails. The local variants return the effect's
+// error as data, inside their result: the SDK writes a failed local
+// activity's error message into the history's marker as plain text, past the
+// failure converter, whereas a result is a payload, encrypted by the codec
+// like every other. (Timeouts and cancellations, which carry no customer
+// data, stay errors.)
+
+// LocalCharge is the outcome of a local ChargeOrder attempt.
+type LocalCharge struct {
+	Result ChargeResult  `json:"result"`
+	Err    *AttemptError `json:"error,omitempty"`
+}
+
+// Outcome is the attempt's result, or its error as data.
+func (l LocalCharge) Outcome() (ChargeResult, *AttemptError) { return l.Result, l.Err }
+
+// LocalReceipt is the outcome of a local SendReceipt attempt.
+type LocalReceipt struct {
+	Result ReceiptResult `json:"result"`
+	Err    *AttemptError `json:"error,omitempty"`
+}
+
+// Outcome is the attempt's result, or its error as data.
+func (l LocalReceipt) Outcome() (ReceiptResult, *AttemptError) { return l.Result, l.Err }
+
+// ChargeOrderLocally is ChargeOrder for a local activity: the same work,
+// its error returned inside the result.
+func (a *Activities) ChargeOrderLocally(ctx context.Context, in ChargeInput) (LocalCharge, error) {
+	r, err := a.ChargeOrder(ctx, in)
+	e, err := attemptError(ctx, err)
+	return LocalCharge{Result: r, Err: e}, err
+}
+
+// SendReceiptLocally is SendReceipt for a local activity: the same work,
+// its error returned inside the result.
+func (a *Activities) SendReceiptLocally(ctx context.Context, in ReceiptInput) (LocalReceipt, error) {
+	r, err := a.SendReceipt(ctx, in)
+	e, err := attemptError(ctx, err)
+	return LocalReceipt{Result: r, Err: e}, err
+}
