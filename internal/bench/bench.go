@@ -14,9 +14,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/effectively/effectively/internal/store/storetest"
@@ -213,8 +215,24 @@ type Result struct {
 	// Latency runs from just before the publish (or start) to the effects
 	// being recorded (or the workflow's result).
 	Latency Latency `json:"latency"`
+	// Stages splits an e2e message's latency at the inbox row's timestamps:
+	// publish to the inbox insert (Intake), the insert to the row marked
+	// dispatched after its start (Start), and that mark to the last effect
+	// recorded (Effects; the workflow runs while the mark is made, so this
+	// one can be 0). Nil for the reference points.
+	Stages *Stages `json:"stages,omitempty"`
 	// CPU is what the phase cost each process.
 	CPU CPU `json:"cpu"`
+}
+
+// Stages are the latencies of the parts of the e2e path.
+type Stages struct {
+	// Publish is the publish call alone (until JetStream's ack), which
+	// Intake includes.
+	Publish Latency `json:"publish"`
+	Intake  Latency `json:"intake"`
+	Start   Latency `json:"start"`
+	Effects Latency `json:"effects"`
 }
 
 // Burst is the duplicate-suppression measurement: copies of recorded
@@ -265,6 +283,9 @@ type Report struct {
 	BurstOverPlain float64  `json:"burst_over_plain"`
 	MaxRate        float64  `json:"max_rate"`
 	Targets        []Target `json:"targets"`
+	// WorkerWarnings counts the worker's WARN and ERROR log lines by
+	// message, over the whole run.
+	WorkerWarnings []LogCount `json:"worker_warnings"`
 	// WorkerProfile is the worker's CPU profile during the e2e run (written
 	// beside the report, not into the JSON); WorkerProfileWhat says how it
 	// was taken, WorkerProfileFile and WorkerProfileTop are set by
@@ -275,6 +296,46 @@ type Report struct {
 	WorkerProfileTop  string        `json:"worker_profile_top,omitempty"`
 	Notes             []string      `json:"notes"`
 	Elapsed           time.Duration `json:"elapsed"`
+}
+
+// LogCount is how often the worker logged one message at one level.
+type LogCount struct {
+	Level   string `json:"level"`
+	Msg     string `json:"msg"`
+	Count   int    `json:"count"`
+	Example string `json:"example"` // the first such line's error or attributes
+}
+
+// warnings groups the WARN and ERROR lines of the worker's JSON log.
+func warnings(logs string) []LogCount {
+	idx := map[string]int{}
+	var out []LogCount
+	for line := range strings.SplitSeq(logs, "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		level, _ := l["level"].(string)
+		if level != "WARN" && level != "ERROR" {
+			continue
+		}
+		msg, _ := l["msg"].(string)
+		k := level + "\x00" + msg
+		i, ok := idx[k]
+		if !ok {
+			ex, _ := l["error"].(string)
+			if ex == "" {
+				delete(l, "time")
+				b, _ := json.Marshal(l)
+				ex = string(b)
+			}
+			i = len(out)
+			idx[k] = i
+			out = append(out, LogCount{Level: level, Msg: msg, Example: ex})
+		}
+		out[i].Count++
+	}
+	return out
 }
 
 // ErrDoubleCharge is returned with the report when a message was charged
@@ -383,6 +444,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	logf("bench: plain: %s", rep.Plain.short())
 
 	rep.WorkerPeakRSSMB = peakRSSMB(s.worker.Pid())
+	rep.WorkerWarnings = warnings(s.worker.Logs())
+	for _, w := range rep.WorkerWarnings {
+		logf("bench: worker %s ×%d: %s (e.g. %s)", w.Level, w.Count, w.Msg, w.Example)
+	}
 	st, sg := s.stripe.Stats(), s.sendgrid.Stats()
 	rep.Charges, rep.Emails = st.Charges, sg.Deliveries
 	for _, n := range st.ChargesByMessage {
@@ -439,7 +504,12 @@ func (r *Report) evaluate() {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r Result) short() string {
-	return fmt.Sprintf("%d unique in %s: %.1f/s, dup %.1f/s, p50 %.0fms p99 %.0fms max %.0fms, worker CPU %.1fs",
+	s := fmt.Sprintf("%d unique in %s: %.1f/s, dup %.1f/s, p50 %.0fms p99 %.0fms max %.0fms, worker CPU %.1fs",
 		r.Unique, r.Elapsed.Round(time.Millisecond), r.Throughput, r.DuplicateRate,
 		ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max), r.CPU.Worker)
+	if st := r.Stages; st != nil {
+		s += fmt.Sprintf(" (p50/p99/max ms: publish %.0f/%.0f/%.0f, intake %.0f/%.0f/%.0f, start %.0f/%.0f, effects %.0f/%.0f)",
+			ms(st.Publish.P50), ms(st.Publish.P99), ms(st.Publish.Max), ms(st.Intake.P50), ms(st.Intake.P99), ms(st.Intake.Max), ms(st.Start.P50), ms(st.Start.P99), ms(st.Effects.P50), ms(st.Effects.P99))
+	}
+	return s
 }

@@ -232,6 +232,7 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 	published := make([]time.Time, len(p.msgs))
 	sent := make([]bool, len(p.msgs))
 	var nUnique int64
+	var pubLat []time.Duration
 	t0 := time.Now()
 	for _, idx := range p.sends {
 		m := p.msgs[idx]
@@ -265,6 +266,7 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 		if err := s.publish(ctx, m.raw, m.id); err != nil {
 			return res, err
 		}
+		pubLat = append(pubLat, time.Since(published[idx]))
 		sent[idx] = true
 		nUnique++
 	}
@@ -304,6 +306,29 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 	if err := rows.Err(); err != nil {
 		return res, err
 	}
+	// Where the time went: the inbox row's timestamps, same clock.
+	marks := map[string][2]time.Time{}
+	rows, err = s.pool.Query(ctx, `SELECT message_id, received_at, coalesce(dispatched_at, received_at) FROM inbox WHERE consumer = $1 AND message_id LIKE $2`,
+		message.ConsumerOrderPlaced, p.pattern)
+	if err != nil {
+		return res, err
+	}
+	for rows.Next() {
+		var (
+			id       string
+			recv, dp time.Time
+		)
+		if err := rows.Scan(&id, &recv, &dp); err != nil {
+			rows.Close()
+			return res, err
+		}
+		marks[id] = [2]time.Time{recv.Add(-offset), dp.Add(-offset)}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	var intake, start, effects []time.Duration
 	lat := make([]time.Duration, 0, len(p.msgs))
 	last := t0
 	for i, m := range p.msgs {
@@ -315,12 +340,18 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 		// commit; a clock estimate can be off by the probe's half round
 		// trip. Never report a negative latency.
 		lat = append(lat, max(0, at.Sub(published[i])))
+		if m, ok := marks[m.id]; ok {
+			intake = append(intake, max(0, m[0].Sub(published[i])))
+			start = append(start, max(0, m[1].Sub(m[0])))
+			effects = append(effects, max(0, at.Sub(m[1])))
+		}
 		if at.After(last) {
 			last = at
 		}
 	}
 	res.Elapsed = last.Sub(t0)
 	res.Latency = summarize(lat)
+	res.Stages = &Stages{Intake: summarize(intake), Start: summarize(start), Effects: summarize(effects), Publish: summarize(pubLat)}
 	res.Throughput = float64(len(p.msgs)) / res.Elapsed.Seconds()
 
 	// The copies: wait (bounded) until the inbox has counted each of them.

@@ -157,6 +157,7 @@ func (r Report) Markdown(chart string) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", t.What, t.Want, t.Measured, verdict(t))
 	}
 	b.WriteString(r.cpuSection())
+	b.WriteString(r.stageSection())
 
 	b.WriteString("\n## How it was measured\n\n")
 	b.WriteString("- **e2e**: each unique message is published to a fresh JetStream stream with `Nats-Msg-Id` = its ID; one real worker process (the `./worker` binary, built for the run) consumes it, records it in the inbox, starts its workflow, charges through stripe-go and mails through sendgrid-go against the simulators, and records everything in a fresh Postgres database. A message is done when its `processed_messages` row exists and, when paid, its order's receipt reached a final state. The harness counts those with one query per poll; the in-flight limit is enforced on that count, so at small limits the poll interval itself costs throughput (about half an interval per message).\n")
@@ -215,6 +216,12 @@ func (r Report) notes() []string {
 		n = append(n, fmt.Sprintf("Order of the phases: floor, naive layout, e2e, duplicate burst, sweep, half-rate point, floor again, plain consumer. The floor ran %.1f/s first and %.1f/s at the end: %s.",
 			r.Floor.Throughput, r.FloorEnd.Throughput, what))
 	}
+	if len(r.WorkerWarnings) == 0 {
+		n = append(n, "The worker logged no warning and no error during the run.")
+	}
+	for _, w := range r.WorkerWarnings {
+		n = append(n, fmt.Sprintf("The worker logged %d× at %s: %q (first: `%s`).", w.Count, w.Level, w.Msg, w.Example))
+	}
 	n = append(n, "The floor and the naive layout run their workers inside the harness process, so their CPU shows under the harness; the e2e worker is a separate process.")
 	n = append(n, "This run measures the code as it is; it changes no setting of the worker unless the configuration lists worker environment additions.")
 	return n
@@ -252,6 +259,32 @@ func (r Report) cpuSection() string {
 	if r.WorkerProfileTop != "" {
 		fmt.Fprintf(&b, "\n### The worker's CPU profile\n\n%s, taken during the e2e run (`go tool pprof -top`, the first entries; the profile is `%s` beside this report):\n\n```\n%s\n```\n",
 			r.WorkerProfileWhat, r.WorkerProfileFile, strings.TrimSpace(r.WorkerProfileTop))
+	}
+	return b.String()
+}
+
+// stageSection splits the e2e runs' latency at the inbox row's
+// timestamps.
+func (r Report) stageSection() string {
+	var b strings.Builder
+	b.WriteString("\n## Where the latency goes\n\n")
+	b.WriteString("Per message, split at its inbox row: **publish call** the harness's publish until JetStream's ack (part of intake), **intake** from the publish to the inbox insert (broker, fetch, handler), **start** from the insert to the row marked dispatched after its workflow start (the fast path; a row left to the dispatcher waits 2 s or more), **effects** from that mark to the last effect recorded (the workflow runs while the mark is made, so this can be 0). Milliseconds, p50 / p99 / max.\n\n")
+	b.WriteString("| run | publish call | intake | start | effects | whole |\n|---|---|---|---|---|---|\n")
+	cell := func(l Latency) string { return fmt.Sprintf("%s / %s / %s", fmtMS(l.P50), fmtMS(l.P99), fmtMS(l.Max)) }
+	runs := []Result{r.E2E}
+	runs = append(runs, r.Sweep...)
+	if r.HalfRate != nil {
+		runs = append(runs, *r.HalfRate)
+	}
+	for _, x := range runs {
+		if x.Stages == nil {
+			continue
+		}
+		name := fmt.Sprintf("in-flight %d", x.InFlight)
+		if x.TargetRate > 0 {
+			name = fmt.Sprintf("paced %.0f/s", x.TargetRate)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", name, cell(x.Stages.Publish), cell(x.Stages.Intake), cell(x.Stages.Start), cell(x.Stages.Effects), cell(x.Latency))
 	}
 	return b.String()
 }

@@ -25,7 +25,10 @@ type DispatcherConfig struct {
 	// MinAge leaves rows younger than this to the path that recorded them
 	// (the JetStream consumer starts its messages right after the ack), so
 	// the dispatcher only picks up what a crash or an outage left behind.
-	// Default 2s.
+	// It must stay well above the fast path's start latency under load: a
+	// dispatcher that claims rows the fast path is about to start holds
+	// their locks through its own, refused, starts, and everything that
+	// touches those rows waits for it. Default 15s.
 	MinAge time.Duration
 	// Concurrency bounds the workflow starts in flight per batch. Default 8.
 	Concurrency int
@@ -44,7 +47,7 @@ func (c DispatcherConfig) withDefaults() DispatcherConfig {
 	if c.MinAge < 0 {
 		c.MinAge = 0
 	} else if c.MinAge == 0 {
-		c.MinAge = 2 * time.Second
+		c.MinAge = 15 * time.Second
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 8

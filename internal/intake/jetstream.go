@@ -77,7 +77,8 @@ type JetStreamConfig struct {
 	// MaxAckPending bounds the messages delivered and not yet acked.
 	// Default 1000.
 	MaxAckPending int
-	// FetchBatch is how many messages one pull asks for. Default 100.
+	// FetchBatch is how many messages the consumer keeps buffered from its
+	// open pull requests (the iterator's PullMaxMessages). Default 100.
 	FetchBatch int
 	// Handlers is how many deliveries are settled at once: the handler
 	// goroutines that record a delivery and then ack it, each holding one
@@ -85,8 +86,8 @@ type JetStreamConfig struct {
 	// have room for them besides the Starters. Fetching goes on while they
 	// work and waits when all of them are busy. Default DefaultHandlers.
 	Handlers int
-	// FetchWait is how long a pull waits for messages; it bounds how long a
-	// shutdown waits for the pull in flight. Default 1s.
+	// FetchWait is the expiry of each pull request the consumer keeps open
+	// (at least 1s). Default 30s.
 	FetchWait time.Duration
 	// Starters is how many goroutines start workflows right after the ack
 	// (the fast path; the Dispatcher is the slow one). A start waits for
@@ -125,8 +126,9 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 		c.FetchBatch = 100
 	}
 	if c.FetchWait <= 0 {
-		c.FetchWait = time.Second
+		c.FetchWait = 30 * time.Second
 	}
+	c.FetchWait = max(c.FetchWait, time.Second)
 	if c.Handlers <= 0 {
 		c.Handlers = DefaultHandlers
 	}
@@ -297,14 +299,16 @@ func (c *Consumer) Redelivery(ctx context.Context) (retention.Redelivery, time.D
 	return r, si.Config.Duplicates, nil
 }
 
-// Run fetches and records messages until ctx ends. Handlers goroutines
+// Run fetches and records messages until ctx ends. Handler goroutines
 // settle the fetched deliveries while the next ones are fetched; when all of
 // them are busy, fetching waits. On shutdown it stops fetching, settles every
 // message already fetched (record, ack or hand back), lets the workflow
 // starts in flight finish and returns nil; queued starts are left pending for
 // a Dispatcher.
 func (c *Consumer) Run(ctx context.Context) error {
-	starts := make(chan *message.Message, c.cfg.FetchBatch*2)
+	// Room for every delivery the broker can have outstanding: a start
+	// that finds no room is left to the Dispatcher, which waits MinAge.
+	starts := make(chan *message.Message, max(c.cfg.FetchBatch*2, c.cfg.MaxAckPending))
 	var starters sync.WaitGroup
 	for range c.cfg.Starters {
 		starters.Go(func() {
@@ -336,29 +340,58 @@ func (c *Consumer) Run(ctx context.Context) error {
 		starters.Wait()
 	}()
 
-	pause := c.cfg.FetchWait
+	// A continuous pull: the iterator keeps a pull request open and asks
+	// for more before its buffer runs dry, so a message never waits for
+	// the next request. (Back-to-back Fetch calls leave gaps: a fetch whose
+	// expiry notice does not arrive ends only a second after its expiry.)
+	pause := time.Second
 	for ctx.Err() == nil {
-		batch, err := c.cons.Fetch(c.cfg.FetchBatch, jetstream.FetchMaxWait(c.cfg.FetchWait))
+		iter, err := c.cons.Messages(jetstream.PullMaxMessages(c.cfg.FetchBatch), jetstream.PullExpiry(c.cfg.FetchWait))
 		if err == nil {
-			// The whole batch is handed out even when ctx ends meanwhile:
-			// a fetched message is settled, not left to its ack wait.
-			for msg := range batch.Messages() {
-				deliveries <- msg
-			}
-			err = batch.Error()
+			err = c.consume(ctx, iter, deliveries)
 		}
-		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			c.cfg.Logger.Warn("fetch from jetstream failed", "stream", c.cfg.Stream, "consumer", c.cfg.Durable, "error", err.Error(), "retry_in", pause.String())
-			select {
-			case <-ctx.Done():
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, 30*time.Second)
-			continue
+		if err == nil || ctx.Err() != nil {
+			pause = time.Second
+			continue // the iterator closed under us: open another
 		}
-		pause = c.cfg.FetchWait
+		c.cfg.Logger.Warn("pull from jetstream failed", "stream", c.cfg.Stream, "consumer", c.cfg.Durable, "error", err.Error(), "retry_in", pause.String())
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 30*time.Second)
 	}
 	return nil
+}
+
+// consume hands the iterator's messages to the handlers until the iterator
+// closes. When ctx ends the iterator is drained: no more pulls, and Next
+// hands out what is already buffered before it reports the iterator closed,
+// so a fetched message is settled, not left to its ack wait. Any other
+// error (a missed heartbeat) drains the iterator too and is returned once
+// the buffer is handed out.
+func (c *Consumer) consume(ctx context.Context, iter jetstream.MessagesContext, deliveries chan<- jetstream.Msg) error {
+	stop := context.AfterFunc(ctx, iter.Drain)
+	defer stop()
+	for {
+		msg, err := iter.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return nil
+		}
+		if err != nil {
+			iter.Drain()
+			// What was buffered is handed out before the error is returned.
+			for {
+				msg, err := iter.Next()
+				if err != nil {
+					break
+				}
+				deliveries <- msg
+			}
+			return err
+		}
+		deliveries <- msg
+	}
 }
 
 // startFast starts the workflow of a message just acked, and marks its
@@ -419,12 +452,14 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 		c.cfg.Logger.Warn("ack not sent; the redelivery will be recognised", "message_id", rec.MessageID,
 			"stream_seq", md.Sequence.Stream, "error", err.Error())
 	}
-	// Only the delivery that created the row starts the workflow: a copy
-	// of a row still pending is most likely being started right now (by
-	// this or another process), so a start from the copy would cost a
-	// Temporal call just to be refused. Were the first start lost (a
-	// crash after the ack), the Dispatcher starts the row.
-	if rec.New && rec.Pending && rec.Message != nil {
+	// The delivery that created the row starts the workflow, and so does a
+	// redelivery of a row still pending (the delivery before it was not
+	// acked: its process most likely died). Another copy of a pending row
+	// does not: its first delivery is most likely being started right now,
+	// by this or another process, and a start from the copy would cost a
+	// Temporal call just to be refused. Were that start lost (a crash after
+	// the ack), the Dispatcher starts the row.
+	if rec.Pending && rec.Message != nil && (rec.New || md.NumDelivered > 1) {
 		select {
 		case starts <- rec.Message:
 		default: // starters busy: the dispatcher picks it up
