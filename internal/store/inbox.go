@@ -44,15 +44,23 @@ func (r InboxResult) Mismatch(e InboxEntry) bool { return r.PayloadHash != e.Pay
 // round trip: the insert and the read of an existing row are one statement.
 // A copy of a recorded message is rejected by the primary key and counted.
 func (s *Store) InsertInbox(ctx context.Context, e InboxEntry) (InboxResult, error) {
+	// A copy only bumps the row's duplicates counter, and that commit need
+	// not wait for the WAL flush: set_config(…, true) turns synchronous
+	// commit off for this statement's transaction, and only when nothing
+	// was inserted. A crash can then lose the last few milliseconds of
+	// counts, never a row; a new row commits durably before the caller
+	// acks the message.
 	const q = `
 		WITH ins AS (
 			INSERT INTO inbox (consumer, message_id, payload, payload_sha256, source)
 			VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (consumer, message_id) DO NOTHING
 			RETURNING state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
+		), async AS (
+			SELECT set_config('synchronous_commit', 'off', true) WHERE NOT EXISTS (SELECT 1 FROM ins)
 		), dup AS (
 			UPDATE inbox SET duplicates = duplicates + 1
-			 WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)
+			 WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM async)
 			RETURNING state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
 		)
 		SELECT true, state, payload_sha256, workflow_id FROM ins

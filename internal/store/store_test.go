@@ -273,3 +273,34 @@ func TestQuarantineCountsCopies(t *testing.T) {
 		t.Fatalf("another reason = %d, %v; want a new entry", id3, err)
 	}
 }
+
+// TestInboxCopyCommitsAsynchronously: a copy's counter update commits
+// without waiting for the WAL flush, and the setting does not outlive the
+// statement: the next statement on the same connection commits durably.
+func TestInboxCopyCommitsAsynchronously(t *testing.T) {
+	ctx := context.Background()
+	pool, err := store.Open(ctx, storetest.NewDatabase(t), store.PoolConfig{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(pool)
+	e := store.InboxEntry{Consumer: "order-placed", MessageID: "evt_async", Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}
+	for i := range 3 {
+		r, err := s.InsertInbox(ctx, e)
+		if err != nil || r.Inserted != (i == 0) {
+			t.Fatalf("insert %d = %+v, %v", i, r, err)
+		}
+		var sc string
+		if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&sc); err != nil || sc != "on" {
+			t.Fatalf("after insert %d the connection's synchronous_commit is %q (%v), want on", i, sc, err)
+		}
+	}
+	var dups int
+	if err := pool.QueryRow(ctx, `SELECT duplicates FROM inbox WHERE message_id = 'evt_async'`).Scan(&dups); err != nil || dups != 2 {
+		t.Fatalf("duplicates = %d, %v; want 2", dups, err)
+	}
+}

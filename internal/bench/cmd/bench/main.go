@@ -45,6 +45,7 @@ func run() int {
 		latency   = fs.Duration("latency", -1, "provider simulator latency (default 3ms)")
 		sweepN    = fs.Int("sweep-n", 0, "messages per sweep point (default 1000)")
 		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
+		workerBin = fs.String("worker-bin", "", "a prebuilt worker binary to measure (default: build ./worker from this checkout)")
 		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20)")
 		out       = fs.String("out", "results", "folder for the markdown report, the PNG chart and the JSON")
 		temporal  = fs.String("temporal", "", "address of a running Temporal server (default: start a dev server from bin/temporal)")
@@ -108,7 +109,7 @@ func run() int {
 			}
 		}
 	})
-	cfg.TemporalAddress, cfg.Seed, cfg.WorkerEnv = *temporal, *seed, workerEnv
+	cfg.TemporalAddress, cfg.Seed, cfg.WorkerEnv, cfg.WorkerBin = *temporal, *seed, workerEnv, *workerBin
 	if !*quiet {
 		cfg.Logf = func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
