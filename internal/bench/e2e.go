@@ -210,6 +210,22 @@ func (s *stack) stalled(pr *progress, stall time.Duration, what string) error {
 	return errors.New(msg + "\nworker log tail:\n" + tail(s.worker.Logs(), 3000))
 }
 
+// waitCompleted waits until the poller counts at least n messages done,
+// failing when progress stalls or ctx ends.
+func (s *stack) waitCompleted(ctx context.Context, cfg Config, pr *progress, what string, n int64) error {
+	for pr.completed.Load() < n {
+		if err := s.stalled(pr, cfg.Stall, what); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-pr.signal:
+		}
+	}
+	return nil
+}
+
 // runE2E publishes p through JetStream and measures until every unique
 // message has its effects recorded.
 func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (Result, error) {
@@ -252,15 +268,8 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 				}
 			}
 		}
-		for nUnique-pr.completed.Load() >= int64(mode.inFlight) {
-			if err := s.stalled(pr, cfg.Stall, p.name); err != nil {
-				return res, err
-			}
-			select {
-			case <-ctx.Done():
-				return res, ctx.Err()
-			case <-pr.signal:
-			}
+		if err := s.waitCompleted(ctx, cfg, pr, p.name, nUnique-int64(mode.inFlight)+1); err != nil {
+			return res, err
 		}
 		published[idx] = time.Now()
 		if err := s.publish(ctx, m.raw, m.id); err != nil {
@@ -270,15 +279,8 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 		sent[idx] = true
 		nUnique++
 	}
-	for pr.completed.Load() < int64(len(p.msgs)) {
-		if err := s.stalled(pr, cfg.Stall, p.name); err != nil {
-			return res, err
-		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-pr.signal:
-		}
+	if err := s.waitCompleted(ctx, cfg, pr, p.name, int64(len(p.msgs))); err != nil {
+		return res, err
 	}
 	after := sampleUsage(s.worker.Pid(), s.devServerPID)
 	stopPoll()

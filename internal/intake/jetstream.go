@@ -348,11 +348,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		iter, err := c.cons.Messages(jetstream.PullMaxMessages(c.cfg.FetchBatch), jetstream.PullExpiry(c.cfg.FetchWait))
 		if err == nil {
+			pause = time.Second // the broker answered: no backoff beyond a second
 			err = c.consume(ctx, iter, deliveries)
 		}
-		if err == nil || ctx.Err() != nil {
-			pause = time.Second
-			continue // the iterator closed under us: open another
+		if ctx.Err() != nil {
+			break
+		}
+		if err == nil {
+			// Closed without a shutdown (the connection was closed): open
+			// another, after the same pause as for an error.
+			err = errors.New("the pull iterator closed")
 		}
 		c.cfg.Logger.Warn("pull from jetstream failed", "stream", c.cfg.Stream, "consumer", c.cfg.Durable, "error", err.Error(), "retry_in", pause.String())
 		select {

@@ -119,29 +119,6 @@ func scanEffectWithHash(row pgx.Row, hash *string) (Effect, error) {
 	return e, translate(err)
 }
 
-// settleEffect moves the row for key from a non-terminal state held by
-// claim to state. If the row is already in that state with the same
-// provider reference (a retry of a record that committed), it reports
-// already=true. Anything else is ErrFenced.
-func settleEffect(ctx context.Context, tx pgx.Tx, key string, claim int32, state, providerRef string, result any, errText string) (already bool, err error) {
-	res, err := encodeResult(key, result)
-	if err != nil {
-		return false, err
-	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE effects
-		   SET state = $3, provider_ref = nullif($4, ''), result = $5, error = nullif($6, ''), updated_at = now()
-		 WHERE key = $1 AND claim = $2 AND state IN ('claimed', 'in_flight')`,
-		key, claim, state, providerRef, res, errText)
-	if err != nil {
-		return false, fmt.Errorf("settle effect %s: %w", key, translate(err))
-	}
-	if tag.RowsAffected() == 1 {
-		return false, nil
-	}
-	return settledBefore(ctx, tx, key, claim, state, providerRef)
-}
-
 func encodeResult(key string, result any) ([]byte, error) {
 	if result == nil {
 		return nil, nil
@@ -153,15 +130,10 @@ func encodeResult(key string, result any) ([]byte, error) {
 	return res, nil
 }
 
-// querier is what settledBefore needs: a pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // settledBefore explains a settle that matched no row: the same outcome
 // already recorded (already=true), or ErrFenced.
-func settledBefore(ctx context.Context, q querier, key string, claim int32, state, providerRef string) (already bool, err error) {
-	e, err := scanEffect(q.QueryRow(ctx, `SELECT `+effectColumns+` FROM effects WHERE key = $1`, key))
+func (s *Store) settledBefore(ctx context.Context, key string, claim int32, state, providerRef string) (already bool, err error) {
+	e, err := scanEffect(s.pool.QueryRow(ctx, `SELECT `+effectColumns+` FROM effects WHERE key = $1`, key))
 	if err != nil {
 		return false, fmt.Errorf("read effect %s: %w", key, err)
 	}
@@ -200,7 +172,7 @@ func (s *Store) settleAnd(ctx context.Context, stmt, key string, claim int32, st
 	if n == 1 {
 		return false, nil
 	}
-	return settledBefore(ctx, s.pool, key, claim, state, providerRef)
+	return s.settledBefore(ctx, key, claim, state, providerRef)
 }
 
 // Effect returns the ledger row for key.

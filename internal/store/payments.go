@@ -318,14 +318,17 @@ func (s *Store) PaymentOf(ctx context.Context, consumer, messageID string) (Paym
 // established. No processed row is written: the message is not done, and an
 // operator decides.
 func (s *Store) RecordPaymentUnknown(ctx context.Context, consumer, messageID, key string, claim int32, reason string) error {
-	return WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := settleEffect(ctx, tx, key, claim, StateUnknown, "", nil, reason); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE payments SET state = 'unknown', failure_message = $3, updated_at = now()
-			WHERE consumer = $1 AND message_id = $2`, consumer, messageID, reason); err != nil {
-			return fmt.Errorf("mark payment of %s unknown: %w", messageID, translate(err))
-		}
-		return nil
-	})
+	if _, err := s.settleAnd(ctx, recordUnknownSQL, key, claim, StateUnknown, "", nil, reason, consumer, messageID); err != nil {
+		return fmt.Errorf("mark payment of %s unknown: %w", messageID, err)
+	}
+	return nil
 }
+
+// recordUnknownSQL settles the payment's ledger row as unknown and, in the
+// same statement, marks the message's ($7 consumer, $8 message ID) payment
+// unknown with the reason ($6).
+const recordUnknownSQL = settleCTE + `, unknown AS (
+		UPDATE payments SET state = 'unknown', failure_message = $6, updated_at = now()
+		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
+	)
+	SELECT count(*) FROM settled`

@@ -274,10 +274,13 @@ func TestQuarantineCountsCopies(t *testing.T) {
 	}
 }
 
-// TestInboxCopyCommitsAsynchronously: a copy's counter update commits
-// without waiting for the WAL flush, and the setting does not outlive the
-// statement: the next statement on the same connection commits durably.
-func TestInboxCopyCommitsAsynchronously(t *testing.T) {
+// TestInboxAsyncCommitStaysInTheStatement: InsertInbox turns synchronous
+// commit off for a copy's statement; the setting must not outlive it, or
+// the next statement on the connection (a new message's insert, a ledger
+// record) would commit without waiting for the WAL flush. That the copy's
+// commit is asynchronous is not observable here; the bench's duplicate burst
+// shows its effect.
+func TestInboxAsyncCommitStaysInTheStatement(t *testing.T) {
 	ctx := context.Background()
 	pool, err := store.Open(ctx, storetest.NewDatabase(t), store.PoolConfig{MaxConns: 1})
 	if err != nil {
