@@ -36,7 +36,7 @@ func cmdSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			err error
 		)
 		if derr != nil {
-			res, err = d.intake.Accept(ctx, raw, "starter")
+			res, err = d.intake.RejectInvalid(ctx, raw, "starter", derr)
 		} else {
 			res, err = d.intake.AcceptMessage(ctx, m, "starter")
 		}
