@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+
+	"github.com/effectively/effectively/internal/config"
 )
 
 // cmdQuarantine lists quarantined messages or sends one again.
-func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdQuarantine(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	if len(args) == 0 {
 		return exitUsage, fmt.Errorf("%w: quarantine takes list or retry ID", errUsage)
 	}
@@ -23,7 +25,7 @@ func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger 
 		if err := fs.Parse(args[1:]); err != nil {
 			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		d, err := connect(ctx, logger, false)
+		d, err := connect(ctx, cfg, logger, false)
 		if err != nil {
 			return exitError, err
 		}
@@ -61,7 +63,7 @@ func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger 
 		if err != nil {
 			return exitUsage, fmt.Errorf("%w: quarantine ID %q is not a number", errUsage, args[1])
 		}
-		d, err := connect(ctx, logger, true)
+		d, err := connect(ctx, cfg, logger, true)
 		if err != nil {
 			return exitError, err
 		}
