@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/store"
@@ -33,7 +34,7 @@ type workflowReport struct {
 
 // cmdStatus prints what Postgres (the lasting record) and, while it still
 // remembers the run, Temporal know about a message.
-func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
@@ -48,7 +49,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	d, err := connect(ctx, logger, false)
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
@@ -57,7 +58,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 	if err != nil {
 		return exitError, err
 	}
-	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, wfID, logger)}
+	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, cfg, wfID, logger)}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(rep); err != nil {
@@ -71,11 +72,11 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 
 // describe asks Temporal about the workflow; Temporal forgets closed runs
 // after the namespace's retention, so its absence is normal.
-func describe(ctx context.Context, wfID string, logger *slog.Logger) *workflowReport {
+func describe(ctx context.Context, cfg config.Config, wfID string, logger *slog.Logger) *workflowReport {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rep := &workflowReport{ID: wfID}
-	tc, _, err := temporalclient.Dial(ctx, logger)
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep

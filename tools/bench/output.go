@@ -145,7 +145,7 @@ func (r Report) Markdown(chart string) string {
 	b.WriteString("- **local activities first**: each effect runs once as a local activity (`ChargeOrderLocally`, `SendReceiptLocally`) inside that task, and as a regular activity only when that attempt fails or times out; a paid message's history is 9 events;\n")
 	b.WriteString("- **one statement per ledger step**: the first payment claim, the receipt claim and both records are single statements (the processed row still commits with the state change);\n")
 	b.WriteString("- **intake**: a continuous pull, 16 concurrent delivery handlers, a plain ack after the inbox commit, a copy's counter committed without waiting for the WAL flush, 32 fast-path starters without row locks, copies of a pending row left alone;\n")
-	b.WriteString("- the measured effect of each, run against run, is in the README's Performance section; this report measures the build as it is.\n\n")
+	b.WriteString("- the measured effect of each, run against run, is in CHANGELOG.md (Performance history); this report measures the build as it is.\n\n")
 	b.WriteString("## Results\n\n")
 	h := header.cells()
 	b.WriteString("| " + strings.Join(h, " | ") + " |\n|" + strings.Repeat("---|", len(h)) + "\n")

@@ -151,7 +151,7 @@ func (s *procStack) waitOutcome(t *testing.T, messageID string) workflows.Status
 }
 
 // TestCrashWindows kills the real worker process at each failpoint of the
-// effect path, restarts it, and checks what the README promises for that
+// effect path, restarts it, and checks what docs/guarantees.md promises for that
 // window: one charge, receipts per the policy, one processed row, a terminal
 // outcome. Every worker log line is checked for the API keys.
 func TestCrashWindows(t *testing.T) {
