@@ -30,7 +30,7 @@ func cmdSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	bar, r := progress(r, size, stderr, "sending")
 	counts := map[string]int{}
 	enc := json.NewEncoder(stdout)
-	err = message.DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
+	err = d.intake.Routes().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		var (
 			res intake.Result
 			err error

@@ -15,6 +15,7 @@ import (
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
 )
@@ -64,6 +65,9 @@ type Config struct {
 	// message; when the worker has no free slot, or the server does not
 	// allow eager starts, the start is an ordinary one.
 	EagerStart bool
+	// Routes says, per message type, which consumer handles it and which
+	// workflow it starts. Default route.Default().
+	Routes *route.Registry
 }
 
 // Intake accepts messages from any source.
@@ -87,6 +91,9 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.StartRetries <= 0 {
 		cfg.StartRetries = 5
 	}
+	if cfg.Routes == nil {
+		cfg.Routes = route.Default()
+	}
 	return &Intake{store: st, tc: tc, cfg: cfg}, nil
 }
 
@@ -95,7 +102,7 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 // or Temporal unreachable): the caller must then not acknowledge it, so that
 // it comes again. Every settled outcome, bad input included, is a Result.
 func (in *Intake) Accept(ctx context.Context, raw []byte, source string) (Result, error) {
-	m, err := message.Decode(raw)
+	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
 		return in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
 	}
@@ -161,7 +168,7 @@ type Recorded struct {
 // soon as it is recorded and leaves the start to the dispatcher. Like Accept,
 // it returns an error only when the message's fate is not settled.
 func (in *Intake) Record(ctx context.Context, raw []byte, source string) (Recorded, error) {
-	m, err := message.Decode(raw)
+	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
 		res, err := in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
 		return Recorded{Result: res}, err
@@ -232,7 +239,8 @@ func looseID(raw []byte) string {
 	return s
 }
 
-// StartOptions are the options every message's workflow is started with.
+// StartOptions are the options every message's workflow is started with,
+// with the search attributes and summary of its route.
 //
 // The policies are explicit because the defaults are wrong for messages:
 //   - WorkflowIDConflictPolicy FAIL: a copy arriving while the first run is
@@ -243,41 +251,33 @@ func looseID(raw []byte) string {
 //   - WorkflowExecutionErrorWhenAlreadyStarted: without it the Go SDK
 //     returns the existing run with a nil error, and a copy would look
 //     started.
-func StartOptions(taskQueue, workflowID string, m *message.Message) client.StartWorkflowOptions {
-	opts := client.StartWorkflowOptions{
-		ID:                                       workflowID,
+func StartOptions(taskQueue string, ws route.WorkflowStart) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       ws.ID,
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    ws.SearchAttributes,
+		StaticSummary:                            ws.Summary,
+		StaticDetails:                            ws.Details,
 	}
-	if m.OrderPlaced != nil {
-		opts.TypedSearchAttributes = workflows.SearchAttributes(m.Consumer, m.ID, m.OrderPlaced.OrderID)
-		opts.StaticSummary = fmt.Sprintf("Order %d from message %s", m.OrderPlaced.OrderID, m.ID)
-		opts.StaticDetails = fmt.Sprintf("Message `%s` (%s), consumer `%s`: charge order %d under key `%s`, then send its receipt under ledger key `%s`.",
-			m.ID, m.Type, m.Consumer, m.OrderPlaced.OrderID,
-			identity.MustKey(identity.EffectPayment, m.ID), identity.MustKey(identity.EffectEmail, m.ID))
-	}
-	return opts
 }
 
 // Start starts the workflow of m. It reports started=false, with a nil
 // error, when the workflow ID was already used (running or closed): that is
 // a duplicate, not a failure.
 func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, err error) {
-	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	ws, err := in.cfg.Routes.Start(m)
 	if err != nil {
 		return false, err
 	}
-	if m.OrderPlaced == nil {
-		return false, fmt.Errorf("message %s: no workflow handles type %q", m.ID, m.Type)
-	}
-	input := workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *m.OrderPlaced}
-	opts := StartOptions(in.cfg.TaskQueue, wfID, m)
+	wfID := ws.ID
+	opts := StartOptions(in.cfg.TaskQueue, ws)
 	opts.EnableEagerStart = in.cfg.EagerStart
 	backoff := 100 * time.Millisecond
 	for try := 0; ; try++ {
-		_, err = in.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, input)
+		_, err = in.tc.ExecuteWorkflow(ctx, opts, ws.Workflow, ws.Input)
 		if err == nil {
 			return true, nil
 		}
@@ -296,6 +296,9 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 		backoff *= 2
 	}
 }
+
+// Routes returns the registry the Intake decodes and starts messages with.
+func (in *Intake) Routes() *route.Registry { return in.cfg.Routes }
 
 // Store returns the store the Intake records in.
 func (in *Intake) Store() *store.Store { return in.store }
