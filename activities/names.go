@@ -22,8 +22,10 @@ const (
 
 // Register registers every activity of a with r under its constant name.
 // A new exported method of Activities is an activity only once it is listed
-// here (TestRegisterListsEveryActivity checks that none is forgotten).
-func (a *Activities) Register(r worker.ActivityRegistry) {
+// here (TestRegisterListsEveryActivity checks that none is forgotten). It is
+// a function, not a method: every exported method of Activities must be an
+// activity, or registering the struct as a whole would fail.
+func Register(r worker.ActivityRegistry, a *Activities) {
 	for name, fn := range a.activities() {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

@@ -151,13 +151,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	w := worker.New(tc, cfg.TaskQueue, worker.Options{})
 	wfs.Register(w)
-	(&activities.Activities{
+	activities.Register(w, &activities.Activities{
 		Store:       st,
 		Payments:    payments,
 		Mailer:      mailer,
 		EmailPolicy: cfg.EmailPolicy,
 		Retention:   policy,
-	}).Register(w)
+	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}

@@ -124,9 +124,20 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 	var res RefundClaimResult
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		res = RefundClaimResult{}
-		// A decision already recorded for this message stands.
+		// Lock the payment: every refund of the order queues here.
+		var p Payment
+		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, '')
+			  FROM payments WHERE order_id = $1 FOR UPDATE`, c.OrderID).
+			Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID)
+		noPayment := errors.Is(translate(err), ErrNotFound)
+		if err != nil && !noPayment {
+			return fmt.Errorf("lock payment of order %d: %w", c.OrderID, translate(err))
+		}
+		res.PaymentState, res.Paid = p.State, p.Amount
+
+		// A refusal already recorded for this message stands.
 		var outcome Outcome
-		err := tx.QueryRow(ctx, `SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`,
+		err = tx.QueryRow(ctx, `SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`,
 			c.Consumer, c.MessageID).Scan(&outcome)
 		switch err = translate(err); {
 		case err == nil && (outcome == OutcomeRefundExceedsPayment || outcome == OutcomeOrderNotPaid):
@@ -135,20 +146,10 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 		case err != nil && !errors.Is(err, ErrNotFound):
 			return fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
 		}
-
-		// Lock the payment: every refund of the order queues here.
-		var p Payment
-		err = tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, '')
-			  FROM payments WHERE order_id = $1 FOR UPDATE`, c.OrderID).
-			Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID)
-		switch err = translate(err); {
-		case errors.Is(err, ErrNotFound):
+		if noPayment {
 			res.Decision = RefundOrderNotPaid
 			return recordRefundDecision(ctx, tx, c, OutcomeOrderNotPaid)
-		case err != nil:
-			return fmt.Errorf("lock payment of order %d: %w", c.OrderID, err)
 		}
-		res.PaymentState, res.Paid = p.State, p.Amount
 
 		// This message's refund already got past the rule: take its ledger
 		// row again, or replay its outcome.
