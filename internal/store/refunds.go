@@ -197,7 +197,7 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 		return claimRefundEffect(ctx, tx, c, r, &res)
 	})
 	if err != nil {
-		return RefundClaimResult{}, fmt.Errorf("claim refund of order %d: %w", c.OrderID, err)
+		return RefundClaimResult{}, fmt.Errorf("claim %s: %w", c.Key, err)
 	}
 	return res, nil
 }
