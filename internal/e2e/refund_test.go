@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +99,78 @@ func TestRefunds(t *testing.T) {
 	}
 	if n := workflowsFor(t, s.Client, "evt_rf_1"); n != 1 {
 		t.Errorf("refund workflows = %d, want 1", n)
+	}
+}
+
+// sendFile sends a file of messages through the intake as `starter send`
+// does, and returns the intake's results in order.
+func sendFile(t *testing.T, s *testenv.Stack, path string) []intake.Result {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []intake.Result
+	err = s.Intake.Routes().DecodeStream(f, func(_ int, raw []byte, m *message.Message, derr error) error {
+		var (
+			res intake.Result
+			err error
+		)
+		if derr != nil {
+			res, err = s.Intake.Accept(context.Background(), raw, "test")
+		} else {
+			res, err = s.Intake.AcceptMessage(context.Background(), m, "test")
+		}
+		out = append(out, res)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestExampleRefunds sends examples/orders.jsonl, then, once the orders
+// settled, examples/refunds.jsonl, and checks each refund line does what
+// examples/README.md says.
+func TestExampleRefunds(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{})
+	for _, r := range sendFile(t, s, filepath.Join(testenv.RepoRoot(), "examples", "orders.jsonl")) {
+		if r.Status == intake.StatusStarted {
+			wait(t, s, r.MessageID)
+		}
+	}
+	res := sendFile(t, s, filepath.Join(testenv.RepoRoot(), "examples", "refunds.jsonl"))
+	want := []struct {
+		status  string
+		outcome workflows.Outcome
+	}{
+		{intake.StatusStarted, workflows.OutcomeRefunded},
+		{intake.StatusDuplicate, ""},
+		{intake.StatusStarted, workflows.OutcomeRefundExceedsPayment},
+		{intake.StatusStarted, workflows.OutcomeRefunded},
+		{intake.StatusStarted, workflows.OutcomeOrderNotPaid},
+		{intake.StatusInvalid, ""},
+	}
+	if len(res) != len(want) {
+		t.Fatalf("%d results, want %d: %+v", len(res), len(want), res)
+	}
+	for i, w := range want {
+		if res[i].Status != w.status {
+			t.Errorf("line %d: status %q, want %q (%+v)", i+1, res[i].Status, w.status, res[i])
+			continue
+		}
+		if w.outcome != "" {
+			if st := waitRefund(t, s, res[i].MessageID); st.Outcome != w.outcome {
+				t.Errorf("line %d (%s): outcome %q, want %q", i+1, res[i].MessageID, st.Outcome, w.outcome)
+			}
+		}
+	}
+	if res[5].Reason != store.ReasonInvalid || !strings.Contains(res[5].Error, "data.reason") {
+		t.Errorf("line 6 = %+v, want quarantined for data.reason", res[5])
+	}
+	if got := s.Sims.Stripe.Stats().RefundedAmount; got != 500+4500 {
+		t.Errorf("refunded at stripe = %d, want 5000", got)
 	}
 }
