@@ -28,7 +28,7 @@ func cmdSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	defer d.close()
 
 	bar, r := progress(r, size, stderr, "sending")
-	counts := map[string]int{}
+	counts := map[intake.Status]int{}
 	enc := json.NewEncoder(stdout)
 	err = d.intake.Routes().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		var (

@@ -143,7 +143,7 @@ func TestExampleRefunds(t *testing.T) {
 	}
 	res := sendFile(t, s, filepath.Join(testenv.RepoRoot(), "examples", "refunds.jsonl"))
 	want := []struct {
-		status  string
+		status  intake.Status
 		outcome workflows.Outcome
 	}{
 		{intake.StatusStarted, workflows.OutcomeRefunded},

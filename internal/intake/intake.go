@@ -20,25 +20,28 @@ import (
 	"github.com/effectively/effectively/workflows"
 )
 
+// Status is what became of a received message.
+type Status string
+
 // Statuses of a received message, as Result reports them.
 const (
 	// StatusStarted: this copy started the message's workflow.
-	StatusStarted = "started"
+	StatusStarted Status = "started"
 	// StatusDuplicate: the message was already received; nothing started.
-	StatusDuplicate = "duplicate"
+	StatusDuplicate Status = "duplicate"
 	// StatusInvalid: the message cannot be processed; it is quarantined with
 	// the reason in Result.Error.
-	StatusInvalid = "invalid"
+	StatusInvalid Status = "invalid"
 	// StatusRecorded: the message is in the inbox and its workflow is left
 	// to the dispatcher (Record only).
-	StatusRecorded = "recorded"
+	StatusRecorded Status = "recorded"
 )
 
 // Result is the outcome of one received message.
 type Result struct {
 	MessageID  string `json:"message_id"`
 	WorkflowID string `json:"workflow_id,omitempty"`
-	Status     string `json:"status"`
+	Status     Status `json:"status"`
 	Error      string `json:"error,omitempty"`
 	// Reason is the quarantine reason of an invalid message
 	// (store.ReasonInvalid, store.ReasonPayloadMismatch or
