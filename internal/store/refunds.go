@@ -140,8 +140,11 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 		err = tx.QueryRow(ctx, `SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`,
 			c.Consumer, c.MessageID).Scan(&outcome)
 		switch err = translate(err); {
-		case err == nil && (outcome == OutcomeRefundExceedsPayment || outcome == OutcomeOrderNotPaid):
-			res.Decision = RefundDecision(outcome)
+		case err == nil && outcome == OutcomeRefundExceedsPayment:
+			res.Decision = RefundExceedsPayment
+			return nil
+		case err == nil && outcome == OutcomeOrderNotPaid:
+			res.Decision = RefundOrderNotPaid
 			return nil
 		case err != nil && !errors.Is(err, ErrNotFound):
 			return fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
