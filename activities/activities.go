@@ -36,7 +36,8 @@ const (
 )
 
 // Activities holds the dependencies of every activity. It is built once per
-// worker process and registered with w.RegisterActivity(&Activities{...}).
+// worker process and registered with Register(w, &Activities{...}), each
+// activity under its constant name (names.go).
 type Activities struct {
 	// Store is the Postgres record.
 	Store *store.Store

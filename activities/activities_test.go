@@ -239,7 +239,7 @@ func TestSendReceiptLostResponsePolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy         store.EmailPolicy
 		wantDeliveries int
-		wantOutcome    string
+		wantOutcome    activities.ReceiptOutcome
 	}{
 		// Send-then-record: the retry sends again (the documented duplicate).
 		{store.AtLeastOnce, 2, activities.ReceiptSent},

@@ -26,18 +26,21 @@ type ChargeInput struct {
 	PaymentMethod string `json:"payment_method"`
 }
 
+// PaymentOutcome is the outcome of ChargeOrder.
+type PaymentOutcome string
+
 // Payment outcomes returned by ChargeOrder.
 const (
-	PaymentPaid              = "paid"
-	PaymentDeclined          = "payment_failed"
-	PaymentBusinessDuplicate = "business_duplicate"
+	PaymentPaid              PaymentOutcome = "paid"
+	PaymentDeclined          PaymentOutcome = "payment_failed"
+	PaymentBusinessDuplicate PaymentOutcome = "business_duplicate"
 )
 
 // ChargeResult is the recorded outcome of ChargeOrder.
 type ChargeResult struct {
 	// Outcome is PaymentPaid, PaymentDeclined or PaymentBusinessDuplicate.
-	Outcome         string `json:"outcome"`
-	PaymentIntentID string `json:"payment_intent_id,omitempty"`
+	Outcome         PaymentOutcome `json:"outcome"`
+	PaymentIntentID string         `json:"payment_intent_id,omitempty"`
 	// FailureCode and DeclineCode explain a PaymentDeclined.
 	FailureCode string `json:"failure_code,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`

@@ -18,6 +18,7 @@ import (
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 )
 
 // Statuses of a published message.
@@ -75,7 +76,7 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	counts := map[string]int{}
 	invalid := 0
 	enc := json.NewEncoder(stdout)
-	err = message.DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
+	err = route.Default().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		res := publishResult{Line: line, Stream: stream}
 		var opts []jetstream.PublishOpt
 		typ := "invalid"

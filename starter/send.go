@@ -29,9 +29,9 @@ func cmdSend(ctx context.Context, cfg config.Config, args []string, stdin io.Rea
 	defer d.close()
 
 	bar, r := progress(r, size, stderr, "sending")
-	counts := map[string]int{}
+	counts := map[intake.Status]int{}
 	enc := json.NewEncoder(stdout)
-	err = message.DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
+	err = d.intake.Routes().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		var (
 			res intake.Result
 			err error

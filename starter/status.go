@@ -12,7 +12,7 @@ import (
 
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
@@ -25,11 +25,13 @@ type statusReport struct {
 }
 
 type workflowReport struct {
-	ID     string            `json:"id"`
-	RunID  string            `json:"run_id,omitempty"`
-	Status string            `json:"status,omitempty"`
-	Query  *workflows.Status `json:"query,omitempty"`
-	Error  string            `json:"error,omitempty"`
+	ID     string `json:"id"`
+	RunID  string `json:"run_id,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Query is the workflow's status query answer, whose shape depends on
+	// the message type (workflows.Status, workflows.RefundStatus).
+	Query json.RawMessage `json:"query,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // cmdStatus prints what Postgres (the lasting record) and, while it still
@@ -37,7 +39,7 @@ type workflowReport struct {
 func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -45,18 +47,38 @@ func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.
 		return exitUsage, fmt.Errorf("%w: status takes one MESSAGE_ID", errUsage)
 	}
 	id := fs.Arg(0)
-	wfID, err := identity.WorkflowID(*consumer, id)
-	if err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	routes := route.Default()
+	consumers := []string{*consumer}
+	if *consumer == "" {
+		consumers = consumers[:0]
+		for _, r := range routes.Routes() {
+			consumers = append(consumers, r.Consumer)
+		}
+	}
+	for _, c := range consumers {
+		if _, err := identity.WorkflowID(c, id); err != nil {
+			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+		}
 	}
 	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
 	defer d.close()
-	st, err := d.store.Status(ctx, *consumer, id)
+	// The message ID alone names the message: the consumer is the one of
+	// the route that has a record of it.
+	var st store.MessageStatus
+	for _, c := range consumers {
+		if st, err = d.store.Status(ctx, c, id); err != nil {
+			return exitError, err
+		}
+		if st.Known() {
+			break
+		}
+	}
+	wfID, err := identity.WorkflowID(st.Consumer, id)
 	if err != nil {
-		return exitError, err
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, cfg, wfID, logger)}
 	enc := json.NewEncoder(stdout)
@@ -97,9 +119,9 @@ func describe(ctx context.Context, cfg config.Config, wfID string, logger *slog.
 		}
 		return rep
 	}
-	var q workflows.Status
+	var q json.RawMessage
 	if err := val.Get(&q); err == nil {
-		rep.Query = &q
+		rep.Query = q
 	}
 	return rep
 }

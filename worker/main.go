@@ -185,7 +185,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	w := worker.New(tc, cfg.TaskQueue, worker.Options{})
 	wfs.Register(w)
-	w.RegisterActivity(&activities.Activities{
+	activities.Register(w, &activities.Activities{
 		Store:       st,
 		Payments:    payments,
 		Mailer:      mailer,

@@ -37,4 +37,7 @@ const (
 	EmailAfterSend = "email.after_send"
 	// OutboxAfterPublish: the event is published, its row not yet marked.
 	OutboxAfterPublish = "outbox.after_publish"
+	// RefundAfterRefund: Stripe created the refund, the result not yet
+	// recorded.
+	RefundAfterRefund = "refund.after_refund"
 )

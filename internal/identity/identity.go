@@ -39,6 +39,9 @@ type Effect string
 const (
 	EffectPayment Effect = "payment"
 	EffectEmail   Effect = "email"
+	// EffectRefund is a Stripe Refund: "refund:<message id>" is its
+	// Idempotency-Key.
+	EffectRefund Effect = "refund"
 )
 
 // ErrInvalid is wrapped by every error this package returns.

@@ -16,29 +16,33 @@ import (
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
 )
 
+// Status is what became of a received message.
+type Status string
+
 // Statuses of a received message, as Result reports them.
 const (
 	// StatusStarted: this copy started the message's workflow.
-	StatusStarted = "started"
+	StatusStarted Status = "started"
 	// StatusDuplicate: the message was already received; nothing started.
-	StatusDuplicate = "duplicate"
+	StatusDuplicate Status = "duplicate"
 	// StatusInvalid: the message cannot be processed; it is quarantined with
 	// the reason in Result.Error.
-	StatusInvalid = "invalid"
+	StatusInvalid Status = "invalid"
 	// StatusRecorded: the message is in the inbox and its workflow is left
 	// to the dispatcher (Record only).
-	StatusRecorded = "recorded"
+	StatusRecorded Status = "recorded"
 )
 
 // Result is the outcome of one received message.
 type Result struct {
 	MessageID  string `json:"message_id"`
 	WorkflowID string `json:"workflow_id,omitempty"`
-	Status     string `json:"status"`
+	Status     Status `json:"status"`
 	Error      string `json:"error,omitempty"`
 	// Reason is the quarantine reason of an invalid message
 	// (store.ReasonInvalid, store.ReasonTooLarge, store.ReasonPayloadMismatch
@@ -65,6 +69,9 @@ type Config struct {
 	// message; when the worker has no free slot, or the server does not
 	// allow eager starts, the start is an ordinary one.
 	EagerStart bool
+	// Routes says, per message type, which consumer handles it and which
+	// workflow it starts. Default route.Default().
+	Routes *route.Registry
 }
 
 // Intake accepts messages from any source.
@@ -88,6 +95,9 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.StartRetries <= 0 {
 		cfg.StartRetries = 5
 	}
+	if cfg.Routes == nil {
+		cfg.Routes = route.Default()
+	}
 	return &Intake{store: st, tc: tc, cfg: cfg}, nil
 }
 
@@ -96,7 +106,7 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 // or Temporal unreachable): the caller must then not acknowledge it, so that
 // it comes again. Every settled outcome, bad input included, is a Result.
 func (in *Intake) Accept(ctx context.Context, raw []byte, source string) (Result, error) {
-	m, err := message.Decode(raw)
+	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
 		return in.RejectInvalid(ctx, raw, source, err)
 	}
@@ -179,7 +189,7 @@ type Recorded struct {
 // soon as it is recorded and leaves the start to the dispatcher. Like Accept,
 // it returns an error only when the message's fate is not settled.
 func (in *Intake) Record(ctx context.Context, raw []byte, source string) (Recorded, error) {
-	m, err := message.Decode(raw)
+	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
 		res, err := in.RejectInvalid(ctx, raw, source, err)
 		return Recorded{Result: res}, err
@@ -255,7 +265,8 @@ func looseID(raw []byte) string {
 	return s
 }
 
-// StartOptions are the options every message's workflow is started with.
+// StartOptions are the options every message's workflow is started with,
+// with the search attributes and summary of its route.
 //
 // The policies are explicit because the defaults are wrong for messages:
 //   - WorkflowIDConflictPolicy FAIL: a copy arriving while the first run is
@@ -266,41 +277,33 @@ func looseID(raw []byte) string {
 //   - WorkflowExecutionErrorWhenAlreadyStarted: without it the Go SDK
 //     returns the existing run with a nil error, and a copy would look
 //     started.
-func StartOptions(taskQueue, workflowID string, m *message.Message) client.StartWorkflowOptions {
-	opts := client.StartWorkflowOptions{
-		ID:                                       workflowID,
+func StartOptions(taskQueue string, ws route.WorkflowStart) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       ws.ID,
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    ws.SearchAttributes,
+		StaticSummary:                            ws.Summary,
+		StaticDetails:                            ws.Details,
 	}
-	if m.OrderPlaced != nil {
-		opts.TypedSearchAttributes = workflows.SearchAttributes(m.Consumer, m.ID, m.OrderPlaced.OrderID)
-		opts.StaticSummary = fmt.Sprintf("Order %d from message %s", m.OrderPlaced.OrderID, m.ID)
-		opts.StaticDetails = fmt.Sprintf("Message `%s` (%s), consumer `%s`: charge order %d under key `%s`, then send its receipt under ledger key `%s`.",
-			m.ID, m.Type, m.Consumer, m.OrderPlaced.OrderID,
-			identity.MustKey(identity.EffectPayment, m.ID), identity.MustKey(identity.EffectEmail, m.ID))
-	}
-	return opts
 }
 
 // Start starts the workflow of m. It reports started=false, with a nil
 // error, when the workflow ID was already used (running or closed): that is
 // a duplicate, not a failure.
 func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, err error) {
-	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	ws, err := in.cfg.Routes.Start(m)
 	if err != nil {
 		return false, err
 	}
-	if m.OrderPlaced == nil {
-		return false, fmt.Errorf("message %s: no workflow handles type %q", m.ID, m.Type)
-	}
-	input := workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *m.OrderPlaced}
-	opts := StartOptions(in.cfg.TaskQueue, wfID, m)
+	wfID := ws.ID
+	opts := StartOptions(in.cfg.TaskQueue, ws)
 	opts.EnableEagerStart = in.cfg.EagerStart
 	backoff := 100 * time.Millisecond
 	for try := 0; ; try++ {
-		_, err = in.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, input)
+		_, err = in.tc.ExecuteWorkflow(ctx, opts, ws.Workflow, ws.Input)
 		if err == nil {
 			return true, nil
 		}
@@ -319,6 +322,9 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 		backoff *= 2
 	}
 }
+
+// Routes returns the registry the Intake decodes and starts messages with.
+func (in *Intake) Routes() *route.Registry { return in.cfg.Routes }
 
 // Store returns the store the Intake records in.
 func (in *Intake) Store() *store.Store { return in.store }

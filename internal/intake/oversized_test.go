@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/tools/testenv"
 )
@@ -85,7 +86,7 @@ func TestOversizedLinesStayDistinct(t *testing.T) {
 	h := newHarness(t, nil)
 	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
 	ctx := context.Background()
-	err := message.DecodeStream(strings.NewReader(strings.Join(msgs, "\n")+"\n"), func(_ int, raw []byte, _ *message.Message, derr error) error {
+	err := route.Default().DecodeStream(strings.NewReader(strings.Join(msgs, "\n")+"\n"), func(_ int, raw []byte, _ *message.Message, derr error) error {
 		res, err := h.in.RejectInvalid(ctx, raw, "starter", derr)
 		if err != nil {
 			return err

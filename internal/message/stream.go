@@ -10,7 +10,7 @@ import (
 	"io"
 )
 
-// DecodeStream decodes the messages read from r and calls fn for each, in
+// DecodeStream decodes the messages of types read from r and calls fn for each, in
 // order. The input is either one JSON message, possibly pretty-printed over
 // many lines, or JSON lines: one message per line, with blank lines skipped.
 // The first non-blank line decides which: if it opens an object or array
@@ -27,7 +27,7 @@ import (
 //
 // DecodeStream returns nil at the end of the input, the first error returned
 // by fn, or an error from reading r.
-func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err error) error) error {
+func DecodeStream(r io.Reader, types Types, fn func(line int, raw []byte, m *Message, err error) error) error {
 	lr := &lineReader{br: bufio.NewReaderSize(r, MaxSize+2)}
 	multi := false // whether the format is decided: JSON lines
 	lineNo := 0
@@ -52,10 +52,10 @@ func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err err
 			continue
 		}
 		if !multi && opensMultiline(content) {
-			return decodeDocument(lr.br, line, lineNo, fn)
+			return decodeDocument(lr.br, line, lineNo, types, fn)
 		}
 		multi = true
-		if err := report(fn, lineNo, content); err != nil {
+		if err := report(fn, lineNo, content, types); err != nil {
 			return err
 		}
 	}
@@ -63,7 +63,7 @@ func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err err
 
 // decodeDocument decodes the rest of the input as a single message whose
 // first line, with its terminator, is first.
-func decodeDocument(br *bufio.Reader, first []byte, lineNo int, fn func(int, []byte, *Message, error) error) error {
+func decodeDocument(br *bufio.Reader, first []byte, lineNo int, types Types, fn func(int, []byte, *Message, error) error) error {
 	buf := first
 	rest, err := io.ReadAll(io.LimitReader(br, int64(MaxSize+1-len(buf))))
 	if err != nil {
@@ -78,13 +78,13 @@ func decodeDocument(br *bufio.Reader, first []byte, lineNo int, fn func(int, []b
 		}
 		return fn(lineNo, nil, nil, tooLarge(d.result()))
 	}
-	return report(fn, lineNo, bytes.TrimRight(buf, " \t\r\n"))
+	return report(fn, lineNo, bytes.TrimRight(buf, " \t\r\n"), types)
 }
 
 // report decodes raw, which it owns, and passes the result to fn.
-func report(fn func(int, []byte, *Message, error) error, lineNo int, raw []byte) error {
+func report(fn func(int, []byte, *Message, error) error, lineNo int, raw []byte, types Types) error {
 	raw = raw[:len(raw):len(raw)]
-	m, err := decode(raw)
+	m, err := decode(raw, types)
 	if err != nil {
 		return fn(lineNo, raw, nil, err)
 	}

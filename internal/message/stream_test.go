@@ -21,7 +21,7 @@ type result struct {
 func collect(t *testing.T, r io.Reader) []result {
 	t.Helper()
 	var got []result
-	err := DecodeStream(r, func(line int, raw []byte, m *Message, err error) error {
+	err := DecodeStream(r, testTypes, func(line int, raw []byte, m *Message, err error) error {
 		res := result{line: line, raw: string(raw)}
 		switch {
 		case m != nil && err != nil:
@@ -151,7 +151,7 @@ func TestDecodeStreamTooLargeReportsSize(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var msgs []string
-			err := DecodeStream(strings.NewReader(tt.in), func(_ int, _ []byte, _ *Message, err error) error {
+			err := DecodeStream(strings.NewReader(tt.in), testTypes, func(_ int, _ []byte, _ *Message, err error) error {
 				if err != nil {
 					msgs = append(msgs, err.Error())
 				}
@@ -180,7 +180,7 @@ func TestDecodeStreamStopsOnCallbackError(t *testing.T) {
 	stop := errors.New("stop")
 	calls := 0
 	in := withID("a") + "\n" + withID("b") + "\n" + withID("c") + "\n"
-	err := DecodeStream(strings.NewReader(in), func(line int, _ []byte, _ *Message, _ error) error {
+	err := DecodeStream(strings.NewReader(in), testTypes, func(line int, _ []byte, _ *Message, _ error) error {
 		calls++
 		if line == 2 {
 			return stop
@@ -196,7 +196,7 @@ func TestDecodeStreamReadError(t *testing.T) {
 	boom := errors.New("boom")
 	in := io.MultiReader(strings.NewReader(withID("a")+"\n"+withID("b")), iotest.ErrReader(boom))
 	var ids []string
-	err := DecodeStream(in, func(_ int, _ []byte, m *Message, _ error) error {
+	err := DecodeStream(in, testTypes, func(_ int, _ []byte, m *Message, _ error) error {
 		if m != nil {
 			ids = append(ids, m.ID)
 		}
@@ -211,7 +211,7 @@ func TestDecodeStreamReadError(t *testing.T) {
 
 	// In a pretty-printed document.
 	in = io.MultiReader(strings.NewReader("{\n"), iotest.ErrReader(boom))
-	err = DecodeStream(in, func(int, []byte, *Message, error) error {
+	err = DecodeStream(in, testTypes, func(int, []byte, *Message, error) error {
 		t.Error("callback called")
 		return nil
 	})
@@ -271,7 +271,7 @@ func TestDecodeStreamTooLargeIdentifiesTheMessage(t *testing.T) {
 				r = smallReads{r}
 			}
 			var got []*Oversized
-			err := DecodeStream(r, func(_ int, raw []byte, _ *Message, err error) error {
+			err := DecodeStream(r, testTypes, func(_ int, raw []byte, _ *Message, err error) error {
 				var me *Error
 				if !errors.As(err, &me) || me.Code != CodeTooLarge || me.Oversized == nil {
 					t.Fatalf("error %v, want a too_large *Error with Oversized", err)
@@ -305,7 +305,7 @@ func TestDecodeStreamTooLargeIdentifiesTheMessage(t *testing.T) {
 
 func TestDecodeTooLargeIdentifiesTheMessage(t *testing.T) {
 	raw := []byte(`{"id":"a","pad":"` + strings.Repeat("a", MaxSize) + `"}`)
-	_, err := Decode(raw)
+	_, err := Decode(raw, testTypes)
 	var me *Error
 	if !errors.As(err, &me) || me.Oversized == nil {
 		t.Fatalf("error %v, want a too_large *Error with Oversized", err)

@@ -93,6 +93,9 @@ var (
 // route validates a request's parameters and returns the operation that
 // performs it. Validation failures are not saved by the idempotency layer.
 func (s *Server) route(method, path string, form url.Values) (operation, *apiError) {
+	if op, e, ok := s.routeRefunds(method, path, form); ok {
+		return op, e
+	}
 	switch {
 	case method == http.MethodPost && path == "/v1/payment_intents":
 		return s.create(form)

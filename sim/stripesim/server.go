@@ -61,9 +61,17 @@ type Stats struct {
 	Conflicts int `json:"conflicts"`
 	// Declines counts confirmations that were declined.
 	Declines int `json:"declines"`
+	// Refunds counts refunds created, and RefundedAmount their sum.
+	Refunds        int   `json:"refunds"`
+	RefundedAmount int64 `json:"refunded_amount"`
+	// RefundsByMessage counts refunds by their metadata[message_id].
+	RefundsByMessage map[string]int `json:"refunds_by_message"`
+	// RefundsRefused counts refunds refused for asking more than what
+	// remains of the charge.
+	RefundsRefused int `json:"refunds_refused"`
 }
 
-// Server simulates the Stripe PaymentIntents API. It is an http.Handler and
+// Server simulates the Stripe PaymentIntents and Refunds APIs. It is an http.Handler and
 // is safe for concurrent use. Create one with New.
 type Server struct {
 	now     func() time.Time
@@ -80,7 +88,12 @@ type Server struct {
 	order    []*paymentIntent // creation order
 	keys     map[string]*keyEntry
 	reserved int // reservations since the last sweep of expired keys
-	stats    Stats
+	// Refunds: by ID, in creation order, and the amount refunded per
+	// PaymentIntent.
+	refunds     map[string]*refund
+	refundOrder []*refund
+	refunded    map[string]int64
+	stats       Stats
 }
 
 // keyEntry is the idempotency layer's record of one key.
@@ -148,7 +161,10 @@ func (s *Server) resetLocked() {
 	s.order = nil
 	s.keys = make(map[string]*keyEntry)
 	s.reserved = 0
-	s.stats = Stats{ChargesByMessage: make(map[string]int)}
+	s.refunds = make(map[string]*refund)
+	s.refundOrder = nil
+	s.refunded = make(map[string]int64)
+	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int)}
 }
 
 // Stats returns a copy of the current statistics.
@@ -157,6 +173,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.ChargesByMessage = maps.Clone(s.stats.ChargesByMessage)
+	st.RefundsByMessage = maps.Clone(s.stats.RefundsByMessage)
 	return st
 }
 

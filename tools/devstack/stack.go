@@ -23,6 +23,7 @@ import (
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
@@ -342,7 +343,7 @@ func messageIDs(path string) ([]string, error) {
 	defer f.Close()
 	var ids []string
 	seen := map[string]bool{}
-	err = message.DecodeStream(f, func(_ int, _ []byte, m *message.Message, err error) error {
+	err = route.Default().DecodeStream(f, func(_ int, _ []byte, m *message.Message, err error) error {
 		if err == nil && !seen[m.ID] {
 			seen[m.ID] = true
 			ids = append(ids, m.ID)
@@ -392,16 +393,16 @@ func (s *stack) report(ctx context.Context, dbURL string, ids []string, st *stri
 		}
 		outcome, order, orderStatus, pay, receipt, dups := "-", "-", "-", "-", "-", 0
 		if ms.Processed != nil {
-			outcome = ms.Processed.Outcome
+			outcome = string(ms.Processed.Outcome)
 			if ms.Processed.OrderID != nil {
 				order = fmt.Sprint(*ms.Processed.OrderID)
 			}
 		}
 		if ms.Order != nil && ms.Payment != nil {
-			orderStatus, receipt = ms.Order.Status, ms.Order.ReceiptStatus
+			orderStatus, receipt = string(ms.Order.Status), ms.Order.ReceiptStatus
 		}
 		if ms.Payment != nil {
-			pay = ms.Payment.State
+			pay = string(ms.Payment.State)
 			if ms.Payment.PaymentIntentID != "" {
 				pay += " " + ms.Payment.PaymentIntentID
 			}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
@@ -21,7 +21,7 @@ func TestDispatcherStartsRowsLeftPending(t *testing.T) {
 	ctx := context.Background()
 	ids := []string{"evt_pend1", "evt_pend2"}
 	for i, id := range ids {
-		m, err := message.Decode(order(id, int64(71+i), "pm_card_visa"))
+		m, err := route.Default().Decode(order(id, int64(71+i), "pm_card_visa"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/testenv"
@@ -130,7 +131,7 @@ func TestDuplicateWhileRunningAndAfterCompletion(t *testing.T) {
 func TestTemporalRejectsCopies(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	s.Sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultDelay, Delay: time.Second, Times: 1})
-	m, err := message.Decode(order("evt_t1", 7, "pm_card_visa"))
+	m, err := route.Default().Decode(order("evt_t1", 7, "pm_card_visa"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestCrashWindowsAtIntake(t *testing.T) {
 
 	// Window 1: inserted, then the process died before the start.
 	raw := order("evt_w1", 61, "pm_card_visa")
-	m, err := message.Decode(raw)
+	m, err := route.Default().Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestCrashWindowsAtIntake(t *testing.T) {
 
 	// Window 2: inserted and started, then the process died before the mark.
 	raw2 := order("evt_w2", 62, "pm_card_visa")
-	m2, err := message.Decode(raw2)
+	m2, err := route.Default().Decode(raw2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
@@ -21,7 +22,7 @@ import (
 // msgID is the Nats-Msg-Id `starter publish` gives raw.
 func msgID(t *testing.T, raw []byte) string {
 	t.Helper()
-	m, err := message.Decode(raw)
+	m, err := route.Default().Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func pruneWorker(t *testing.T, s *testenv.Stack, queue string, policy retention.
 		t.Fatal(err)
 	}
 	wfs.Register(w)
-	w.RegisterActivity(&activities.Activities{Store: s.Store, Retention: policy})
+	activities.Register(w, &activities.Activities{Store: s.Store, Retention: policy})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

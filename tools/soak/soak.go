@@ -131,6 +131,8 @@ type Report struct {
 	Faults          int           `json:"faults"`
 	Elapsed         time.Duration `json:"elapsed"`
 	Violations      []string      `json:"violations"`
+	// Refunds is the refund phase's report (refunds.go).
+	Refunds RefundReport `json:"refunds"`
 }
 
 // String renders the figures as the soak command prints them.
@@ -140,6 +142,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
+	b.WriteString(r.Refunds.String())
 	fmt.Fprintf(&b, "chaos: %d worker kills, %d database cuts, %d provider faults\n", r.Kills, r.DatabaseCuts, r.Faults)
 	if len(r.Violations) == 0 {
 		b.WriteString("violations: none\n")
@@ -317,6 +320,13 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 
 	rep.Kills, rep.DatabaseCuts = int(kills.Load()), int(cuts.Load())
 	if err := reconcile(ctx, st, p, &rep); err != nil {
+		return rep, err
+	}
+	// Refunds of the settled orders, with copies and a kill (refunds.go).
+	refunds, violations, err := runRefunds(ctx, cfg, st, p, rng, w)
+	rep.Refunds = refunds
+	rep.Violations = append(rep.Violations, violations...)
+	if err != nil {
 		return rep, err
 	}
 	rep.Elapsed = time.Since(start)

@@ -218,7 +218,7 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	}
 	s.Worker = worker.New(s.Client, s.TaskQueue, worker.Options{})
 	wfs.Register(s.Worker)
-	s.Worker.RegisterActivity(&activities.Activities{
+	activities.Register(s.Worker, &activities.Activities{
 		Store: s.Store, Payments: s.Sims.PaymentClient(t), Mailer: s.Sims.EmailClient(t), EmailPolicy: o.EmailPolicy,
 		Retention: o.Retention,
 	})
