@@ -39,6 +39,16 @@ type Options struct {
 	// KeyTTL is how long an idempotency key's saved response is replayed.
 	// Zero means DefaultKeyTTL.
 	KeyTTL time.Duration
+	// SearchLag is how long a new PaymentIntent stays invisible to Search,
+	// which Stripe documents as eventually consistent; retrieve and list see
+	// it at once. Zero means DefaultSearchLag (a minute); NoSearchLag makes
+	// Search see it at once.
+	SearchLag time.Duration
+	// ProcessingDelay is how long a PaymentIntent confirmed with
+	// pm_card_processing (or pm_card_processingDeclined) stays processing
+	// before it settles by itself, seen at the next read of it. Zero means
+	// it stays processing until SettleProcessing.
+	ProcessingDelay time.Duration
 }
 
 // Stats counts what the simulator has seen and done since it was created or
@@ -61,26 +71,34 @@ type Stats struct {
 	Conflicts int `json:"conflicts"`
 	// Declines counts confirmations that were declined.
 	Declines int `json:"declines"`
+	// Processing counts confirmations that answered status processing.
+	Processing int `json:"processing"`
+	// RequestsByOperation counts API requests by operation: create,
+	// confirm, retrieve, list, search.
+	RequestsByOperation map[string]int `json:"requests_by_operation"`
 }
 
 // Server simulates the Stripe PaymentIntents API. It is an http.Handler and
 // is safe for concurrent use. Create one with New.
 type Server struct {
-	now     func() time.Time
-	log     *slog.Logger
-	keyTTL  time.Duration
-	idStem  string
-	control *http.ServeMux
+	now    func() time.Time
+	log    *slog.Logger
+	keyTTL time.Duration
+	// processingDelay is Options.ProcessingDelay.
+	processingDelay time.Duration
+	idStem          string
+	control         *http.ServeMux
 
-	mu       sync.Mutex
-	latency  time.Duration
-	seq      uint64
-	faults   simfault.List[Match] // locks itself
-	intents  map[string]*paymentIntent
-	order    []*paymentIntent // creation order
-	keys     map[string]*keyEntry
-	reserved int // reservations since the last sweep of expired keys
-	stats    Stats
+	mu        sync.Mutex
+	latency   time.Duration
+	searchLag time.Duration
+	seq       uint64
+	faults    simfault.List[Match] // locks itself
+	intents   map[string]*paymentIntent
+	order     []*paymentIntent // creation order
+	keys      map[string]*keyEntry
+	reserved  int // reservations since the last sweep of expired keys
+	stats     Stats
 }
 
 // keyEntry is the idempotency layer's record of one key.
@@ -100,6 +118,15 @@ func New(opts Options) *Server {
 		keyTTL:  opts.KeyTTL,
 		idStem:  randomStem(),
 		latency: opts.Latency,
+
+		processingDelay: opts.ProcessingDelay,
+		searchLag:       opts.SearchLag,
+	}
+	switch {
+	case s.searchLag == 0:
+		s.searchLag = DefaultSearchLag
+	case s.searchLag < 0:
+		s.searchLag = 0
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -148,7 +175,7 @@ func (s *Server) resetLocked() {
 	s.order = nil
 	s.keys = make(map[string]*keyEntry)
 	s.reserved = 0
-	s.stats = Stats{ChargesByMessage: make(map[string]int)}
+	s.stats = Stats{ChargesByMessage: make(map[string]int), RequestsByOperation: make(map[string]int)}
 }
 
 // Stats returns a copy of the current statistics.
@@ -157,6 +184,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.ChargesByMessage = maps.Clone(s.stats.ChargesByMessage)
+	st.RequestsByOperation = maps.Clone(s.stats.RequestsByOperation)
 	return st
 }
 
@@ -190,6 +218,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	s.mu.Lock()
 	s.stats.Requests++
+	s.stats.RequestsByOperation[operationOf(r.Method, r.URL.Path)]++
 	latency := s.latency
 	requestID := s.nextIDLocked("req")
 	s.mu.Unlock()
