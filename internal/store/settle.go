@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -31,7 +32,7 @@ func (s *Store) RecordPaymentIntentID(ctx context.Context, consumer, messageID, 
 		 WHERE consumer = $1 AND message_id = $2 AND EXISTS (SELECT FROM owner)
 		RETURNING payment_intent_id`, consumer, messageID, key, paymentIntentID, claim).Scan(&recorded)
 	if err = translate(err); err != nil {
-		if err == ErrNotFound {
+		if errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("record payment intent %s of %s under claim %d: %w", paymentIntentID, messageID, claim, ErrFenced)
 		}
 		return fmt.Errorf("record payment intent %s of %s: %w", paymentIntentID, messageID, err)
