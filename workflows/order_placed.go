@@ -37,7 +37,7 @@ const (
 	// durable timer and a retrieve).
 	StagePaymentProcessing = "payment_processing"
 	StageSendingReceipt    = "sending_receipt"
-	StageCompleted      = "completed"
+	StageCompleted         = "completed"
 )
 
 // Outcomes of an OrderPlaced workflow.
