@@ -7,6 +7,9 @@
 //	starter status MESSAGE_ID        print the recorded outcome of a message as JSON
 //	starter quarantine list          list quarantined messages as JSON lines
 //	starter quarantine retry ID      send a quarantined message again
+//	starter payments --state S       list open payments (unknown, processing, unexpected) as JSON lines
+//	starter resolve MESSAGE_ID       settle a payment from Stripe's record (ledger, order, workflow)
+//	starter redrive MESSAGE_ID       run a failed workflow again (refused while a charge may exist)
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -17,7 +20,15 @@
 //	2  usage error
 //	3  send: at least one message was invalid (each is quarantined with its reason);
 //	   publish: at least one message was invalid (published; the worker quarantines it)
-//	4  status: no record of that message
+//	4  status: no record of that message; resolve: no payment recorded, or no
+//	   PaymentIntent exists at Stripe (nothing was charged); redrive: the
+//	   message is not in the inbox
+//	5  refused, nothing changed: resolve could not read Stripe; redrive: a
+//	   charge may exist (run resolve first), or the last run is not failed
+//	6  resolve: Stripe still reports the payment open (processing, or an
+//	   unexpected status); the ledger records what it said
+//
+// See docs/runbook.md for the open cases these commands settle.
 package main
 
 import (
@@ -38,9 +49,15 @@ const usage = `usage:
                                    print the recorded outcome of a message as JSON
   starter quarantine list [-limit N]
   starter quarantine retry ID      send a quarantined message again
+  starter payments --state unknown|processing|unexpected [-limit N]
+                                   list open payments as JSON lines
+  starter resolve [-consumer NAME] MESSAGE_ID
+                                   settle a payment from Stripe (retrieve by recorded ID)
+  starter redrive [-consumer NAME] MESSAGE_ID
+                                   run a failed workflow again (refused while a charge may exist)
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
-publish: NATS_URL, NATS_STREAM, NATS_SUBJECT
+publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL
 `
 
 // Exit codes.
@@ -50,6 +67,10 @@ const (
 	exitUsage    = 2
 	exitInvalid  = 3
 	exitNotFound = 4
+	exitRefused  = 5
+	// exitStillOpen: resolve read Stripe, which still reports the payment
+	// processing or in an unexpected status.
+	exitStillOpen = 6
 )
 
 // errUsage marks a usage error.
@@ -80,6 +101,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdStatus(ctx, args[1:], stdout, logger)
 	case "quarantine":
 		code, err = cmdQuarantine(ctx, args[1:], stdout, logger)
+	case "payments":
+		code, err = cmdPayments(ctx, args[1:], stdout, logger)
+	case "resolve":
+		code, err = cmdResolve(ctx, args[1:], stdout, logger)
+	case "redrive":
+		code, err = cmdRedrive(ctx, args[1:], stdout, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -92,7 +119,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "starter: %v\n", err)
-		return exitError
+		if code == exitOK {
+			return exitError
+		}
+		return code
 	}
 	return code
 }

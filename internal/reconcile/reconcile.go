@@ -53,6 +53,10 @@ type Result struct {
 // confirmed, so nothing was charged.
 var ErrNoPaymentIntent = errors.New("reconcile: no payment intent exists for the message")
 
+// ErrStripe is wrapped by the errors Resolve returns when Stripe could not
+// be read; nothing was changed.
+var ErrStripe = errors.New("stripe could not be read")
+
 func (r *Resolver) now() time.Time {
 	if r.Now == nil {
 		return time.Now()
@@ -87,7 +91,7 @@ func (r *Resolver) Resolve(ctx context.Context, consumer, messageID string) (Res
 		}
 	}
 	if err != nil {
-		return res, fmt.Errorf("read payment intent of %s from stripe: %w", messageID, err)
+		return res, fmt.Errorf("read payment intent of %s: %w: %w", messageID, ErrStripe, err)
 	}
 	res.Stripe = ch
 	st := store.Settlement{
