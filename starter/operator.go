@@ -22,6 +22,7 @@ import (
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/reconcile"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -106,7 +107,7 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	if err != nil {
 		return exitError, err
 	}
-	d, err := connect(ctx, logger, true)
+	d, err := connect(ctx, logger, false)
 	if err != nil {
 		return exitError, err
 	}
@@ -130,7 +131,7 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 		return exitError, err
 	}
 	if code == exitOK && res.After.State != "" {
-		rep.Workflow = signalSettled(ctx, d.tc, wfID, res)
+		rep.Workflow = signalSettled(ctx, wfID, res, logger)
 		switch res.After.State {
 		case store.PaymentSucceeded, store.PaymentFailed:
 			if rep.Workflow.Status != "" && !rep.Workflow.Signalled && res.After.State == store.PaymentSucceeded &&
@@ -152,9 +153,19 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 
 // signalSettled signals the workflow of the payment when it is running, so a
 // wait for a processing payment ends now; a closed workflow is only
-// reported (Postgres holds the record).
-func signalSettled(ctx context.Context, tc client.Client, wfID string, res reconcile.Result) *resolvedRun {
+// reported (Postgres holds the record). Temporal being unreachable is
+// reported too: the ledger is settled already, and a waiting workflow
+// finds the outcome at its next poll.
+func signalSettled(ctx context.Context, wfID string, res reconcile.Result, logger *slog.Logger) *resolvedRun {
 	run := &resolvedRun{ID: wfID}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tc, _, err := temporalclient.Dial(ctx, logger)
+	if err != nil {
+		run.Error = "temporal: " + err.Error()
+		return run
+	}
+	defer tc.Close()
 	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
 	if err != nil {
 		run.Error = err.Error()
