@@ -264,6 +264,9 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 		return write(w, errorResponse(e, requestID))
 	}
 	info := requestInfo{messageID: form.Get("metadata[message_id]"), key: key, path: r.URL.Path}
+	if m := confirmPath.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodPost {
+		info.messageID = s.messageOf(m[1]) // a confirm carries no metadata: use its PaymentIntent's
+	}
 
 	if f, ok := s.takeFault(info, FaultErrorBefore, FaultRateLimit); ok {
 		e := rateLimitError()

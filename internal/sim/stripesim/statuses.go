@@ -246,3 +246,13 @@ func operationOf(method, path string) string {
 	}
 	return "other"
 }
+
+// messageOf returns PaymentIntent id's metadata[message_id], or "".
+func (s *Server) messageOf(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi, ok := s.intents[id]; ok {
+		return pi.Metadata["message_id"]
+	}
+	return ""
+}
