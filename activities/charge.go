@@ -130,6 +130,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 		if err != nil {
 			return c.createFailed(ctx, err)
 		}
+		failpoint.Hit(failpoint.PaymentAfterCreate)
 		if err := c.recordID(ctx, created.PaymentIntentID); err != nil {
 			return ChargeResult{}, err
 		}
