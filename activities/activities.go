@@ -26,6 +26,10 @@ const (
 	// (an ambiguous provider answer, and no charge found by lookup). The
 	// payment is recorded as unknown for an operator; nothing is retried.
 	ErrTypePaymentUnknown = "PaymentUnknown"
+	// ErrTypeUnexpectedState: the PaymentIntent is in a status effectively
+	// never asks for (requires_capture, or never confirmed). The payment is
+	// recorded unexpected for an operator; no receipt is sent.
+	ErrTypeUnexpectedState = "unexpected_state"
 	// ErrTypeInvalidInput: the activity input is unusable.
 	ErrTypeInvalidInput = "InvalidInput"
 	// ErrTypeFenced: a later claim owns the ledger row (a retry, or the
@@ -49,17 +53,18 @@ type Activities struct {
 	// Default store.AtLeastOnce.
 	EmailPolicy store.EmailPolicy
 	// AmbiguousAttempts is how many claims of a payment (local and regular
-	// attempts together) look an ambiguous outcome up before it is recorded
-	// as unknown. Default 5.
+	// attempts together) list Stripe after an ambiguous create before its
+	// absence is taken as proof that nothing was created. Default 5.
 	AmbiguousAttempts int32
 	// Retention is how long Prune keeps processed-message, inbox and outbox
 	// rows, with the horizon the worker checked it against at start. The
 	// zero value makes Prune refuse to delete anything.
 	Retention retention.Policy
-	// KeyTrust is how long after the claim Stripe's idempotency key is
-	// trusted to replay. A charge attempted later than this (Stripe keeps
-	// keys 24 h) first looks the payment up by message ID, because a
-	// repeat under an expired key would charge again. Default 23h.
+	// KeyTrust is how long after the claim Stripe's idempotency keys are
+	// trusted to replay (Stripe keeps them 24 h). Later, an attempt without
+	// a recorded PaymentIntent lists the claim's window before creating one,
+	// and one with a recorded PaymentIntent retrieves it before confirming.
+	// Default 23h.
 	KeyTrust time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time

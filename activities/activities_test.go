@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,18 +90,29 @@ func TestChargeOrderIsSafeToRetry(t *testing.T) {
 	}
 }
 
-func TestChargeOrderRecordFailedThenRetryReplays(t *testing.T) {
-	// The charge happens but the activity dies before recording: the retry
-	// calls Stripe again with the same key and gets the replay.
+func TestChargeOrderRecordFailedThenRetryFindsIt(t *testing.T) {
+	// An attempt claimed, created and confirmed the PaymentIntent, then died
+	// before recording its ID: the retry lists the claim's window (strongly
+	// consistent), finds the charge and records it. One charge.
 	f := newFixture(t, "")
 	in := charge("evt_2", 7, "pm_card_visa")
-	if _, err := f.acts.Payments.Charge(context.Background(), payment.ChargeRequest{
-		IdempotencyKey: "payment:evt_2", MessageID: "evt_2", OrderID: 7, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa",
+	if _, err := f.db.ClaimPayment(context.Background(), store.PaymentClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		Key: "payment:evt_2", RequestHash: activities.RequestHash(in),
 	}); err != nil {
 		t.Fatal(err)
 	}
+	pi, err := f.acts.Payments.Create(context.Background(), payment.ChargeRequest{
+		IdempotencyKey: "paymentintent:evt_2", MessageID: "evt_2", OrderID: 7, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.acts.Payments.Confirm(context.Background(), pi.PaymentIntentID, "payment:evt_2"); err != nil {
+		t.Fatal(err)
+	}
 	r, err := run(t, f, f.acts.ChargeOrder, in)
-	if err != nil || r.Outcome != activities.PaymentPaid || !r.Replayed {
+	if err != nil || r.Outcome != activities.PaymentPaid || r.PaymentIntentID != pi.PaymentIntentID || !r.Reconciled {
 		t.Fatalf("charge after an unrecorded call = %+v, %v", r, err)
 	}
 	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_2"]; n != 1 {
@@ -152,22 +164,41 @@ func TestChargeOrderBusinessDuplicate(t *testing.T) {
 	}
 }
 
-func TestChargeOrderAmbiguousIsReconciled(t *testing.T) {
+func TestChargeOrderAmbiguousCreateIsReconciled(t *testing.T) {
 	f := newFixture(t, "")
-	// Stripe charges, then answers a 500 that it saves under the key: every
-	// retry with the key gets the same 500.
-	f.sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultErrorAfter, Times: 1})
+	// Stripe creates the PaymentIntent, then answers a 500 that it saves
+	// under the create key: every retry with the key gets the same 500.
+	f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{IdempotencyKey: "paymentintent:evt_amb"}, Kind: stripesim.FaultErrorAfter, Times: 1})
 	in := charge("evt_amb", 11, "pm_card_visa")
-	_, err := run(t, f, f.acts.ChargeOrder, in)
-	if err == nil {
+	if _, err := run(t, f, f.acts.ChargeOrder, in); err == nil {
+		t.Fatal("a fresh 500 was not reported")
+	}
+	r, err := run(t, f, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentPaid {
+		t.Fatalf("after the 500 = %+v, %v; want paid", r, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_amb"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+}
+
+func TestChargeOrderAmbiguousConfirmIsRetrieved(t *testing.T) {
+	f := newFixture(t, "")
+	// The confirmation charges, then Stripe answers a 500 saved under the
+	// confirm key: the retry's confirm replays it, and the recorded
+	// PaymentIntent is retrieved by ID instead.
+	f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{IdempotencyKey: "payment:evt_ambc"}, Kind: stripesim.FaultErrorAfter, Times: 1})
+	in := charge("evt_ambc", 14, "pm_card_visa")
+	if _, err := run(t, f, f.acts.ChargeOrder, in); err == nil {
 		t.Fatal("a fresh 500 was not reported")
 	}
 	r, err := run(t, f, f.acts.ChargeOrder, in)
 	if err != nil || r.Outcome != activities.PaymentPaid || !r.Reconciled {
-		t.Fatalf("replayed 500 = %+v, %v; want reconciled by lookup", r, err)
+		t.Fatalf("replayed 500 = %+v, %v; want reconciled by retrieve", r, err)
 	}
-	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_amb"]; n != 1 {
-		t.Fatalf("charges = %d, want 1", n)
+	st := f.sims.Stripe.Stats()
+	if st.ChargesByMessage["evt_ambc"] != 1 || st.RequestsByOperation["search"] != 0 || st.RequestsByOperation["retrieve"] != 1 {
+		t.Fatalf("charges = %d, requests = %v; want 1 charge, one retrieve, no search", st.ChargesByMessage["evt_ambc"], st.RequestsByOperation)
 	}
 }
 
@@ -181,7 +212,7 @@ func TestChargeOrderSupersededClaimIsFenced(t *testing.T) {
 	in := charge("evt_z", 12, "pm_card_visa")
 	var stolen atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents" && stolen.CompareAndSwap(false, true) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/confirm") && stolen.CompareAndSwap(false, true) {
 			c, err := f.db.ClaimPayment(r.Context(), store.PaymentClaim{
 				Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
 				Key: "payment:evt_z", RequestHash: activities.RequestHash(in),
@@ -340,13 +371,14 @@ func TestChargeOrderAmbiguousDeclineIsReconciled(t *testing.T) {
 	}
 }
 
-// TestChargeOrderUnknownStopsWithoutGuessing puts Stripe in the worst case:
-// every create answers a replayed 500 (the key's saved answer) and search
-// finds nothing. The activity must never charge on a guess: it retries the
-// lookup, then records the payment unknown and stops with a non-retryable
-// error for an operator.
-func TestChargeOrderUnknownStopsWithoutGuessing(t *testing.T) {
-	var creates atomic.Int32
+// TestChargeOrderAmbiguousCreateWithNothingListedFails puts Stripe in the
+// worst case for a create: every create answers a replayed 500 (the key's
+// saved answer) and the list, strongly consistent, shows no PaymentIntent.
+// The activity never creates again on a guess and never confirms anything:
+// after a few claims it records the payment failed (create_failed), since
+// nothing exists at Stripe that could have been charged.
+func TestChargeOrderAmbiguousCreateWithNothingListedFails(t *testing.T) {
+	var creates, confirms atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
@@ -355,8 +387,11 @@ func TestChargeOrderUnknownStopsWithoutGuessing(t *testing.T) {
 			w.Header().Set("Idempotent-Replayed", "true")
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"An unknown error occurred"}}`))
-		case r.URL.Path == "/v1/payment_intents/search":
-			_, _ = w.Write([]byte(`{"object":"search_result","data":[],"has_more":false,"url":"/v1/payment_intents/search"}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+			_, _ = w.Write([]byte(`{"object":"list","data":[],"has_more":false,"url":"/v1/payment_intents"}`))
+		case strings.HasSuffix(r.URL.Path, "/confirm"):
+			confirms.Add(1)
+			http.NotFound(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -376,24 +411,20 @@ func TestChargeOrderUnknownStopsWithoutGuessing(t *testing.T) {
 			t.Fatalf("attempt %d: err = %v, want a retryable error", attempt, err)
 		}
 	}
-	_, err = run(t, f, f.acts.ChargeOrder, in)
-	if !isType(err, activities.ErrTypePaymentUnknown) {
-		t.Fatalf("attempt 3: err = %v, want %s", err, activities.ErrTypePaymentUnknown)
+	r, err := run(t, f, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentDeclined || r.FailureCode != activities.CodeCreateFailed {
+		t.Fatalf("attempt 3 = %+v, %v; want %s", r, err, activities.CodeCreateFailed)
 	}
 	p, err := db.PaymentOf(context.Background(), "order-placed", "evt_unk")
-	if err != nil || p.State != store.PaymentUnknown {
-		t.Fatalf("payment = %+v, %v; want unknown", p, err)
-	}
-	e, err := db.Effect(context.Background(), "payment:evt_unk")
-	if err != nil || e.State != store.StateUnknown {
-		t.Fatalf("ledger = %+v, %v; want unknown", e, err)
+	if err != nil || p.State != store.PaymentFailed {
+		t.Fatalf("payment = %+v, %v; want failed", p, err)
 	}
 	// A later attempt does not call Stripe again: the outcome is recorded.
 	before := creates.Load()
-	if _, err := run(t, f, f.acts.ChargeOrder, in); !isType(err, activities.ErrTypePaymentUnknown) {
-		t.Fatalf("attempt 4: err = %v", err)
+	if r, err := run(t, f, f.acts.ChargeOrder, in); err != nil || !r.Recorded {
+		t.Fatalf("attempt 4 = %+v, %v", r, err)
 	}
-	if creates.Load() != before {
-		t.Fatal("an unknown payment was sent to Stripe again")
+	if creates.Load() != before || confirms.Load() != 0 {
+		t.Fatalf("creates %d → %d, confirms %d: Stripe was asked again", before, creates.Load(), confirms.Load())
 	}
 }

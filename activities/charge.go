@@ -12,6 +12,7 @@ import (
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/reconcile"
 	"github.com/effectively/effectively/internal/store"
 )
 
@@ -34,11 +35,15 @@ const (
 	PaymentPaid              PaymentOutcome = "paid"
 	PaymentDeclined          PaymentOutcome = "payment_failed"
 	PaymentBusinessDuplicate PaymentOutcome = "business_duplicate"
+	// PaymentProcessing: Stripe is processing the payment; it settles
+	// later (succeeded or failed). No receipt until it succeeds.
+	PaymentProcessing PaymentOutcome = "processing"
 )
 
 // ChargeResult is the recorded outcome of ChargeOrder.
 type ChargeResult struct {
-	// Outcome is PaymentPaid, PaymentDeclined or PaymentBusinessDuplicate.
+	// Outcome is PaymentPaid, PaymentDeclined, PaymentProcessing or
+	// PaymentBusinessDuplicate.
 	Outcome         PaymentOutcome `json:"outcome"`
 	PaymentIntentID string         `json:"payment_intent_id,omitempty"`
 	// FailureCode and DeclineCode explain a PaymentDeclined.
@@ -56,18 +61,28 @@ type ChargeResult struct {
 // ChargeOrder charges the order of one message exactly once.
 //
 // Safe to retry: the order is claimed in Postgres first (payments.order_id is
-// unique), Stripe is called with the key "payment:<message id>" (a repeat is
-// replayed, never charged again), and the outcome commits with the message's
-// processed row in one transaction. A declined card or an invalid request is
-// a recorded outcome, not an error. Transport errors, 409, 429 and 5xx are
-// returned as retryable errors; an ambiguous answer (Stripe replays a 500
-// under the key) is reconciled by looking the payment up before anything
-// else.
+// unique), then the payment goes create, record, confirm: the PaymentIntent
+// is created unconfirmed under the key "paymentintent:<message id>", its ID
+// is recorded in Postgres, and only then is it confirmed under
+// "payment:<message id>". A PaymentIntent succeeds at most once, so once its
+// ID is recorded no retry can charge twice, and any ambiguous answer
+// (a replayed 500, a lost response, a claim older than the key window) is
+// settled by retrieving it by ID, a strongly consistent read. The outcome
+// commits with the message's processed row in one transaction.
+//
+// Only a succeeded PaymentIntent is recorded as paid. processing is
+// recorded as such and returned as PaymentProcessing (the workflow waits
+// for the outcome); requires_payment_method, canceled and requires_action
+// (authentication, impossible off-session) are recorded refusals carrying
+// Stripe's code; any other status is recorded unexpected and returned as a
+// non-retryable ErrTypeUnexpectedState for an operator. Transport errors,
+// 409, 429 and 5xx are returned as retryable errors.
 func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
 	key, err := identity.Key(identity.EffectPayment, in.MessageID)
 	if err != nil {
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
+	createKey := identity.MustKey(identity.EffectPaymentIntent, in.MessageID)
 	logger := activity.GetLogger(ctx)
 
 	claim, err := a.Store.ClaimPayment(ctx, store.PaymentClaim{
@@ -86,51 +101,193 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeRes
 		return recordedCharge(claim.Payment)
 	}
 	token := claim.Claim
+	c := charging{a: a, in: in, key: key, token: token}
 
 	failpoint.Hit(failpoint.PaymentAfterClaim)
-	if age := a.now().Sub(claim.Payment.CreatedAt); age > a.keyTrust() {
-		// Stripe may have forgotten the key: a repeat would be a new charge.
-		// Establish first that no charge exists.
-		found, err := a.Payments.FindByMessageID(ctx, in.MessageID)
+	piID := claim.Payment.PaymentIntentID
+	age := a.now().Sub(claim.Payment.CreatedAt)
+	var pi *payment.Charge
+	if piID == "" && (token > 1 || age > a.keyTrust()) {
+		// An earlier claim may have created a PaymentIntent whose ID never
+		// reached Postgres (its create key replays it within the window,
+		// but not past it), or charged it before create-record-confirm
+		// existed. List the claim's window, which is strongly consistent,
+		// before creating anything.
+		found, err := a.Payments.FindInWindow(ctx, in.MessageID, claim.Payment.CreatedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
 		switch {
-		case err == nil && found.Succeeded():
-			activity.GetLogger(ctx).Warn("claim older than the key window: charge found by lookup", "order_id", in.OrderID, "age", age.String())
-			return a.recordCharge(ctx, in, key, token, found, true)
-		case err != nil && !errors.Is(err, payment.ErrNotFound):
-			return ChargeResult{}, fmt.Errorf("look up payment of order %d before a charge past the key window: %w", in.OrderID, err)
+		case err == nil:
+			logger.Warn("payment intent of an earlier claim found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
+			if err := c.recordID(ctx, found.PaymentIntentID); err != nil {
+				return ChargeResult{}, err
+			}
+			pi, piID = found, found.PaymentIntentID
+		case !errors.Is(err, payment.ErrNotFound):
+			return ChargeResult{}, fmt.Errorf("list payment intents of order %d before creating one: %w", in.OrderID, err)
 		}
 	}
-	req := payment.ChargeRequest{
-		IdempotencyKey: key, MessageID: in.MessageID, OrderID: in.OrderID,
-		Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
+	if piID == "" {
+		created, err := a.Payments.Create(ctx, payment.ChargeRequest{
+			IdempotencyKey: createKey, MessageID: in.MessageID, OrderID: in.OrderID,
+			Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
+		})
+		if err != nil {
+			return c.createFailed(ctx, err)
+		}
+		failpoint.Hit(failpoint.PaymentAfterCreate)
+		if err := c.recordID(ctx, created.PaymentIntentID); err != nil {
+			return ChargeResult{}, err
+		}
+		pi, piID = created, created.PaymentIntentID
+	} else if pi == nil && age > a.keyTrust() {
+		// Stripe may have forgotten the confirm key: read the
+		// PaymentIntent rather than confirm blindly (confirming a settled
+		// PaymentIntent is refused, though never charged twice).
+		if pi, err = a.Payments.Get(ctx, piID); err != nil {
+			return ChargeResult{}, fmt.Errorf("retrieve payment intent of order %d past the key window: %w", in.OrderID, err)
+		}
 	}
-	ch, err := a.Payments.Charge(ctx, req)
+	if pi != nil {
+		if v, _, _ := pi.Verdict(); v != payment.VerdictUnconfirmed {
+			// Found confirmed already (by list or retrieve): record it.
+			return c.settle(ctx, pi, true)
+		}
+	}
+
+	ch, err := a.Payments.Confirm(ctx, piID, key)
 	if err == nil {
 		failpoint.Hit(failpoint.PaymentAfterCharge)
-		res, err := a.recordCharge(ctx, in, key, token, ch, false)
+		res, err := c.settle(ctx, ch, false)
 		if err == nil {
 			failpoint.Hit(failpoint.PaymentAfterRecord)
 		}
 		return res, err
 	}
-	var pe *payment.Error
-	if errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden) {
-		// A wrong or revoked API key is our configuration, not the order's
-		// outcome: retry (with backoff) until an operator fixes it.
+	return c.confirmFailed(ctx, piID, err)
+}
+
+// charging is one claim's attempt at a payment.
+type charging struct {
+	a     *Activities
+	in    ChargeInput
+	key   string
+	token int32
+}
+
+// recordID records the PaymentIntent's ID under the claim before it is
+// confirmed.
+func (c charging) recordID(ctx context.Context, piID string) error {
+	if err := c.a.Store.RecordPaymentIntentID(ctx, c.in.Consumer, c.in.MessageID, c.key, c.token, piID); err != nil {
+		return fenced(fmt.Errorf("record payment intent of order %d: %w", c.in.OrderID, err))
+	}
+	return nil
+}
+
+// settle records what the PaymentIntent's status means (see ChargeOrder).
+func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled bool) (ChargeResult, error) {
+	in := c.in
+	verdict, code, decline := ch.Verdict()
+	switch verdict {
+	case payment.VerdictPaid:
+		return c.a.recordCharge(ctx, in, c.key, c.token, ch, reconciled)
+	case payment.VerdictProcessing:
+		already, err := c.a.Store.RecordPaymentProcessing(ctx, store.PaymentOpen{
+			Consumer: in.Consumer, MessageID: in.MessageID, Key: c.key, Claim: c.token,
+			PaymentIntentID: ch.PaymentIntentID, StripeStatus: ch.Status,
+		})
+		if err != nil {
+			return ChargeResult{}, fenced(fmt.Errorf("record processing payment of order %d: %w", in.OrderID, err))
+		}
+		if !already {
+			activity.GetLogger(ctx).Info("payment processing: waiting for stripe to settle it", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
+		}
+		return ChargeResult{Outcome: PaymentProcessing, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}, nil
+	case payment.VerdictFailed:
+		return c.a.recordRefusal(ctx, in, c.key, c.token, store.PaymentFailure{
+			Code: code, DeclineCode: decline, PaymentIntentID: ch.PaymentIntentID, StripeStatus: ch.Status,
+			Message: "payment intent " + ch.Status,
+		})
+	}
+	return c.unexpected(ctx, ch, "payment intent is "+ch.Status+" after confirmation")
+}
+
+// unexpected records a PaymentIntent in a status nobody asked for and stops
+// the payment with a non-retryable ErrTypeUnexpectedState for an operator.
+func (c charging) unexpected(ctx context.Context, ch *payment.Charge, reason string) (ChargeResult, error) {
+	if _, err := c.a.Store.RecordPaymentUnexpected(ctx, store.PaymentOpen{
+		Consumer: c.in.Consumer, MessageID: c.in.MessageID, Key: c.key, Claim: c.token,
+		PaymentIntentID: ch.PaymentIntentID, StripeStatus: ch.Status, Reason: reason,
+	}); err != nil {
+		return ChargeResult{}, fenced(fmt.Errorf("record unexpected payment of order %d: %w", c.in.OrderID, err))
+	}
+	activity.GetLogger(ctx).Error("payment in an unexpected state: operator action needed", "order_id", c.in.OrderID,
+		"message_id", c.in.MessageID, "payment_intent_id", ch.PaymentIntentID, "status", ch.Status)
+	return ChargeResult{}, temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("payment of order %d: %s", c.in.OrderID, reason), ErrTypeUnexpectedState, nil)
+}
+
+// confirmFailed handles a failed confirmation of PaymentIntent piID.
+func (c charging) confirmFailed(ctx context.Context, piID string, err error) (ChargeResult, error) {
+	in := c.in
+	if badKey(err) {
+		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
+	}
+	switch class := payment.Classify(err); class {
+	case payment.ClassDeclined:
+		return c.a.recordDecline(ctx, in, c.key, c.token, piID, err)
+	case payment.ClassInvalid, payment.ClassAmbiguous:
+		// A confirm refused as invalid (the PaymentIntent may be settled
+		// already, say by a confirm whose answer was lost past the key
+		// window) or answered with a replayed 500: what happened is in the
+		// PaymentIntent itself.
+		ch, gerr := c.a.Payments.Get(ctx, piID)
+		if gerr != nil {
+			return ChargeResult{}, fmt.Errorf("retrieve payment intent of order %d after %s confirmation: %w", in.OrderID, class, errors.Join(err, gerr))
+		}
+		if v, _, _ := ch.Verdict(); v != payment.VerdictUnconfirmed {
+			activity.GetLogger(ctx).Warn("confirmation answer settled by retrieve", "order_id", in.OrderID, "payment_intent_id", piID, "class", string(class), "status", ch.Status)
+			return c.settle(ctx, ch, true)
+		}
+		if class == payment.ClassInvalid {
+			return c.a.recordDecline(ctx, in, c.key, c.token, piID, err)
+		}
+		// The confirmation failed inside Stripe and its key replays that
+		// failure: the PaymentIntent was never confirmed, and only an
+		// operator can decide to try again.
+		return c.unexpected(ctx, ch, "confirmation answered a saved 500 and the payment intent is still "+ch.Status)
+	case payment.ClassIdempotencyMismatch:
+		return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
+	default:
+		// In flight (409), rate limited (429), transport errors, 5xx:
+		// retry with backoff under the same key; the ID is recorded.
+		return ChargeResult{}, fmt.Errorf("confirm payment of order %d: %w", in.OrderID, err)
+	}
+}
+
+// createFailed handles a failed create: nothing was confirmed, so nothing
+// was charged.
+func (c charging) createFailed(ctx context.Context, err error) (ChargeResult, error) {
+	in := c.in
+	if badKey(err) {
 		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
 	}
 	switch payment.Classify(err) {
 	case payment.ClassDeclined, payment.ClassInvalid:
-		return a.recordDecline(ctx, in, key, token, err)
+		return c.a.recordDecline(ctx, in, c.key, c.token, "", err)
 	case payment.ClassIdempotencyMismatch:
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
 	case payment.ClassAmbiguous:
-		return a.reconcile(ctx, in, key, token, err)
+		return c.a.reconcile(ctx, in, c.key, c.token, err)
 	default:
-		// In flight (409), rate limited (429), transport errors, 5xx: retry
-		// with backoff under the same key.
-		return ChargeResult{}, fmt.Errorf("charge order %d: %w", in.OrderID, err)
+		return ChargeResult{}, fmt.Errorf("create payment intent of order %d: %w", in.OrderID, err)
 	}
+}
+
+// badKey reports a 401 or 403: a wrong or revoked API key is our
+// configuration, not the order's outcome, so it is retried (with backoff)
+// until an operator fixes it.
+func badKey(err error) bool {
+	var pe *payment.Error
+	return errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden)
 }
 
 // recordedCharge returns the outcome already in Postgres, without a call.
@@ -142,6 +299,11 @@ func recordedCharge(p store.Payment) (ChargeResult, error) {
 	case store.PaymentFailed:
 		r.Outcome = PaymentDeclined
 		r.FailureCode, r.DeclineCode = p.FailureCode, p.DeclineCode
+	case store.PaymentProcessing:
+		r.Outcome = PaymentProcessing
+	case store.PaymentUnexpected:
+		return ChargeResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("payment of order %d is recorded as unexpected (stripe status %s): operator action needed", p.OrderID, p.StripeStatus), ErrTypeUnexpectedState, nil)
 	default:
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("payment of order %d is recorded as %s: operator action needed", p.OrderID, p.State), ErrTypePaymentUnknown, nil)
@@ -163,10 +325,10 @@ func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key strin
 	return ChargeResult{Outcome: PaymentPaid, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}, nil
 }
 
-func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key string, token int32, cause error) (ChargeResult, error) {
+func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key string, token int32, piID string, cause error) (ChargeResult, error) {
 	var (
 		pe *payment.Error
-		f  store.PaymentFailure
+		f  = store.PaymentFailure{PaymentIntentID: piID}
 	)
 	if errors.As(cause, &pe) {
 		f.Code, f.DeclineCode, f.Message = pe.Code, pe.DeclineCode, pe.Message
@@ -187,34 +349,45 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 	return ChargeResult{Outcome: PaymentDeclined, FailureCode: f.Code, DeclineCode: f.DeclineCode}, nil
 }
 
-// reconcile settles an ambiguous answer by looking the payment up by its
-// message ID. A charge found is recorded; none found is retried a few times
-// (search results can lag; token counts the claims, so the tries of the
-// local and the regular activity add up) and then recorded as unknown for
-// an operator. It never charges again on a guess.
+// reconcile settles an ambiguous create (Stripe replayed a saved 500 for
+// the create key, so retrying it only replays the 500): the PaymentIntent
+// may or may not exist. A list over the claim's window, strongly
+// consistent, tells. Found: its ID is recorded and the next attempt
+// confirms it. Not found (token counts the claims, so the tries of the
+// local and the regular activity add up): nothing exists at Stripe, so
+// nothing was charged, and the payment is recorded as failed with code
+// create_failed. It never creates again on a guess.
 func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, token int32, cause error) (ChargeResult, error) {
-	ch, err := a.Payments.FindByMessageID(ctx, in.MessageID)
+	p, err := a.Store.PaymentOf(ctx, in.Consumer, in.MessageID)
+	if err != nil {
+		return ChargeResult{}, fmt.Errorf("read payment of order %d after an ambiguous create: %w", in.OrderID, err)
+	}
+	ch, err := a.Payments.FindInWindow(ctx, in.MessageID, p.CreatedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
 	switch {
-	case err == nil && ch.Succeeded():
-		activity.GetLogger(ctx).Warn("ambiguous stripe answer reconciled by lookup", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		return a.recordCharge(ctx, in, key, token, ch, true)
-	case err == nil && ch.Failed():
-		// The confirmation was refused (a decline): no charge exists.
-		activity.GetLogger(ctx).Warn("ambiguous stripe answer reconciled by lookup: declined", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		return a.recordRefusal(ctx, in, key, token, store.PaymentFailure{
-			Code: ch.FailureCode, DeclineCode: ch.DeclineCode, PaymentIntentID: ch.PaymentIntentID,
-			Message: "declined (established by lookup after an ambiguous answer)",
-		})
-	case err != nil && !errors.Is(err, payment.ErrNotFound):
-		return ChargeResult{}, fmt.Errorf("look up payment of order %d after ambiguous answer: %w", in.OrderID, err)
+	case err == nil:
+		activity.GetLogger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
+		c := charging{a: a, in: in, key: key, token: token}
+		if err := c.recordID(ctx, ch.PaymentIntentID); err != nil {
+			return ChargeResult{}, err
+		}
+		if v, _, _ := ch.Verdict(); v != payment.VerdictUnconfirmed {
+			return c.settle(ctx, ch, true)
+		}
+		return ChargeResult{}, fmt.Errorf("charge order %d: payment intent %s found after an ambiguous create; the next attempt confirms it: %w", in.OrderID, ch.PaymentIntentID, cause)
+	case !errors.Is(err, payment.ErrNotFound):
+		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an ambiguous create: %w", in.OrderID, err)
 	}
 	if token < a.ambiguousAttempts() {
-		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous answer and no charge found yet (claim %d): %w", in.OrderID, token, cause)
+		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous create and no payment intent listed yet (claim %d): %w", in.OrderID, token, cause)
 	}
-	if err := a.Store.RecordPaymentUnknown(ctx, in.Consumer, in.MessageID, key, token, cause.Error()); err != nil {
-		return ChargeResult{}, fenced(fmt.Errorf("record unknown payment of order %d: %w", in.OrderID, err))
-	}
-	activity.GetLogger(ctx).Error("payment outcome unknown: operator action needed", "order_id", in.OrderID, "message_id", in.MessageID)
-	return ChargeResult{}, temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("payment of order %d: outcome unknown after %d attempts", in.OrderID, token), ErrTypePaymentUnknown, cause)
+	activity.GetLogger(ctx).Error("stripe failed to create the payment intent; none exists: recorded as failed", "order_id", in.OrderID, "message_id", in.MessageID)
+	return a.recordRefusal(ctx, in, key, token, store.PaymentFailure{
+		Code:    CodeCreateFailed,
+		Message: "stripe answered the create with a saved 500 and no payment intent exists: nothing was charged",
+	})
 }
+
+// CodeCreateFailed is the failure code of a payment whose PaymentIntent
+// Stripe failed to create (a replayed 500, and none listed): nothing was
+// charged.
+const CodeCreateFailed = "create_failed"

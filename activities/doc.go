@@ -1,16 +1,25 @@
 // Package activities holds the code that touches the world: Postgres, Stripe
 // and SendGrid. Each exported method of Activities is an activity type that
-// running workflow histories refer to by name (ChargeOrder, SendReceipt):
+// running workflow histories refer to by name (ChargeOrder, SendReceipt,
+// SettlePayment):
 // rename them with care, and keep helpers unexported.
 //
 // Every activity is safe to retry, and Temporal does retry them:
 //
 //   - ChargeOrder claims the order in Postgres before it calls Stripe (a
 //     second message for the same order is a business duplicate and never
-//     charges), calls Stripe with the key "payment:<message id>" and
-//     parameters built from the message alone (a retried call is replayed by
-//     Stripe, not charged again), and records the outcome together with the
-//     message's processed row in one transaction.
+//     charges), then creates the PaymentIntent unconfirmed under the key
+//     "paymentintent:<message id>", records its ID, and confirms it under
+//     "payment:<message id>", with parameters built from the message alone.
+//     A retried call is replayed by Stripe; an ambiguous answer is settled by
+//     retrieving the recorded PaymentIntent (or, if its create was ambiguous,
+//     by listing the claim's time window), never by Search. Only a succeeded
+//     PaymentIntent is recorded as paid, together with the message's
+//     processed row in one transaction; processing and unexpected statuses
+//     are recorded as open cases.
+//   - SettlePayment reads a processing payment back from Stripe by its
+//     recorded ID and records the outcome; the workflow runs it when a
+//     payment-settled signal or its poll timer wakes it.
 //   - SendReceipt consults the effect ledger under "email:<message id>"
 //     before it sends, and records SendGrid's X-Message-Id after. SendGrid
 //     accepts no idempotency key, so a crash between the send and the record

@@ -7,6 +7,9 @@
 //	starter status MESSAGE_ID        print the recorded outcome of a message as JSON
 //	starter quarantine list          list quarantined messages as JSON lines
 //	starter quarantine retry ID      send a quarantined message again
+//	starter payments --state S       list open payments (unknown, processing, unexpected) as JSON lines
+//	starter resolve MESSAGE_ID       settle a payment from Stripe's record (ledger, order, workflow)
+//	starter redrive MESSAGE_ID       run a failed workflow again (refused while a charge may exist)
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -17,14 +20,21 @@
 //	2  usage error, or bad configuration
 //	3  send: at least one message was invalid (each is quarantined with its reason);
 //	   publish: at least one message was invalid (published; the worker quarantines it)
-//	4  status: no record of that message
+//	4  status: no record of that message; resolve: no payment recorded, or no
+//	   PaymentIntent exists at Stripe (nothing was charged); redrive: the
+//	   message is not in the inbox
 //	5  the database schema is missing or older than this starter expects:
 //	   run `worker migrate` with the same DATABASE_URL (the starter never
-//	   changes the schema, so status and quarantine list work with a
-//	   read-only role)
+//	   changes the schema, so status, payments and quarantine list work with
+//	   a read-only role)
+//	6  refused, nothing changed: resolve could not read Stripe; redrive: a
+//	   charge may exist (run resolve first), or the last run is not failed
+//	7  resolve: Stripe still reports the payment open (processing, or an
+//	   unexpected status); the ledger records what it said
 //
 // Configuration comes from the environment, read by internal/config; see
-// docs/configuration.md.
+// docs/configuration.md. See docs/runbook.md for the open cases payments,
+// resolve and redrive settle.
 package main
 
 import (
@@ -48,9 +58,15 @@ const usage = `usage:
                                    print the recorded outcome of a message as JSON
   starter quarantine list [-limit N]
   starter quarantine retry ID      send a quarantined message again
+  starter payments --state unknown|processing|unexpected [-limit N]
+                                   list open payments as JSON lines
+  starter resolve [-consumer NAME] MESSAGE_ID
+                                   settle a payment from Stripe (retrieve by recorded ID)
+  starter redrive [-consumer NAME] MESSAGE_ID
+                                   run a failed workflow again (refused while a charge may exist)
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
-publish: NATS_URL, NATS_STREAM, NATS_SUBJECT (see docs/configuration.md)
+publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
 The starter never changes the schema: run "worker migrate" first (exit code 5 says so).
 `
 
@@ -62,6 +78,10 @@ const (
 	exitInvalid  = 3
 	exitNotFound = 4
 	exitSchema   = 5
+	exitRefused  = 6
+	// exitStillOpen: resolve read Stripe, which still reports the payment
+	// processing or in an unexpected status.
+	exitStillOpen = 7
 )
 
 // errUsage marks a usage error.
@@ -94,6 +114,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdStatus(ctx, cfg, args[1:], stdout, logger)
 	case "quarantine":
 		code, err = cmdQuarantine(ctx, cfg, args[1:], stdout, logger)
+	case "payments":
+		code, err = cmdPayments(ctx, cfg, args[1:], stdout, logger)
+	case "resolve":
+		code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
+	case "redrive":
+		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -110,7 +136,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "starter: %v\n", err)
-		return exitError
+		if code == exitOK {
+			return exitError
+		}
+		return code
 	}
 	return code
 }

@@ -45,6 +45,16 @@ type Config struct {
 	// when that attempt fails or runs out of time, the same activity runs
 	// again as a regular activity with the timeouts above. Default 10s.
 	LocalStartToClose time.Duration
+	// PaymentProcessingPoll is how long a workflow whose payment is
+	// processing waits, without a PaymentSettledSignal, before it
+	// retrieves the PaymentIntent from Stripe again. Each wait is a
+	// durable timer. Default 10m.
+	PaymentProcessingPoll time.Duration
+	// PaymentProcessingMaxWait bounds the whole wait for a processing
+	// payment; past it the workflow fails as payment_processing_timeout
+	// and the payment stays processing for an operator. Default 72h
+	// (asynchronous methods such as bank debits take days).
+	PaymentProcessingMaxWait time.Duration
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -57,6 +67,9 @@ func DefaultConfig() Config {
 		RetryInitialInterval:   time.Second,
 		RetryMaximumInterval:   5 * time.Minute,
 		LocalStartToClose:      10 * time.Second,
+
+		PaymentProcessingPoll:    10 * time.Minute,
+		PaymentProcessingMaxWait: 72 * time.Hour,
 	}
 }
 
@@ -75,6 +88,8 @@ func (c Config) withDefaults() Config {
 	set(&c.RetryInitialInterval, d.RetryInitialInterval)
 	set(&c.RetryMaximumInterval, d.RetryMaximumInterval)
 	set(&c.LocalStartToClose, d.LocalStartToClose)
+	set(&c.PaymentProcessingPoll, d.PaymentProcessingPoll)
+	set(&c.PaymentProcessingMaxWait, d.PaymentProcessingMaxWait)
 	return c
 }
 
@@ -97,11 +112,15 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"PaymentStartToClose": c.PaymentStartToClose, "EmailStartToClose": c.EmailStartToClose,
 		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
-		"LocalStartToClose": c.LocalStartToClose,
+		"LocalStartToClose":     c.LocalStartToClose,
+		"PaymentProcessingPoll": c.PaymentProcessingPoll, "PaymentProcessingMaxWait": c.PaymentProcessingMaxWait,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)
 		}
+	}
+	if c.PaymentProcessingPoll > c.PaymentProcessingMaxWait {
+		return fmt.Errorf("PaymentProcessingPoll (%s) is longer than PaymentProcessingMaxWait (%s)", c.PaymentProcessingPoll, c.PaymentProcessingMaxWait)
 	}
 	if c.RetryMaximumInterval < c.RetryInitialInterval {
 		return fmt.Errorf("RetryMaximumInterval (%s) is shorter than RetryInitialInterval (%s)", c.RetryMaximumInterval, c.RetryInitialInterval)
@@ -137,6 +156,20 @@ func (c Config) emailOptions(summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout:    c.EmailStartToClose,
 		ScheduleToCloseTimeout: c.EmailScheduleToClose,
+		RetryPolicy:            c.retryPolicy(),
+		Summary:                summary,
+	}
+}
+
+// settleOptions are the options of SettlePayment, run at each wake-up of
+// the wait for a processing payment: a read of Stripe and one statement,
+// retried for a few minutes; a wake-up whose retries run out leaves it to
+// the next one.
+func (c Config) settleOptions(summary string) workflow.ActivityOptions {
+	schedule := min(10*time.Minute, c.PaymentProcessingPoll)
+	return workflow.ActivityOptions{
+		StartToCloseTimeout:    min(time.Minute, schedule),
+		ScheduleToCloseTimeout: schedule,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	}

@@ -33,9 +33,13 @@ type Stage string
 
 // Stages of an OrderPlaced workflow, as the status query reports them.
 const (
-	StageCharging       Stage = "charging"
-	StageSendingReceipt Stage = "sending_receipt"
-	StageCompleted      Stage = "completed"
+	StageCharging Stage = "charging"
+	// StagePaymentProcessing: Stripe is processing the payment; the
+	// workflow waits for it to settle (a PaymentSettledSignal, or a
+	// durable timer and a retrieve).
+	StagePaymentProcessing Stage = "payment_processing"
+	StageSendingReceipt    Stage = "sending_receipt"
+	StageCompleted         Stage = "completed"
 )
 
 // Outcome is how a workflow ended.
@@ -53,7 +57,17 @@ const (
 	OutcomeReceiptFailed Outcome = "receipt_failed"
 	// OutcomeReceiptUnknown: charged once; at-most-once could not tell whether the receipt went out.
 	OutcomeReceiptUnknown Outcome = "receipt_unknown"
+	// OutcomePaymentProcessingTimeout: the payment was still processing
+	// after Config.PaymentProcessingMaxWait. The workflow fails with an
+	// error of type ErrTypePaymentProcessingTimeout; the payment stays
+	// processing for an operator (docs/runbook.md); no receipt was sent.
+	OutcomePaymentProcessingTimeout Outcome = "payment_processing_timeout"
 )
+
+// ErrTypePaymentProcessingTimeout is the type of the non-retryable error an
+// OrderPlaced workflow fails with when its payment is still processing
+// after Config.PaymentProcessingMaxWait.
+const ErrTypePaymentProcessingTimeout = "payment_processing_timeout"
 
 // Status is what the status query returns, and the workflow's result.
 type Status struct {
@@ -135,6 +149,13 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 		return st, fmt.Errorf("charge order %d: %w", in.Order.OrderID, err)
 	}
 	st.Payment = &charge
+	if charge.Outcome == activities.PaymentProcessing {
+		if charge, err = w.awaitPayment(ctx, &st, in, charge); err != nil {
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d not settled: %s", in.Order.OrderID, rootMessage(err)))
+			return st, fmt.Errorf("charge order %d: %w", in.Order.OrderID, err)
+		}
+		st.Payment = &charge
+	}
 	switch charge.Outcome {
 	case activities.PaymentBusinessDuplicate:
 		st.Stage, st.Outcome = StageCompleted, OutcomeBusinessDuplicate
@@ -170,6 +191,58 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s); receipt %s (%s).", in.Order.OrderID, charge.PaymentIntentID, receipt.Outcome, receipt.ProviderMessageID))
 	return st, nil
+}
+
+// awaitPayment waits for a processing payment to settle: each time a
+// PaymentSettledSignal arrives or the poll timer fires, SettlePayment reads
+// the ledger and, unless settled already, retrieves the PaymentIntent by its
+// recorded ID. It returns the settled outcome (paid or declined), or after
+// Config.PaymentProcessingMaxWait a non-retryable error of type
+// ErrTypePaymentProcessingTimeout. A receipt is never sent from here: the
+// caller sends one only for PaymentPaid.
+func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlacedInput, charge activities.ChargeResult) (activities.ChargeResult, error) {
+	st.Stage = StagePaymentProcessing
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d is processing at Stripe (%s): waiting for it to settle.", in.Order.OrderID, charge.PaymentIntentID))
+	logger := workflow.GetLogger(ctx)
+	signals := workflow.GetSignalChannel(ctx, PaymentSettledSignal)
+	deadline := workflow.Now(ctx).Add(w.cfg.PaymentProcessingMaxWait)
+	var a *activities.Activities
+	for {
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			st.Outcome = OutcomePaymentProcessingTimeout
+			return charge, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("payment of order %d still processing after %s: operator action needed", in.Order.OrderID, w.cfg.PaymentProcessingMaxWait),
+				ErrTypePaymentProcessingTimeout, nil)
+		}
+		timerCtx, cancelTimer := workflow.WithCancel(ctx)
+		timer := workflow.NewTimer(timerCtx, min(w.cfg.PaymentProcessingPoll, remaining))
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(signals, func(c workflow.ReceiveChannel, _ bool) {
+			var s PaymentSettled
+			c.Receive(ctx, &s)
+			logger.Info("payment settled signal", "payment_intent_id", s.PaymentIntentID, "status", s.Status)
+		})
+		sel.AddFuture(timer, func(workflow.Future) {})
+		sel.Select(ctx)
+		cancelTimer()
+
+		var out activities.ChargeResult
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, w.cfg.settleOptions(fmt.Sprintf("settle payment of order %d", in.Order.OrderID))),
+			a.SettlePayment, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
+		var appErr *temporal.ApplicationError
+		switch {
+		case errors.As(err, &appErr) && appErr.NonRetryable():
+			return charge, err
+		case err != nil:
+			// Stripe or Postgres unreachable for the activity's whole
+			// schedule: keep waiting, the next wake-up tries again.
+			logger.Warn("settling the processing payment failed; waiting for the next poll", "error", err)
+			continue
+		case out.Outcome != activities.PaymentProcessing:
+			return out, nil
+		}
+	}
 }
 
 // localOutcome is the result of a local variant of an activity: the

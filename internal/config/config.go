@@ -246,6 +246,9 @@ func LoadEnv(env Env) (Config, error) {
 			EmailStartToClose:      dur("EMAIL_START_TO_CLOSE"),
 			EmailScheduleToClose:   dur("EMAIL_SCHEDULE_TO_CLOSE"),
 			LocalStartToClose:      dur("LOCAL_START_TO_CLOSE"),
+
+			PaymentProcessingPoll:    dur("PAYMENT_PROCESSING_POLL"),
+			PaymentProcessingMaxWait: dur("PAYMENT_PROCESSING_MAX_WAIT"),
 		},
 		HealthAddr: get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
 		PprofAddr:  get("EFFECTIVELY_PPROF_ADDR", ""),

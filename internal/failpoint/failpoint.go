@@ -29,6 +29,9 @@ const (
 	IntakeAfterInsert = "intake.after_insert"
 	// PaymentAfterClaim: the order is claimed, Stripe not yet called.
 	PaymentAfterClaim = "payment.after_claim"
+	// PaymentAfterCreate: the PaymentIntent is created (unconfirmed), its
+	// ID not yet recorded.
+	PaymentAfterCreate = "payment.after_create"
 	// PaymentAfterCharge: Stripe charged, the result not yet recorded.
 	PaymentAfterCharge = "payment.after_charge"
 	// PaymentAfterRecord: the payment is committed, the activity not completed.

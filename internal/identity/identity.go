@@ -9,6 +9,12 @@
 //
 //	WorkflowID("order-placed", "evt_91c2")  == "order-placed/evt_91c2"
 //	Key(EffectPayment, "evt_91c2")           == "payment:evt_91c2"
+//	Key(EffectPaymentIntent, "evt_91c2")     == "paymentintent:evt_91c2"
+//
+// A payment takes two Stripe requests, each with its own key: the
+// PaymentIntent is created (unconfirmed) under "paymentintent:<id>", its ID
+// is recorded in Postgres, and it is confirmed under "payment:<id>", which is
+// also the key of the payment's ledger row.
 //
 // The encodings are injective: consumer names and effect names may not contain
 // the separator, so two different inputs never produce the same output.
@@ -37,8 +43,15 @@ type Effect string
 
 // The effects effectively performs.
 const (
+	// EffectPayment keys the payment's ledger row and the Stripe request
+	// that confirms its PaymentIntent.
 	EffectPayment Effect = "payment"
-	EffectEmail   Effect = "email"
+	// EffectPaymentIntent keys the Stripe request that creates the
+	// payment's PaymentIntent, unconfirmed.
+	EffectPaymentIntent Effect = "paymentintent"
+	// EffectEmail keys the receipt's ledger row; it travels to SendGrid in
+	// custom_args.
+	EffectEmail Effect = "email"
 	// EffectRefund is a Stripe Refund: "refund:<message id>" is its
 	// Idempotency-Key.
 	EffectRefund Effect = "refund"

@@ -98,6 +98,10 @@ func FuzzIdentity(f *testing.F) {
 		if again := MustKey(EffectPayment, id1); again != p1 {
 			t.Fatalf("not deterministic: %q vs %q", p1, again)
 		}
+		c1 := MustKey(EffectPaymentIntent, id1)
+		if c1 == p1 {
+			t.Fatalf("create and confirm keys are both %q", c1)
+		}
 		if e1 := MustKey(EffectEmail, id1); e1 == p1 {
 			t.Fatalf("payment and email share key %q", e1)
 		}
@@ -109,6 +113,9 @@ func FuzzIdentity(f *testing.F) {
 		}
 		if w2, _ := WorkflowID(consumer, id2); w2 == w1 {
 			t.Fatalf("workflow ids collide: %q and %q -> %q", id1, id2, w1)
+		}
+		if c2 := MustKey(EffectPaymentIntent, id2); c2 == c1 || c2 == p1 {
+			t.Fatalf("create key %q of %q collides", c2, id2)
 		}
 		if p2 := MustKey(EffectPayment, id2); p2 == p1 {
 			t.Fatalf("keys collide: %q and %q -> %q", id1, id2, p1)

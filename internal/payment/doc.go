@@ -38,18 +38,36 @@
 //	transient             transport error, timeout or 5xx: retry with the same key
 //	ambiguous             Stripe replayed a saved 500 for the key: the charge may
 //	                      or may not have happened, and retrying the key will only
-//	                      replay the 500 again; reconcile with FindByMessageID
+//	                      replay the 500 again; reconcile with Get (by the recorded
+//	                      ID) or FindInWindow
 //
 // A fresh 500 to the create request is classified transient: a retry with the
 // same key either executes the request (Stripe saved nothing) or replays the
 // saved 500, which is then classified ambiguous.
 //
-// # Reconciliation
+// # Create, record, confirm
 //
-// FindByMessageID uses Stripe's search API. On real Stripe, search results
-// can lag writes by up to a minute or so, so ErrNotFound shortly after an
-// ambiguous failure does not prove that no charge happened. The simulator in
-// sim/stripesim indexes immediately.
+// Create makes the PaymentIntent unconfirmed (nothing can be charged yet)
+// under its own key; the caller records its ID; Confirm charges it under
+// another key. A PaymentIntent succeeds at most once, so once its ID is
+// recorded an ambiguous answer is settled by Get, a strongly consistent
+// read. FindInWindow lists the PaymentIntents created over a time window
+// (also strongly consistent) for a create whose ID was never recorded.
+// Charge (create and confirm in one request) remains for callers that need
+// a single request.
+//
+// Only a succeeded PaymentIntent is a charge: Charge.Verdict maps a status
+// to paid, processing, failed (requires_payment_method, canceled,
+// requires_action off-session), unconfirmed or unexpected.
+//
+// # Search
+//
+// FindByMessageID uses Stripe's search API, which Stripe documents as
+// eventually consistent: normally a minute behind writes, up to an hour
+// during incidents. ErrNotFound from it shortly after a write proves
+// nothing, so effectively never uses it for read-after-write; it is kept
+// for looking up data older than that lag. The simulator in
+// sim/stripesim lags by Options.SearchLag (a minute by default).
 //
 // # Configuration
 //

@@ -13,7 +13,7 @@ import (
 // A message delivered twice is charged once: both deliveries use the same
 // idempotency key, and Stripe replays the first answer to the second.
 func ExampleClient_Charge() {
-	sim := stripesim.New(stripesim.Options{})
+	sim := stripesim.New(stripesim.Options{SearchLag: stripesim.NoSearchLag})
 	srv := httptest.NewServer(sim)
 	defer srv.Close()
 
@@ -48,7 +48,7 @@ func ExampleClient_Charge() {
 // An activity decides from the error's class whether to give up, retry, or
 // look the charge up first.
 func ExampleClassify() {
-	sim := stripesim.New(stripesim.Options{})
+	sim := stripesim.New(stripesim.Options{SearchLag: stripesim.NoSearchLag})
 	srv := httptest.NewServer(sim)
 	defer srv.Close()
 	client, err := payment.New(payment.Config{APIKey: "sk_test_example", BaseURL: srv.URL})

@@ -242,13 +242,16 @@ type Charge struct {
 	// last_payment_error: why its last confirmation failed.
 	FailureCode string
 	DeclineCode string
+	// CancellationReason is a canceled PaymentIntent's
+	// cancellation_reason.
+	CancellationReason string
 }
 
-// Failed reports whether the PaymentIntent's confirmation was refused: it
-// is back to requires_payment_method with a payment error, or canceled.
+// Failed reports whether the PaymentIntent's confirmation was refused (see
+// Verdict).
 func (c *Charge) Failed() bool {
-	return c.Status == string(stripe.PaymentIntentStatusCanceled) ||
-		(c.Status == string(stripe.PaymentIntentStatusRequiresPaymentMethod) && c.FailureCode != "")
+	v, _, _ := c.Verdict()
+	return v == VerdictFailed
 }
 
 // StatusSucceeded is the Status of a charged PaymentIntent.
@@ -378,6 +381,8 @@ func toCharge(pi *stripe.PaymentIntent) *Charge {
 		Amount:          pi.Amount,
 		Currency:        string(pi.Currency),
 		MessageID:       pi.Metadata["message_id"],
+
+		CancellationReason: string(pi.CancellationReason),
 	}
 	if pi.LatestCharge != nil {
 		ch.ChargeID = pi.LatestCharge.ID

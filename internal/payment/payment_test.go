@@ -25,7 +25,7 @@ const testKey = "sk_test_effectively_secret_4242"
 // defaults to testKey; cfg.BaseURL is always the simulator's.
 func newTestClient(t *testing.T, cfg Config) (*Client, *stripesim.Server) {
 	t.Helper()
-	sim := stripesim.New(stripesim.Options{})
+	sim := stripesim.New(stripesim.Options{SearchLag: stripesim.NoSearchLag})
 	ts := httptest.NewServer(sim)
 	t.Cleanup(ts.Close)
 	if cfg.APIKey == "" {

@@ -31,6 +31,10 @@ const (
 	StateSucceeded EffectState = "succeeded"
 	StateFailed    EffectState = "failed"
 	StateUnknown   EffectState = "unknown"
+	// StateProcessing and StateUnexpected are a payment's open cases:
+	// Stripe is processing it, or left it in a status nobody asked for.
+	StateProcessing EffectState = "processing"
+	StateUnexpected EffectState = "unexpected"
 )
 
 // EffectClaim asks for ownership of one effect's ledger row.

@@ -29,15 +29,18 @@ const (
 	OutcomeBusinessDuplicate Outcome = "business_duplicate"
 )
 
-// PaymentState is payments.state.
+// PaymentState is payments.state. succeeded and failed are final;
+// processing, unknown and unexpected are open cases (see OpenPayments).
 type PaymentState string
 
 // Payment states.
 const (
-	PaymentClaimed   PaymentState = "claimed"
-	PaymentSucceeded PaymentState = "succeeded"
-	PaymentFailed    PaymentState = "failed"
-	PaymentUnknown   PaymentState = "unknown"
+	PaymentClaimed    PaymentState = "claimed"
+	PaymentProcessing PaymentState = "processing"
+	PaymentSucceeded  PaymentState = "succeeded"
+	PaymentFailed     PaymentState = "failed"
+	PaymentUnknown    PaymentState = "unknown"
+	PaymentUnexpected PaymentState = "unexpected"
 )
 
 // PaymentClaim asks to claim an order's payment for one message.
@@ -79,8 +82,10 @@ type Payment struct {
 	FailureCode     string       `json:"failure_code,omitempty"`
 	DeclineCode     string       `json:"decline_code,omitempty"`
 	FailureMessage  string       `json:"failure_message,omitempty"`
-	CreatedAt       time.Time    `json:"created_at"`
-	UpdatedAt       time.Time    `json:"updated_at"`
+	// StripeStatus is the PaymentIntent's last status seen at Stripe.
+	StripeStatus string    `json:"stripe_status,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 }
 
 // ClaimResult is what ClaimPayment found or did.
@@ -99,10 +104,21 @@ const paymentColumns = `order_id, consumer, message_id, idempotency_key, state, 
 	coalesce(payment_intent_id, ''), coalesce(charge_id, ''), coalesce(failure_code, ''),
 	coalesce(decline_code, ''), coalesce(failure_message, ''), created_at, updated_at`
 
+// paymentColumnsFull is paymentColumns and the columns added later.
+const paymentColumnsFull = paymentColumns + `, coalesce(stripe_status, '')`
+
 func scanPayment(row pgx.Row) (Payment, error) {
 	var p Payment
 	err := row.Scan(&p.OrderID, &p.Consumer, &p.MessageID, &p.Key, &p.State, &p.Amount, &p.Currency,
 		&p.PaymentIntentID, &p.ChargeID, &p.FailureCode, &p.DeclineCode, &p.FailureMessage, &p.CreatedAt, &p.UpdatedAt)
+	return p, translate(err)
+}
+
+func scanPaymentFull(row pgx.Row) (Payment, error) {
+	var p Payment
+	err := row.Scan(&p.OrderID, &p.Consumer, &p.MessageID, &p.Key, &p.State, &p.Amount, &p.Currency,
+		&p.PaymentIntentID, &p.ChargeID, &p.FailureCode, &p.DeclineCode, &p.FailureMessage, &p.CreatedAt, &p.UpdatedAt,
+		&p.StripeStatus)
 	return p, translate(err)
 }
 
@@ -248,8 +264,12 @@ func (s *Store) RecordPaymentSucceeded(ctx context.Context, r PaymentSuccess) (a
 // statement, records the charge ($7 consumer, $8 message ID, $9 order ID,
 // $10 charge ID), marks the order paid, inserts the processed row and the
 // order.paid outbox event ($11 event ID, $12 payload).
-var recordPaidSQL = settleCTE + `, paid AS (
-		UPDATE payments SET state = 'succeeded', payment_intent_id = $4, charge_id = nullif($10::text, ''), updated_at = now()
+var recordPaidSQL = settleCTE + paidSQL
+
+// paidSQL follows a settle CTE: see recordPaidSQL.
+var paidSQL = `, paid AS (
+		UPDATE payments SET state = 'succeeded', payment_intent_id = $4, charge_id = nullif($10::text, ''),
+		       stripe_status = 'succeeded', updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
 	)` + orderOutcomeCTEs(OutcomePaid) + `, event AS (
 		INSERT INTO outbox (event_id, topic, payload)
@@ -276,6 +296,8 @@ type PaymentFailure struct {
 	// PaymentIntentID is set when Stripe created the PaymentIntent before
 	// declining it.
 	PaymentIntentID string
+	// StripeStatus is the PaymentIntent's status, when one was seen.
+	StripeStatus string
 }
 
 // RecordPaymentFailed records the refusal, marks the order payment_failed and
@@ -284,7 +306,7 @@ type PaymentFailure struct {
 func (s *Store) RecordPaymentFailed(ctx context.Context, f PaymentFailure) (already bool, err error) {
 	result := map[string]any{"code": f.Code, "decline_code": f.DeclineCode}
 	already, err = s.settleAnd(ctx, recordRefusedSQL, f.Key, f.Claim, StateFailed, f.PaymentIntentID, result, f.Message,
-		f.Consumer, f.MessageID, f.OrderID, f.Code, f.DeclineCode)
+		f.Consumer, f.MessageID, f.OrderID, f.Code, f.DeclineCode, f.StripeStatus)
 	if err != nil {
 		return false, fmt.Errorf("record failed payment of order %d: %w", f.OrderID, err)
 	}
@@ -293,11 +315,15 @@ func (s *Store) RecordPaymentFailed(ctx context.Context, f PaymentFailure) (alre
 
 // recordRefusedSQL settles the payment's ledger row as failed and, in the
 // same statement, records the refusal ($7 consumer, $8 message ID, $9 order
-// ID, $10 failure code, $11 decline code), marks the order payment_failed
+// ID, $10 failure code, $11 decline code, $12 Stripe status), marks the order payment_failed
 // and inserts the processed row.
-var recordRefusedSQL = settleCTE + `, refused AS (
-		UPDATE payments SET state = 'failed', payment_intent_id = nullif($4::text, ''), failure_code = nullif($10::text, ''),
-		       decline_code = nullif($11::text, ''), failure_message = nullif($6::text, ''), updated_at = now()
+var recordRefusedSQL = settleCTE + refusedSQL
+
+// refusedSQL follows a settle CTE: see recordRefusedSQL.
+var refusedSQL = `, refused AS (
+		UPDATE payments SET state = 'failed', payment_intent_id = coalesce(nullif($4::text, ''), payment_intent_id), failure_code = nullif($10::text, ''),
+		       decline_code = nullif($11::text, ''), failure_message = nullif($6::text, ''),
+		       stripe_status = coalesce(nullif($12::text, ''), stripe_status), updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
 	)` + orderOutcomeCTEs(OutcomePaymentFailed) + `
 	SELECT count(*) FROM settled`
@@ -316,7 +342,7 @@ func orderOutcomeCTEs(outcome Outcome) string {
 
 // PaymentOf returns the payment row of message (consumer, messageID).
 func (s *Store) PaymentOf(ctx context.Context, consumer, messageID string) (Payment, error) {
-	p, err := scanPayment(s.pool.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE consumer = $1 AND message_id = $2`, consumer, messageID))
+	p, err := scanPaymentFull(s.pool.QueryRow(ctx, `SELECT `+paymentColumnsFull+` FROM payments WHERE consumer = $1 AND message_id = $2`, consumer, messageID))
 	if err != nil {
 		return Payment{}, fmt.Errorf("payment of %s: %w", messageID, err)
 	}

@@ -13,7 +13,12 @@
 //	POST /v1/payment_intents               create (confirm=true confirms at once)
 //	POST /v1/payment_intents/{id}/confirm  confirm
 //	GET  /v1/payment_intents/{id}          retrieve
+//	GET  /v1/payment_intents               list, newest first: created[gte|gt|lte|lt], limit, starting_after
 //	GET  /v1/payment_intents/search        search, e.g. query=metadata['message_id']:'evt_1'
+//
+// Search is eventually consistent, as Stripe documents it: a new
+// PaymentIntent is invisible to it for Options.SearchLag (a minute by
+// default). Retrieve and list see it at once.
 //
 // Requests must carry a test secret or restricted key (Authorization: Bearer
 // sk_test_... or rk_test_...). The test payment methods pm_card_visa,
@@ -21,7 +26,10 @@
 // pm_card_chargeDeclined and pm_card_chargeDeclinedInsufficientFunds are
 // declined with a 402 card_error that embeds the PaymentIntent, as Stripe
 // does. Unlike Stripe, the PaymentIntent keeps the test payment method ID
-// given in the request instead of a freshly minted pm_ ID.
+// given in the request instead of a freshly minted pm_ ID. Further test
+// methods answer 200 with the other statuses a confirmation can end in
+// (processing, requires_action, requires_payment_method, requires_capture,
+// canceled); see statuses.go.
 //
 // # Idempotency
 //
@@ -71,6 +79,7 @@
 //	DELETE /_sim/faults   remove all faults
 //	POST   /_sim/reset    forget every PaymentIntent, key, statistic and fault
 //	POST   /_sim/latency  set the latency added to every API request: {"latency_ms":5}
+//	POST   /_sim/payment_intents/settle  end a processing PaymentIntent: {"id":"pi_…","succeed":true}
 //
 // A fault's JSON form has the fields match (message_id, idempotency_key,
 // path), kind, status, times and either delay_ms (milliseconds) or delay (a Go

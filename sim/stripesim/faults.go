@@ -30,7 +30,8 @@ const (
 // request's value.
 type Match struct {
 	// MessageID is compared with the request's metadata[message_id]
-	// parameter, so it never matches a GET.
+	// parameter or, for a confirm, with its PaymentIntent's; it never
+	// matches a GET.
 	MessageID string `json:"message_id,omitempty"`
 	// IdempotencyKey is compared with the Idempotency-Key header.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // maxAmount is the largest amount Stripe accepts, in the currency's smallest
@@ -19,6 +20,9 @@ const (
 	statusRequiresConfirmation  = "requires_confirmation"
 	statusSucceeded             = "succeeded"
 	statusCanceled              = "canceled"
+	statusProcessing            = "processing"
+	statusRequiresAction        = "requires_action"
+	statusRequiresCapture       = "requires_capture"
 )
 
 // currencies are the ISO 4217 codes the simulator accepts, a subset of
@@ -36,6 +40,12 @@ var currencies = map[string]bool{
 type cardOutcome struct {
 	declineCode string // empty: the charge succeeds
 	message     string
+	// status, when set, is the status a confirmation answers 200 with
+	// instead of succeeding or declining (see statuses.go).
+	status string
+	// settlesDeclined, for status processing, makes the payment fail when
+	// it settles instead of succeeding.
+	settlesDeclined bool
 }
 
 // testPaymentMethods are the test payment methods the simulator knows.
@@ -52,6 +62,13 @@ var testPaymentMethods = map[string]cardOutcome{
 		declineCode: "insufficient_funds",
 		message:     "Your card has insufficient funds.",
 	},
+	// Methods that end in another status: see statuses.go.
+	"pm_card_processing":             {status: statusProcessing},
+	"pm_card_processingDeclined":     {status: statusProcessing, settlesDeclined: true},
+	"pm_card_authenticationRequired": {status: statusRequiresAction},
+	"pm_card_requiresPaymentMethod":  {status: statusRequiresPaymentMethod, declineCode: "generic_decline", message: "Your card was declined."},
+	"pm_card_requiresCapture":        {status: statusRequiresCapture},
+	"pm_card_canceled":               {status: statusCanceled},
 }
 
 // paymentIntent is the simulator's PaymentIntent, in Stripe's JSON shape.
@@ -62,6 +79,7 @@ type paymentIntent struct {
 	AmountCapturable   int64             `json:"amount_capturable"`
 	AmountReceived     int64             `json:"amount_received"`
 	CanceledAt         *int64            `json:"canceled_at"`
+	CancellationReason *string           `json:"cancellation_reason"`
 	CaptureMethod      string            `json:"capture_method"`
 	ClientSecret       string            `json:"client_secret"`
 	ConfirmationMethod string            `json:"confirmation_method"`
@@ -73,12 +91,19 @@ type paymentIntent struct {
 	LatestCharge       *string           `json:"latest_charge"`
 	Livemode           bool              `json:"livemode"`
 	Metadata           map[string]string `json:"metadata"`
-	NextAction         *struct{}         `json:"next_action"`
+	NextAction         *nextAction       `json:"next_action"`
 	PaymentMethod      *string           `json:"payment_method"`
 	PaymentMethodTypes []string          `json:"payment_method_types"`
 	ReceiptEmail       *string           `json:"receipt_email"`
 	SetupFutureUsage   *string           `json:"setup_future_usage"`
 	Status             string            `json:"status"`
+
+	// createdAt is when the PaymentIntent was created: Search sees it
+	// only Options.SearchLag later. processingSince is when it entered
+	// processing, and settlesDeclined how it will leave it.
+	createdAt       time.Time
+	processingSince time.Time
+	settlesDeclined bool
 }
 
 // operation performs a validated request and returns its answer. It runs
@@ -101,6 +126,8 @@ func (s *Server) route(method, path string, form url.Values) (operation, *apiErr
 		return s.create(form)
 	case method == http.MethodGet && path == "/v1/payment_intents/search":
 		return s.search(form)
+	case method == http.MethodGet && path == "/v1/payment_intents":
+		return s.list(form)
 	case method == http.MethodPost && confirmPath.MatchString(path):
 		return s.confirm(confirmPath.FindStringSubmatch(path)[1], form)
 	case method == http.MethodGet && intentPath.MatchString(path):
@@ -233,6 +260,7 @@ func (s *Server) create(form url.Values) (operation, *apiError) {
 			CaptureMethod:      req.captureMethod,
 			ConfirmationMethod: req.confirmMethod,
 			Created:            s.now().Unix(),
+			createdAt:          s.now(),
 			Currency:           req.currency,
 			Customer:           optional(req.customer),
 			Description:        optional(req.description),
@@ -271,8 +299,9 @@ func (s *Server) confirm(id string, form url.Values) (operation, *apiError) {
 		if !ok {
 			return errorResponse(noSuchIntent(id), requestID)
 		}
+		s.advanceLocked(pi)
 		switch pi.Status {
-		case statusSucceeded, statusCanceled:
+		case statusSucceeded, statusCanceled, statusProcessing, statusRequiresCapture:
 			e := invalidRequest("", codeIntentUnexpectedState,
 				"You cannot confirm this PaymentIntent because it has a status of %s.", pi.Status)
 			e.PaymentIntent = pi
@@ -301,6 +330,7 @@ func (s *Server) retrieve(id string, form url.Values) (operation, *apiError) {
 		if !ok {
 			return errorResponse(noSuchIntent(id), requestID)
 		}
+		s.advanceLocked(pi)
 		return jsonResponse(http.StatusOK, pi)
 	}, nil
 }
@@ -315,17 +345,14 @@ func noSuchIntent(id string) *apiError {
 // succeeds, counting a charge, or is declined. s.mu must be held.
 func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
 	pm := *pi.PaymentMethod
+	outcome := testPaymentMethods[pm]
+	if outcome.status != "" {
+		return s.enterStatusLocked(pi, outcome)
+	}
 	chargeID := s.nextIDLocked("ch")
 	pi.LatestCharge = &chargeID
-	outcome := testPaymentMethods[pm]
 	if outcome.declineCode == "" {
-		pi.Status = statusSucceeded
-		pi.AmountReceived = pi.Amount
-		pi.LastPaymentError = nil
-		s.stats.Charges++
-		if msg := pi.Metadata["message_id"]; msg != "" {
-			s.stats.ChargesByMessage[msg]++
-		}
+		s.succeedLocked(pi)
 		return jsonResponse(http.StatusOK, pi)
 	}
 

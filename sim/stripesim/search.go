@@ -67,7 +67,12 @@ func (s *Server) search(form url.Values) (operation, *apiError) {
 		var matched []*paymentIntent
 		// Newest first, as Stripe lists.
 		for i := len(s.order) - 1; i >= 0; i-- {
-			if pi := s.order[i]; matchesAll(pi, clauses) {
+			pi := s.order[i]
+			if !s.searchableLocked(pi) {
+				continue
+			}
+			s.advanceLocked(pi)
+			if matchesAll(pi, clauses) {
 				matched = append(matched, pi)
 			}
 		}

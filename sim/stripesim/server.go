@@ -39,6 +39,16 @@ type Options struct {
 	// KeyTTL is how long an idempotency key's saved response is replayed.
 	// Zero means DefaultKeyTTL.
 	KeyTTL time.Duration
+	// SearchLag is how long a new PaymentIntent stays invisible to Search,
+	// which Stripe documents as eventually consistent; retrieve and list see
+	// it at once. Zero means DefaultSearchLag (a minute); NoSearchLag makes
+	// Search see it at once.
+	SearchLag time.Duration
+	// ProcessingDelay is how long a PaymentIntent confirmed with
+	// pm_card_processing (or pm_card_processingDeclined) stays processing
+	// before it settles by itself, seen at the next read of it. Zero means
+	// it stays processing until SettleProcessing.
+	ProcessingDelay time.Duration
 }
 
 // Stats counts what the simulator has seen and done since it was created or
@@ -69,25 +79,33 @@ type Stats struct {
 	// RefundsRefused counts refunds refused for asking more than what
 	// remains of the charge.
 	RefundsRefused int `json:"refunds_refused"`
+	// Processing counts confirmations that answered status processing.
+	Processing int `json:"processing"`
+	// RequestsByOperation counts API requests by operation: create,
+	// confirm, retrieve, list, search.
+	RequestsByOperation map[string]int `json:"requests_by_operation"`
 }
 
 // Server simulates the Stripe PaymentIntents and Refunds APIs. It is an http.Handler and
 // is safe for concurrent use. Create one with New.
 type Server struct {
-	now     func() time.Time
-	log     *slog.Logger
-	keyTTL  time.Duration
-	idStem  string
-	control *http.ServeMux
+	now    func() time.Time
+	log    *slog.Logger
+	keyTTL time.Duration
+	// processingDelay is Options.ProcessingDelay.
+	processingDelay time.Duration
+	idStem          string
+	control         *http.ServeMux
 
-	mu       sync.Mutex
-	latency  time.Duration
-	seq      uint64
-	faults   simfault.List[Match] // locks itself
-	intents  map[string]*paymentIntent
-	order    []*paymentIntent // creation order
-	keys     map[string]*keyEntry
-	reserved int // reservations since the last sweep of expired keys
+	mu        sync.Mutex
+	latency   time.Duration
+	searchLag time.Duration
+	seq       uint64
+	faults    simfault.List[Match] // locks itself
+	intents   map[string]*paymentIntent
+	order     []*paymentIntent // creation order
+	keys      map[string]*keyEntry
+	reserved  int // reservations since the last sweep of expired keys
 	// Refunds: by ID, in creation order, and the amount refunded per
 	// PaymentIntent.
 	refunds     map[string]*refund
@@ -113,6 +131,15 @@ func New(opts Options) *Server {
 		keyTTL:  opts.KeyTTL,
 		idStem:  randomStem(),
 		latency: opts.Latency,
+
+		processingDelay: opts.ProcessingDelay,
+		searchLag:       opts.SearchLag,
+	}
+	switch {
+	case s.searchLag == 0:
+		s.searchLag = DefaultSearchLag
+	case s.searchLag < 0:
+		s.searchLag = 0
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -164,7 +191,7 @@ func (s *Server) resetLocked() {
 	s.refunds = make(map[string]*refund)
 	s.refundOrder = nil
 	s.refunded = make(map[string]int64)
-	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int)}
+	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int), RequestsByOperation: make(map[string]int)}
 }
 
 // Stats returns a copy of the current statistics.
@@ -174,6 +201,7 @@ func (s *Server) Stats() Stats {
 	st := s.stats
 	st.ChargesByMessage = maps.Clone(s.stats.ChargesByMessage)
 	st.RefundsByMessage = maps.Clone(s.stats.RefundsByMessage)
+	st.RequestsByOperation = maps.Clone(s.stats.RequestsByOperation)
 	return st
 }
 
@@ -207,6 +235,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	s.mu.Lock()
 	s.stats.Requests++
+	s.stats.RequestsByOperation[operationOf(r.Method, r.URL.Path)]++
 	latency := s.latency
 	requestID := s.nextIDLocked("req")
 	s.mu.Unlock()
@@ -252,6 +281,9 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 		return write(w, errorResponse(e, requestID))
 	}
 	info := requestInfo{messageID: form.Get("metadata[message_id]"), key: key, path: r.URL.Path}
+	if m := confirmPath.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodPost {
+		info.messageID = s.messageOf(m[1]) // a confirm carries no metadata: use its PaymentIntent's
+	}
 
 	if f, ok := s.takeFault(info, FaultErrorBefore, FaultRateLimit); ok {
 		e := rateLimitError()

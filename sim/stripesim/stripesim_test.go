@@ -646,7 +646,7 @@ func TestKeyTTL(t *testing.T) {
 }
 
 func TestSearchByMessageID(t *testing.T) {
-	_, ts := newSim(t, Options{})
+	_, ts := newSim(t, Options{SearchLag: NoSearchLag})
 	c := newClient(t, ts, 0)
 	if _, err := c.New(chargeParams("a", "evt_1", 1500, "pm_card_chargeDeclined")); err == nil {
 		t.Fatal("decline succeeded")

@@ -161,6 +161,8 @@ func TestCrashWindows(t *testing.T) {
 		wantEmails int
 	}{
 		{failpoint.PaymentAfterClaim, "at-least-once", 1},
+		// Created, its ID not recorded: the restart lists the claim's window.
+		{failpoint.PaymentAfterCreate, "at-least-once", 1},
 		{failpoint.PaymentAfterCharge, "at-least-once", 1},
 		{failpoint.PaymentAfterRecord, "at-least-once", 1},
 		// The documented receipt window: send-then-record repeats the email…

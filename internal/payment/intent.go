@@ -1,0 +1,174 @@
+package payment
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+// Create, record, confirm. Create makes the PaymentIntent without
+// confirming it (nothing can be charged yet); the caller records its ID;
+// Confirm then charges it, under a key of its own. An ambiguous answer to
+// either is settled by Get on the recorded ID, which is strongly
+// consistent, instead of by Search, which Stripe documents as eventually
+// consistent (normally a minute behind, up to an hour during incidents).
+// A PaymentIntent succeeds at most once, whatever the key of a confirm, so
+// once its ID is recorded no retry can charge twice. When the create itself
+// was ambiguous and its key has expired, FindInWindow lists the
+// PaymentIntents created over the claim's time window, also strongly
+// consistent.
+
+// Create creates req's PaymentIntent without confirming it, under
+// req.IdempotencyKey (the create key: every attempt returns the same
+// PaymentIntent for 24 hours). The parameters depend on req alone.
+func (c *Client) Create(ctx context.Context, req ChargeRequest) (*Charge, error) {
+	if err := req.validate(); err != nil {
+		return nil, fmt.Errorf("payment: create: %w", err)
+	}
+	params := &stripe.PaymentIntentParams{
+		Amount:             stripe.Int64(req.Amount),
+		Currency:           stripe.String(strings.ToLower(req.Currency)),
+		PaymentMethod:      stripe.String(req.PaymentMethod),
+		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
+	}
+	params.AddMetadata("message_id", req.MessageID)
+	if req.OrderID != 0 {
+		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
+	}
+	if req.CustomerRef != "" {
+		params.Description = stripe.String(req.CustomerRef)
+	}
+	params.SetIdempotencyKey(req.IdempotencyKey)
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.New(params)
+	if err != nil {
+		return nil, fmt.Errorf("payment: create for message %s: %w", req.MessageID, c.newError(err))
+	}
+	return toCharge(pi), nil
+}
+
+// Confirm confirms PaymentIntent paymentIntentID off-session under
+// idempotencyKey (the confirm key). A decline is an error of class
+// ClassDeclined; any other answer is the PaymentIntent, whatever its Status
+// (see Verdict).
+func (c *Client) Confirm(ctx context.Context, paymentIntentID, idempotencyKey string) (*Charge, error) {
+	switch {
+	case paymentIntentID == "":
+		return nil, fmt.Errorf("payment: confirm: %w", localError("payment intent ID is required"))
+	case idempotencyKey == "" || strings.TrimSpace(idempotencyKey) != idempotencyKey || len(idempotencyKey) > MaxIdempotencyKeyLen:
+		return nil, fmt.Errorf("payment: confirm: %w", localError("a valid idempotency key is required"))
+	}
+	params := &stripe.PaymentIntentConfirmParams{OffSession: stripe.Bool(true)}
+	params.SetIdempotencyKey(idempotencyKey)
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.Confirm(paymentIntentID, params)
+	if err != nil {
+		return nil, fmt.Errorf("payment: confirm %s: %w", paymentIntentID, c.newError(err))
+	}
+	return toCharge(pi), nil
+}
+
+// MaxListed bounds how many PaymentIntents FindInWindow examines: a window
+// that holds more is an error, never a silent "not found".
+const MaxListed = 10000
+
+// FindInWindow lists the PaymentIntents created between from and to
+// (inclusive, to the second) and returns the one whose metadata[message_id]
+// is messageID: a succeeded one, else a processing one, else the newest.
+// List is strongly consistent, unlike Search. It returns an error wrapping
+// ErrNotFound when there is none.
+func (c *Client) FindInWindow(ctx context.Context, messageID string, from, to time.Time) (*Charge, error) {
+	if messageID == "" {
+		return nil, fmt.Errorf("payment: find: %w", localError("message ID is required"))
+	}
+	params := &stripe.PaymentIntentListParams{CreatedRange: &stripe.RangeQueryParams{
+		GreaterThanOrEqual: from.Unix(), LesserThanOrEqual: to.Unix(),
+	}}
+	params.Limit = stripe.Int64(100)
+	params.Context = ctx
+	var best *stripe.PaymentIntent
+	it := c.api.PaymentIntents.List(params)
+	n := 0
+	for it.Next() {
+		if n++; n > MaxListed {
+			return nil, fmt.Errorf("payment: find message %s: more than %d payment intents between %s and %s: %w",
+				messageID, MaxListed, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339),
+				localError("window too large to list"))
+		}
+		pi := it.PaymentIntent()
+		if pi.Metadata["message_id"] != messageID {
+			continue
+		}
+		if best == nil || better(pi, best) {
+			best = pi
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("payment: find message %s: %w", messageID, c.newError(err))
+	}
+	if best == nil {
+		return nil, fmt.Errorf("payment: no payment intent for message %s between %s and %s: %w",
+			messageID, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), ErrNotFound)
+	}
+	return toCharge(best), nil
+}
+
+// Verdict is what a PaymentIntent's status means for the order.
+type Verdict string
+
+// The verdicts. Only VerdictPaid means money moved.
+const (
+	// VerdictPaid: succeeded.
+	VerdictPaid Verdict = "paid"
+	// VerdictProcessing: processing; Stripe settles it later (a webhook or
+	// a later retrieve tells).
+	VerdictProcessing Verdict = "processing"
+	// VerdictFailed: requires_payment_method (the confirmation failed),
+	// canceled, or requires_action (authentication needed, which an
+	// off-session charge cannot provide). Final for this PaymentIntent.
+	VerdictFailed Verdict = "failed"
+	// VerdictUnconfirmed: requires_confirmation, created and never
+	// confirmed: confirming it is safe.
+	VerdictUnconfirmed Verdict = "unconfirmed"
+	// VerdictUnexpected: any other status (requires_capture, …): nothing
+	// effectively asks for, so an operator must look.
+	VerdictUnexpected Verdict = "unexpected"
+)
+
+// CodeAuthenticationRequired is the failure code of a PaymentIntent that
+// asked for authentication (requires_action) during an off-session charge.
+const CodeAuthenticationRequired = "authentication_required"
+
+// Verdict maps the PaymentIntent's status to a Verdict and, for
+// VerdictFailed, the failure and decline codes to record: Stripe's
+// last_payment_error code, or for a canceled PaymentIntent its
+// cancellation_reason.
+func (c *Charge) Verdict() (v Verdict, failureCode, declineCode string) {
+	switch stripe.PaymentIntentStatus(c.Status) {
+	case stripe.PaymentIntentStatusSucceeded:
+		return VerdictPaid, "", ""
+	case stripe.PaymentIntentStatusProcessing:
+		return VerdictProcessing, "", ""
+	case stripe.PaymentIntentStatusRequiresPaymentMethod:
+		code := c.FailureCode
+		if code == "" {
+			code = string(stripe.PaymentIntentStatusRequiresPaymentMethod)
+		}
+		return VerdictFailed, code, c.DeclineCode
+	case stripe.PaymentIntentStatusCanceled:
+		code := c.CancellationReason
+		if code == "" {
+			code = string(stripe.PaymentIntentStatusCanceled)
+		}
+		return VerdictFailed, code, c.DeclineCode
+	case stripe.PaymentIntentStatusRequiresAction:
+		return VerdictFailed, CodeAuthenticationRequired, ""
+	case stripe.PaymentIntentStatusRequiresConfirmation:
+		return VerdictUnconfirmed, "", ""
+	}
+	return VerdictUnexpected, "", ""
+}

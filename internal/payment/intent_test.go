@@ -1,0 +1,65 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestCreateConfirmAndFindInWindow(t *testing.T) {
+	c, sim := newTestClient(t, Config{})
+	ctx := context.Background()
+	req := ChargeRequest{IdempotencyKey: "paymentintent:evt_w", MessageID: "evt_w", OrderID: 3, Amount: 700, Currency: "usd", PaymentMethod: "pm_card_visa"}
+	created, err := c.Create(ctx, req)
+	if err != nil || created.Status != "requires_confirmation" {
+		t.Fatalf("create = %+v, %v", created, err)
+	}
+	if v, _, _ := created.Verdict(); v != VerdictUnconfirmed {
+		t.Fatalf("verdict of a created payment intent = %s", v)
+	}
+	if again, err := c.Create(ctx, req); err != nil || again.PaymentIntentID != created.PaymentIntentID || !again.Replayed {
+		t.Fatalf("create again = %+v, %v; want the same payment intent, replayed", again, err)
+	}
+	if sim.Stats().Charges != 0 {
+		t.Fatal("create charged")
+	}
+	ch, err := c.Confirm(ctx, created.PaymentIntentID, "payment:evt_w")
+	if err != nil || !ch.Succeeded() {
+		t.Fatalf("confirm = %+v, %v", ch, err)
+	}
+	now := time.Now()
+	found, err := c.FindInWindow(ctx, "evt_w", now.Add(-time.Minute), now.Add(time.Minute))
+	if err != nil || found.PaymentIntentID != created.PaymentIntentID || !found.Succeeded() {
+		t.Fatalf("find in window = %+v, %v", found, err)
+	}
+	if _, err := c.FindInWindow(ctx, "evt_w", now.Add(time.Hour), now.Add(2*time.Hour)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("find outside the window: %v, want ErrNotFound", err)
+	}
+	if _, err := c.FindInWindow(ctx, "evt_other", now.Add(-time.Minute), now.Add(time.Minute)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("find another message: %v, want ErrNotFound", err)
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		ch            Charge
+		want          Verdict
+		code, decline string
+	}{
+		{Charge{Status: "succeeded"}, VerdictPaid, "", ""},
+		{Charge{Status: "processing"}, VerdictProcessing, "", ""},
+		{Charge{Status: "requires_payment_method", FailureCode: "card_declined", DeclineCode: "generic_decline"}, VerdictFailed, "card_declined", "generic_decline"},
+		{Charge{Status: "requires_payment_method"}, VerdictFailed, "requires_payment_method", ""},
+		{Charge{Status: "canceled", CancellationReason: "fraudulent"}, VerdictFailed, "fraudulent", ""},
+		{Charge{Status: "requires_action"}, VerdictFailed, CodeAuthenticationRequired, ""},
+		{Charge{Status: "requires_confirmation"}, VerdictUnconfirmed, "", ""},
+		{Charge{Status: "requires_capture"}, VerdictUnexpected, "", ""},
+		{Charge{Status: "something_new"}, VerdictUnexpected, "", ""},
+	} {
+		v, code, decline := tc.ch.Verdict()
+		if v != tc.want || code != tc.code || decline != tc.decline {
+			t.Errorf("%s: %s %q %q, want %s %q %q", tc.ch.Status, v, code, decline, tc.want, tc.code, tc.decline)
+		}
+	}
+}

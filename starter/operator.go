@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/reconcile"
+	"github.com/effectively/effectively/internal/route"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/workflows"
+)
+
+// The operator commands settle the open cases of docs/runbook.md:
+//
+//	starter payments --state unknown|processing|unexpected
+//	starter resolve MESSAGE_ID
+//	starter redrive MESSAGE_ID
+
+// cmdPayments lists the payments in one open state, oldest first, one JSON
+// line each.
+func cmdPayments(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	state := fs.String("state", "", "open state to list: "+fmt.Sprint(store.OpenPaymentStates))
+	limit := fs.Int("limit", 100, "how many payments, oldest first")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 0 || !slices.Contains(store.OpenPaymentStates, store.PaymentState(*state)) || *limit < 1 {
+		return exitUsage, fmt.Errorf("%w: payments takes --state with one of %v (and -limit N > 0)", errUsage, store.OpenPaymentStates)
+	}
+	d, err := connect(ctx, cfg, logger, false)
+	if err != nil {
+		return exitError, err
+	}
+	defer d.close()
+	ps, err := d.store.OpenPayments(ctx, store.PaymentState(*state), *limit)
+	if err != nil {
+		return exitError, err
+	}
+	enc := json.NewEncoder(stdout)
+	for _, p := range ps {
+		if err := enc.Encode(p); err != nil {
+			return exitError, err
+		}
+	}
+	return exitOK, nil
+}
+
+// resolveReport is what `starter resolve` prints.
+type resolveReport struct {
+	Consumer      string             `json:"consumer"`
+	MessageID     string             `json:"message_id"`
+	StateBefore   store.PaymentState `json:"state_before"`
+	StateAfter    store.PaymentState `json:"state_after"`
+	Changed       bool               `json:"changed"`
+	Lookup        string             `json:"lookup,omitempty"`
+	PaymentIntent *payment.Charge    `json:"payment_intent,omitempty"`
+	Workflow      *resolvedRun       `json:"workflow,omitempty"`
+	// Next tells the operator what, if anything, is left to do.
+	Next string `json:"next,omitempty"`
+}
+
+type resolvedRun struct {
+	ID        string `json:"id"`
+	Status    string `json:"status,omitempty"`
+	Signalled bool   `json:"signalled"`
+	Error     string `json:"error,omitempty"`
+}
+
+// cmdResolve re-reads a payment's PaymentIntent from Stripe (a retrieve by
+// the recorded ID, or a list over the claim's window when none is recorded)
+// and settles the ledger and the order from it; a running workflow is
+// signalled, a closed one is left as it is (record only).
+func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return exitUsage, fmt.Errorf("%w: resolve takes one MESSAGE_ID", errUsage)
+	}
+	id := fs.Arg(0)
+	wfID, err := identity.WorkflowID(*consumer, id)
+	if err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	pay, err := stripeClient(cfg, logger)
+	if err != nil {
+		return exitError, err
+	}
+	d, err := connect(ctx, cfg, logger, false)
+	if err != nil {
+		return exitError, err
+	}
+	defer d.close()
+
+	r := reconcile.Resolver{Store: d.store, Payments: pay}
+	res, err := r.Resolve(ctx, *consumer, id)
+	rep := resolveReport{Consumer: *consumer, MessageID: id, StateBefore: res.Before.State, StateAfter: res.After.State,
+		Changed: res.Changed, Lookup: res.Lookup, PaymentIntent: res.Stripe}
+	code := exitOK
+	switch {
+	case errors.Is(err, store.ErrNotFound) && res.Before.MessageID == "":
+		return exitNotFound, fmt.Errorf("no payment is recorded for message %s (consumer %s)", id, *consumer)
+	case errors.Is(err, reconcile.ErrNoPaymentIntent):
+		rep.Next = "no payment intent exists at Stripe for this message: nothing was charged; `starter redrive` may run it again"
+		code = exitNotFound
+	case errors.Is(err, reconcile.ErrStripe):
+		// Stripe could not be read: nothing was changed.
+		return exitRefused, fmt.Errorf("refused: %w (nothing was changed)", err)
+	case err != nil:
+		return exitError, err
+	}
+	if code == exitOK && res.After.State != "" {
+		rep.Workflow = signalSettled(ctx, cfg, wfID, res, logger)
+		switch res.After.State {
+		case store.PaymentSucceeded, store.PaymentFailed:
+			if rep.Workflow.Status != "" && !rep.Workflow.Signalled && res.After.State == store.PaymentSucceeded &&
+				rep.Workflow.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED.String() {
+				rep.Next = "the workflow is closed: `starter redrive " + id + "` sends the receipt"
+			}
+		default:
+			code = exitStillOpen
+			rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return exitError, err
+	}
+	return code, nil
+}
+
+// signalSettled signals the workflow of the payment when it is running, so a
+// wait for a processing payment ends now; a closed workflow is only
+// reported (Postgres holds the record). Temporal being unreachable is
+// reported too: the ledger is settled already, and a waiting workflow
+// finds the outcome at its next poll.
+func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reconcile.Result, logger *slog.Logger) *resolvedRun {
+	run := &resolvedRun{ID: wfID}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
+	if err != nil {
+		run.Error = "temporal: " + err.Error()
+		return run
+	}
+	defer tc.Close()
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	run.Status = status.String()
+	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return run
+	}
+	sig := workflows.PaymentSettled{PaymentIntentID: res.After.PaymentIntentID, FailureCode: res.After.FailureCode, DeclineCode: res.After.DeclineCode}
+	if res.Stripe != nil {
+		sig.Status = res.Stripe.Status
+	}
+	if err := tc.SignalWorkflow(ctx, wfID, "", workflows.PaymentSettledSignal, sig); err != nil {
+		var nf *serviceerror.NotFound
+		if !errors.As(err, &nf) {
+			run.Error = "signal: " + err.Error()
+		}
+		return run
+	}
+	run.Signalled = true
+	return run
+}
+
+// redriveRefusal says why a workflow must not be run again while its
+// payment is in state p, or "" when it may. A new run charges only through
+// ChargeOrder, which reads the ledger first, so it is refused exactly when
+// Stripe may hold a charge whose outcome Postgres does not record:
+//
+//   - unknown, unexpected: nobody established the outcome;
+//   - claimed or processing with a PaymentIntent ID recorded: a
+//     PaymentIntent was (or may have been) confirmed, and its outcome is
+//     not recorded yet.
+//
+// It may run again when there is no payment row, when the payment is final
+// (succeeded: the new run sends the receipt without charging; failed: it
+// ends as payment_failed without calling Stripe), or when it is claimed
+// with no PaymentIntent ID: create, record, confirm never confirms a
+// PaymentIntent before its ID is recorded, so none was charged (and the new
+// run lists the claim's window before creating one). In every refused case
+// `starter resolve` settles the payment first.
+func redriveRefusal(p *store.Payment) string {
+	if p == nil {
+		return ""
+	}
+	switch p.State {
+	case store.PaymentSucceeded, store.PaymentFailed:
+		return ""
+	case store.PaymentUnknown, store.PaymentUnexpected:
+		return "payment is " + string(p.State) + ": a charge may exist; run `starter resolve` first"
+	case store.PaymentClaimed, store.PaymentProcessing:
+		if p.PaymentIntentID != "" {
+			return "payment is " + string(p.State) + " with payment intent " + p.PaymentIntentID + " recorded: a charge may exist; run `starter resolve` first"
+		}
+		return ""
+	}
+	return "payment is in state " + string(p.State) + ", which redrive does not know"
+}
+
+// redriveStatuses are the closed statuses a redrive re-runs: the ones
+// ALLOW_DUPLICATE_FAILED_ONLY lets through.
+var redriveStatuses = []enumspb.WorkflowExecutionStatus{
+	enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+	enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
+	enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT,
+	enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED,
+}
+
+// redriveReport is what `starter redrive` prints.
+type redriveReport struct {
+	WorkflowID     string             `json:"workflow_id"`
+	PreviousRunID  string             `json:"previous_run_id,omitempty"`
+	PreviousStatus string             `json:"previous_status,omitempty"`
+	PaymentState   store.PaymentState `json:"payment_state,omitempty"`
+	RunID          string             `json:"run_id,omitempty"`
+	Refused        string             `json:"refused,omitempty"`
+}
+
+// cmdRedrive starts a failed (terminated, timed out, canceled) workflow
+// again from its recorded message, with ALLOW_DUPLICATE_FAILED_ONLY for
+// this one start; every other start keeps REJECT_DUPLICATE.
+func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return exitUsage, fmt.Errorf("%w: redrive takes one MESSAGE_ID", errUsage)
+	}
+	id := fs.Arg(0)
+	wfID, err := identity.WorkflowID(*consumer, id)
+	if err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	d, err := connect(ctx, cfg, logger, true)
+	if err != nil {
+		return exitError, err
+	}
+	defer d.close()
+	rep := redriveReport{WorkflowID: wfID}
+	refuse := func(why string) (int, error) {
+		rep.Refused = why
+		_ = json.NewEncoder(stdout).Encode(rep)
+		return exitRefused, fmt.Errorf("refused: %s", why)
+	}
+
+	st, err := d.store.Status(ctx, *consumer, id)
+	if err != nil {
+		return exitError, err
+	}
+	if st.Inbox == nil {
+		return exitNotFound, fmt.Errorf("message %s (consumer %s) is not in the inbox: nothing to run again", id, *consumer)
+	}
+	if st.Payment != nil {
+		rep.PaymentState = st.Payment.State
+	}
+	if why := redriveRefusal(st.Payment); why != "" {
+		return refuse(why)
+	}
+	desc, err := d.tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return refuse("Temporal has no run of " + wfID + " (never started, or past the namespace's retention)")
+	case err != nil:
+		return exitError, fmt.Errorf("describe workflow %s: %w", wfID, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	rep.PreviousRunID, rep.PreviousStatus = info.GetExecution().GetRunId(), info.GetStatus().String()
+	if !slices.Contains(redriveStatuses, info.GetStatus()) {
+		return refuse("the last run is " + info.GetStatus().String() + ": only a failed, terminated, timed-out or canceled run is run again")
+	}
+	routes := route.Default()
+	m, err := routes.Decode(st.Inbox.Payload)
+	if err != nil {
+		return exitError, fmt.Errorf("recorded message %s cannot be started again: %w", id, err)
+	}
+	ws, err := routes.Start(m)
+	if err != nil {
+		return exitError, fmt.Errorf("recorded message %s cannot be started again: %w", id, err)
+	}
+	opts := intake.StartOptions(cfg.TaskQueue, ws)
+	// The one start that may reuse a closed ID: only a failed run's.
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	var run client.WorkflowRun
+	for try := 0; ; try++ {
+		run, err = d.tc.ExecuteWorkflow(ctx, opts, ws.Workflow, ws.Input)
+		var busy *serviceerror.ResourceExhausted
+		if err == nil || !errors.As(err, &busy) || try >= 5 {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	if err != nil {
+		return exitError, fmt.Errorf("start workflow %s again: %w", wfID, err)
+	}
+	rep.RunID = run.GetRunID()
+	logger.Info("workflow redriven", "workflow_id", wfID, "run_id", rep.RunID, "previous_run_id", rep.PreviousRunID)
+	if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+		return exitError, err
+	}
+	return exitOK, nil
+}
+
+// stripeClient builds the Stripe client of `starter resolve` from the
+// configuration (STRIPE_API_KEY, STRIPE_BASE_URL), as the worker does.
+func stripeClient(cfg config.Config, logger *slog.Logger) (*payment.Client, error) {
+	sc := cfg.Stripe
+	sc.Timeout, sc.Logger = 15*time.Second, logger
+	c, err := payment.New(sc)
+	if err != nil {
+		return nil, fmt.Errorf("stripe client: %w", err)
+	}
+	return c, nil
+}

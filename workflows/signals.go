@@ -1,0 +1,17 @@
+package workflows
+
+// PaymentSettledSignal is the signal that tells an OrderPlaced workflow
+// waiting for a processing payment that Stripe settled it. It is sent (by
+// the Stripe webhook consumer, or `starter resolve`) to the workflow ID
+// identity.WorkflowID(consumer, message ID) of the payment row, after the
+// ledger was settled. The workflow treats it as a wake-up: it reads the
+// outcome through the ledger and Stripe, never from the payload alone.
+const PaymentSettledSignal = "payment-settled"
+
+// PaymentSettled is the payload of PaymentSettledSignal.
+type PaymentSettled struct {
+	PaymentIntentID string `json:"payment_intent_id"`
+	Status          string `json:"status"`
+	FailureCode     string `json:"failure_code,omitempty"`
+	DeclineCode     string `json:"decline_code,omitempty"`
+}
