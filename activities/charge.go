@@ -60,7 +60,15 @@ type ChargeResult struct {
 // returned as retryable errors; an ambiguous answer (Stripe replays a 500
 // under the key) is reconciled by looking the payment up before anything
 // else.
-func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
+func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res ChargeResult, err error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return ChargeResult{}, err
+	}
+	defer func() {
+		end()
+		a.countCharge(in.Consumer, res, err)
+	}()
 	key, err := identity.Key(identity.EffectPayment, in.MessageID)
 	if err != nil {
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)

@@ -45,6 +45,12 @@ type Config struct {
 	// when that attempt fails or runs out of time, the same activity runs
 	// again as a regular activity with the timeouts above. Default 10s.
 	LocalStartToClose time.Duration
+	// HeartbeatTimeout is how long a regular ChargeOrder or SendReceipt
+	// attempt may go without a heartbeat before Temporal takes its worker
+	// for dead and retries it elsewhere. The activities heartbeat every 2s
+	// while they work, so a killed worker is noticed within this, rather
+	// than after the start-to-close timeout. Default 10s.
+	HeartbeatTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -57,6 +63,7 @@ func DefaultConfig() Config {
 		RetryInitialInterval:   time.Second,
 		RetryMaximumInterval:   5 * time.Minute,
 		LocalStartToClose:      10 * time.Second,
+		HeartbeatTimeout:       10 * time.Second,
 	}
 }
 
@@ -75,6 +82,7 @@ func (c Config) withDefaults() Config {
 	set(&c.RetryInitialInterval, d.RetryInitialInterval)
 	set(&c.RetryMaximumInterval, d.RetryMaximumInterval)
 	set(&c.LocalStartToClose, d.LocalStartToClose)
+	set(&c.HeartbeatTimeout, d.HeartbeatTimeout)
 	return c
 }
 
@@ -97,7 +105,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"PaymentStartToClose": c.PaymentStartToClose, "EmailStartToClose": c.EmailStartToClose,
 		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
-		"LocalStartToClose": c.LocalStartToClose,
+		"LocalStartToClose": c.LocalStartToClose, "HeartbeatTimeout": c.HeartbeatTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)
@@ -128,6 +136,7 @@ func (c Config) paymentOptions(summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout:    c.PaymentStartToClose,
 		ScheduleToCloseTimeout: c.PaymentScheduleToClose,
+		HeartbeatTimeout:       c.HeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	}
@@ -137,6 +146,7 @@ func (c Config) emailOptions(summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout:    c.EmailStartToClose,
 		ScheduleToCloseTimeout: c.EmailScheduleToClose,
+		HeartbeatTimeout:       c.HeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	}

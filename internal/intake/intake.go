@@ -15,6 +15,7 @@ import (
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
 )
@@ -64,6 +65,9 @@ type Config struct {
 	// message; when the worker has no free slot, or the server does not
 	// allow eager starts, the start is an ordinary one.
 	EagerStart bool
+	// Metrics counts the intake's decisions (started, duplicate, and the
+	// quarantine reasons). Nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Intake accepts messages from any source.
@@ -194,6 +198,9 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 		Pending: row.State == store.InboxPending,
 		New:     row.Inserted,
 	}
+	if !row.Inserted {
+		in.cfg.Metrics.IntakeDecision(m.Consumer, metrics.DecisionDuplicate)
+	}
 	if !rec.Pending {
 		in.cfg.Logger.Info("duplicate message", "message_id", m.ID, "consumer", m.Consumer, "source", source)
 		rec.Status = StatusDuplicate
@@ -212,8 +219,21 @@ func (in *Intake) reject(ctx context.Context, raw []byte, source, consumer, mess
 	if err != nil {
 		return Result{}, fmt.Errorf("quarantine message %q: %w", messageID, err)
 	}
+	in.cfg.Metrics.IntakeDecision(consumer, quarantineDecision(reason))
 	in.cfg.Logger.Warn("message quarantined", "message_id", messageID, "reason", reason, "quarantine_id", id, "error", cause.Error())
 	return Result{MessageID: messageID, Status: StatusInvalid, Error: cause.Error(), Reason: reason, QuarantineID: id}, nil
+}
+
+// quarantineDecision is the metrics decision of a quarantine reason.
+func quarantineDecision(reason string) metrics.Decision {
+	switch reason {
+	case store.ReasonPayloadMismatch:
+		return metrics.DecisionPayloadMismatch
+	case store.ReasonMaxDeliver:
+		return metrics.DecisionMaxDeliver
+	default:
+		return metrics.DecisionInvalid
+	}
 }
 
 // looseID returns the "id" of a message that failed validation, when it is a
@@ -279,6 +299,7 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 	for try := 0; ; try++ {
 		_, err = in.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, input)
 		if err == nil {
+			in.cfg.Metrics.IntakeDecision(m.Consumer, metrics.DecisionStarted)
 			return true, nil
 		}
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {

@@ -74,10 +74,16 @@ func compression(lookup func(string) (string, bool)) (client.GrpcCompression, er
 // Dial connects with the options from the environment and returns the
 // client and its namespace.
 func Dial(ctx context.Context, logger *slog.Logger) (client.Client, string, error) {
+	return DialWithMetrics(ctx, logger, nil)
+}
+
+// DialWithMetrics is Dial with the SDK's metrics reported to mh (nil: none).
+func DialWithMetrics(ctx context.Context, logger *slog.Logger, mh client.MetricsHandler) (client.Client, string, error) {
 	opts, err := Options(logger)
 	if err != nil {
 		return nil, "", err
 	}
+	opts.MetricsHandler = mh
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort
