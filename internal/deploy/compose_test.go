@@ -187,7 +187,7 @@ func TestComposeHealthchecks(t *testing.T) {
 		"temporal-ui": "/",
 		"nats":        "/healthz",
 		"simulators":  "/_sim/stats",
-		"worker":      "/healthz",
+		"worker":      "/readyz",
 	}
 	for name, want := range paths {
 		svc, ok := service(t, p, name)
