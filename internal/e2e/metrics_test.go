@@ -106,6 +106,7 @@ func TestMetricsMatchPostgres(t *testing.T) {
 	}
 	for _, c := range checks {
 		c.want = count(c.query)
+		t.Logf("%s: /metrics %v, Postgres %v", c.what, c.got, c.want)
 		if c.got != c.want {
 			t.Errorf("%s: /metrics says %v, Postgres %v", c.what, c.got, c.want)
 		}
