@@ -113,7 +113,7 @@ const heartbeatEvery = 2 * time.Second
 // draining, it returns a retryable ErrTypeDraining error instead.
 func (a *Activities) beginEffect(ctx context.Context) (effectCtx context.Context, end func(), err error) {
 	if a.Drain == nil {
-		return ctx, func() {}, nil
+		return ctx, heartbeat(ctx), nil
 	}
 	if !a.Drain.begin() {
 		return nil, nil, temporal.NewApplicationError("the worker is shutting down; another attempt will run this effect", ErrTypeDraining)

@@ -3,8 +3,13 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/sim/sendgridsim"
@@ -86,4 +91,55 @@ func TestDrainWaitIsBounded(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || left != 1 {
 		t.Fatalf("wait = %d, %v; want 1 left after the deadline", left, err)
 	}
+}
+
+// TestSlowEffectHeartbeats: a regular activity heartbeats while its
+// provider call runs, so the HeartbeatTimeout the workflows set (10s)
+// notices a dead worker and never a slow provider.
+func TestSlowEffectHeartbeats(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultDelay, Delay: 4500 * time.Millisecond})
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	var beats atomic.Int32
+	// The SDK batches heartbeats on their way to the server; the
+	// interceptor sees every call.
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&beatCounter{n: &beats}}})
+	env.RegisterActivity(f.acts)
+	if _, err := env.ExecuteActivity(f.acts.SendReceipt, receipt("evt_drain_beat", 74)); err != nil {
+		t.Fatal(err)
+	}
+	// One at the start, then one every 2s of the 4.5s call.
+	if n := beats.Load(); n < 3 {
+		t.Fatalf("heartbeats = %d, want at least 3", n)
+	}
+}
+
+type beatCounter struct {
+	interceptor.WorkerInterceptorBase
+	n *atomic.Int32
+}
+
+func (b *beatCounter) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	return &beatInbound{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}, n: b.n}
+}
+
+type beatInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	n *atomic.Int32
+}
+
+func (b *beatInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
+	return b.Next.Init(&beatOutbound{ActivityOutboundInterceptorBase: interceptor.ActivityOutboundInterceptorBase{Next: outbound}, n: b.n})
+}
+
+type beatOutbound struct {
+	interceptor.ActivityOutboundInterceptorBase
+	n *atomic.Int32
+}
+
+func (b *beatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+	b.n.Add(1)
+	b.Next.RecordHeartbeat(ctx, details...)
 }
