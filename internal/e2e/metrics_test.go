@@ -158,7 +158,7 @@ func TestMetricsMatchPostgres(t *testing.T) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,11 @@ func get(t *testing.T, url string) string {
 	t.Helper()
 	var lastErr error
 	for range 50 { // the worker may still be starting its listener
-		resp, err := http.Get(url) //nolint:noctx // a test against a local listener
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			b, err := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()

@@ -21,7 +21,7 @@ import (
 func get(t *testing.T, h http.Handler, path string) (int, health.Report) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, path, nil))
 	var rep health.Report
 	if path == "/readyz" {
 		if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {

@@ -41,15 +41,24 @@ func TestTransportTimesRequestsByStatusClass(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := m.InstrumentClient(metrics.ProviderStripe, nil)
-	for _, p := range []string{"/v1/payment_intents", "/v1/payment_intents/pi_1/confirm", "/v1/payment_intents/pi_2/confirm"} {
-		resp, err := c.Post(srv.URL+p, "text/plain", nil)
+	post := func(url string) error {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close()
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	for _, p := range []string{"/v1/payment_intents", "/v1/payment_intents/pi_1/confirm", "/v1/payment_intents/pi_2/confirm"} {
+		if err := post(srv.URL + p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv.Close()
-	if _, err := c.Post(srv.URL+"/v1/payment_intents", "text/plain", nil); err == nil {
+	if err := post(srv.URL + "/v1/payment_intents"); err == nil {
 		t.Fatal("a closed server answered")
 	}
 	counts := map[string]uint64{}
