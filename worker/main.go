@@ -241,6 +241,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			herr <- nil
 		}()
 	}
+	// From SIGTERM on, /readyz says the worker is going away.
+	defer context.AfterFunc(ctx, func() { draining.Store(true) })()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	if b != nil {
@@ -261,7 +263,6 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if b != nil {
 		logger.Info("broker intake stopped", "consumer", b.consumer.Stats(), "outbox", b.relay.Stats())
 	}
-	draining.Store(true)
 	shutdown(w, drain, cfg.DrainTimeout-stopTimeout, logger)
 	return err
 }
