@@ -42,5 +42,5 @@ FROM runtime AS worker
 ENV EFFECTIVELY_HEALTH_ADDR=:8081
 EXPOSE 8081
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=6 \
-    CMD wget -q -O /dev/null http://127.0.0.1:8081/healthz || exit 1
+    CMD wget -q -O /dev/null http://127.0.0.1:8081/readyz || exit 1
 ENTRYPOINT ["/usr/local/bin/worker"]

@@ -77,7 +77,18 @@ type ChargeResult struct {
 // Stripe's code; any other status is recorded unexpected and returned as a
 // non-retryable ErrTypeUnexpectedState for an operator. Transport errors,
 // 409, 429 and 5xx are returned as retryable errors.
-func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
+//
+// The steps from the claim to the record run on a context that a worker
+// stop does not cancel (beginEffect): a deploy lets them finish.
+func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res ChargeResult, err error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return ChargeResult{}, err
+	}
+	defer func() {
+		end()
+		a.countCharge(in.Consumer, res, err)
+	}()
 	key, err := identity.Key(identity.EffectPayment, in.MessageID)
 	if err != nil {
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)

@@ -56,7 +56,15 @@ type ReceiptResult struct {
 // commit sends the receipt again on retry (at most once more per such crash).
 // The key travels in custom_args, so the duplicate can be recognised in
 // SendGrid's event webhook.
-func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptResult, error) {
+func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res ReceiptResult, err error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return ReceiptResult{}, err
+	}
+	defer func() {
+		end()
+		a.countReceipt(res, err)
+	}()
 	key, err := identity.Key(identity.EffectEmail, in.MessageID)
 	if err != nil {
 		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)

@@ -65,9 +65,17 @@ type Config struct {
 	// Workflows holds activity timeouts (PAYMENT_SCHEDULE_TO_CLOSE, …) and
 	// the local attempt before them (LOCAL_START_TO_CLOSE).
 	Workflows workflows.Config
-	// HealthAddr serves GET /healthz (EFFECTIVELY_HEALTH_ADDR). Default
-	// 127.0.0.1:8081; empty string "off" disables it.
+	// HealthAddr serves GET /livez, /readyz (and /healthz, an alias of
+	// /livez) and the Prometheus metrics at /metrics
+	// (EFFECTIVELY_HEALTH_ADDR). Default 127.0.0.1:8081; "off" disables it.
 	HealthAddr string
+	// DrainTimeout bounds the graceful shutdown on SIGTERM or SIGINT: the
+	// intake stops, then the effects in flight (a provider call and its
+	// record) get this long to finish before the Temporal worker stops;
+	// whatever outlives it goes to the retry path
+	// (EFFECTIVELY_DRAIN_TIMEOUT). Default 20s: well inside the 30 s grace
+	// period orchestrators usually give before SIGKILL.
+	DrainTimeout time.Duration
 	// PprofAddr serves Go's profiles at /debug/pprof/ (EFFECTIVELY_PPROF_ADDR,
 	// e.g. 127.0.0.1:6060). Default off: profiles reveal internals, so bind
 	// it to loopback.
@@ -151,6 +159,10 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // DefaultRetention is how long records are kept when RETENTION is not set.
 const DefaultRetention = 30 * 24 * time.Hour
+
+// DefaultDrainTimeout bounds the graceful shutdown when
+// EFFECTIVELY_DRAIN_TIMEOUT is not set.
+const DefaultDrainTimeout = 20 * time.Second
 
 // DefaultDatabaseMaxConns is the worker's Postgres pool size.
 const DefaultDatabaseMaxConns = 32
@@ -250,8 +262,9 @@ func LoadEnv(env Env) (Config, error) {
 			PaymentProcessingPoll:    dur("PAYMENT_PROCESSING_POLL"),
 			PaymentProcessingMaxWait: dur("PAYMENT_PROCESSING_MAX_WAIT"),
 		},
-		HealthAddr: get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
-		PprofAddr:  get("EFFECTIVELY_PPROF_ADDR", ""),
+		HealthAddr:   get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
+		DrainTimeout: durOr("EFFECTIVELY_DRAIN_TIMEOUT", DefaultDrainTimeout),
+		PprofAddr:    get("EFFECTIVELY_PPROF_ADDR", ""),
 		NATS: NATS{
 			URL: get("NATS_URL", DefaultNATSURL),
 			JetStream: intake.JetStreamConfig{
@@ -333,6 +346,9 @@ func (c Config) Validate() error {
 	}
 	if c.DatabaseMaxConns < 4 || c.DatabaseMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("DATABASE_MAX_CONNS=%d: must be between 4 and 1000", c.DatabaseMaxConns))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EFFECTIVELY_DRAIN_TIMEOUT=%s: must be positive", c.DrainTimeout))
 	}
 	errs = append(errs, c.validateBroker()...)
 	if err := c.Workflows.Validate(); err != nil {
@@ -445,6 +461,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("sendgrid_api_key", set(c.Email.APIKey)),
 		slog.String("email_policy", string(c.EmailPolicy)),
 		slog.String("health_addr", c.HealthAddr),
+		slog.String("drain_timeout", c.DrainTimeout.String()),
 		slog.String("pprof_addr", base(c.PprofAddr, "off")),
 		slog.String("nats_url", base(redactURL(c.NATS.URL), "off")),
 		slog.String("nats_stream", c.NATS.JetStream.Stream),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
@@ -72,6 +73,9 @@ type Config struct {
 	// Routes says, per message type, which consumer handles it and which
 	// workflow it starts. Default route.Default().
 	Routes *route.Registry
+	// Metrics counts the intake's decisions (started, duplicate, and the
+	// quarantine reasons). Nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Intake accepts messages from any source.
@@ -222,6 +226,9 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 		Pending: row.State == store.InboxPending,
 		New:     row.Inserted,
 	}
+	if !row.Inserted {
+		in.cfg.Metrics.IntakeDecision(m.Consumer, metrics.DecisionDuplicate)
+	}
 	if !rec.Pending {
 		in.cfg.Logger.Info("duplicate message", "message_id", m.ID, "consumer", m.Consumer, "source", source)
 		rec.Status = StatusDuplicate
@@ -245,8 +252,21 @@ func (in *Intake) quarantine(ctx context.Context, q store.QuarantineEntry) (Resu
 	if err != nil {
 		return Result{}, fmt.Errorf("quarantine message %q: %w", q.MessageID, err)
 	}
+	in.cfg.Metrics.IntakeDecision(q.Consumer, quarantineDecision(q.Reason))
 	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "error", q.Detail)
 	return Result{MessageID: q.MessageID, Status: StatusInvalid, Error: q.Detail, Reason: q.Reason, QuarantineID: id}, nil
+}
+
+// quarantineDecision is the metrics decision of a quarantine reason.
+func quarantineDecision(reason string) metrics.Decision {
+	switch reason {
+	case store.ReasonPayloadMismatch:
+		return metrics.DecisionPayloadMismatch
+	case store.ReasonMaxDeliver:
+		return metrics.DecisionMaxDeliver
+	default:
+		return metrics.DecisionInvalid
+	}
 }
 
 // looseID returns the "id" of a message that failed validation, when it is a
@@ -305,6 +325,7 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 	for try := 0; ; try++ {
 		_, err = in.tc.ExecuteWorkflow(ctx, opts, ws.Workflow, ws.Input)
 		if err == nil {
+			in.cfg.Metrics.IntakeDecision(m.Consumer, metrics.DecisionStarted)
 			return true, nil
 		}
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {

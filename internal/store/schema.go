@@ -75,3 +75,9 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return nil
 }
+
+// CheckReady reports whether Postgres answers and carries every migration
+// this binary expects (CheckSchema): the worker's /readyz check.
+func (s *Store) CheckReady(ctx context.Context) error {
+	return CheckSchema(ctx, s.pool)
+}

@@ -74,7 +74,13 @@ func Compression(v string) (client.GrpcCompression, error) {
 // Dial connects with the options of cfg and returns the client and its
 // namespace.
 func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, string, error) {
+	return DialWithMetrics(ctx, cfg, logger, nil)
+}
+
+// DialWithMetrics is Dial with the SDK's metrics reported to mh (nil: none).
+func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh client.MetricsHandler) (client.Client, string, error) {
 	opts := Options(cfg, logger)
+	opts.MetricsHandler = mh
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort

@@ -47,6 +47,10 @@ type Config struct {
 	// FaultRatio is the share of unique messages given a provider fault.
 	// Default 0.1.
 	FaultRatio float64
+	// Restarts is how many times a worker is replaced as a deploy does it
+	// (a new process starts, the old one gets SIGTERM and drains). Default
+	// 0; negative means none.
+	Restarts int
 	// DatabaseCuts is how often every worker connection to Postgres is
 	// terminated. Default 1.
 	DatabaseCuts int
@@ -127,6 +131,7 @@ type Report struct {
 	Paid            int           `json:"paid"`
 	Declined        int           `json:"declined"`
 	Kills           int           `json:"kills"`
+	Restarts        int           `json:"restarts"`
 	DatabaseCuts    int           `json:"database_cuts"`
 	Faults          int           `json:"faults"`
 	Elapsed         time.Duration `json:"elapsed"`
@@ -143,7 +148,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
 	b.WriteString(r.Refunds.String())
-	fmt.Fprintf(&b, "chaos: %d worker kills, %d database cuts, %d provider faults\n", r.Kills, r.DatabaseCuts, r.Faults)
+	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
 	if len(r.Violations) == 0 {
 		b.WriteString("violations: none\n")
 	} else {
@@ -258,7 +263,8 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	}
 
 	// Chaos: kills and database cuts spread over the sending phase.
-	var kills, cuts atomic.Int32
+	var kills, cuts, restarts atomic.Int32
+	var unclean []string // written by the chaos goroutine only, read after chaosDone
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	chaosDone := make(chan struct{})
 	go func() {
@@ -269,6 +275,9 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 		}
 		for range cfg.DatabaseCuts {
 			events = append(events, "cut")
+		}
+		for range max(cfg.Restarts, 0) {
+			events = append(events, "restart")
 		}
 		rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
 		for _, ev := range events {
@@ -284,6 +293,12 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 				}
 				kills.Add(1)
 				cfg.Logf("soak: killed a worker (%d/%d)", kills.Load(), cfg.Kills)
+			case "restart":
+				if err := w.restartOne(rng.IntN(cfg.Workers)); err != nil {
+					unclean = append(unclean, fmt.Sprintf("rolling restart: %v", err))
+				}
+				restarts.Add(1)
+				cfg.Logf("soak: replaced a worker with SIGTERM (%d/%d)", restarts.Load(), cfg.Restarts)
 			case "cut":
 				n, err := cutConnections(chaosCtx, st.Pool)
 				if err != nil {
@@ -302,6 +317,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	cfg.Logf("soak: sent %d messages in %s", len(p.sends)+len(p.invalid), time.Since(start).Round(time.Millisecond))
 	<-chaosDone // every kill and cut happens while work is in flight
 	stopChaos()
+	rep.Violations = append(rep.Violations, unclean...)
 
 	// Wait until every unique message's workflow has closed.
 	rep.Violations = append(rep.Violations, waitAll(ctx, st.Temporal, p.unique, cfg.Settle, cfg.Logf)...)
@@ -318,7 +334,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	case <-time.After(3 * time.Second):
 	}
 
-	rep.Kills, rep.DatabaseCuts = int(kills.Load()), int(cuts.Load())
+	rep.Kills, rep.DatabaseCuts, rep.Restarts = int(kills.Load()), int(cuts.Load()), int(restarts.Load())
 	if err := reconcile(ctx, st, p, &rep); err != nil {
 		return rep, err
 	}

@@ -20,6 +20,7 @@ var (
 	messages = flag.Int("messages", 2000, "messages to send, duplicates included")
 	workersN = flag.Int("workers", 3, "worker processes")
 	kills    = flag.Int("kills", 3, "SIGKILLs of a random worker")
+	restarts = flag.Int("restarts", 2, "rolling restarts of a random worker with SIGTERM, as a deploy does")
 	seed     = flag.Uint64("seed", 0, "random seed (0: the time)")
 )
 
@@ -67,7 +68,7 @@ func TestSoak(t *testing.T) {
 		},
 	}
 	rep, err := Run(ctx, Config{
-		Messages: *messages, Workers: *workersN, Kills: *kills, Seed: *seed, Timeout: 15 * time.Minute, Settle: 90 * time.Second,
+		Messages: *messages, Workers: *workersN, Kills: *kills, Restarts: *restarts, Seed: *seed, Timeout: 15 * time.Minute, Settle: 90 * time.Second,
 		Logf: t.Logf,
 	}, st)
 	if err != nil {
@@ -80,7 +81,7 @@ func TestSoak(t *testing.T) {
 	if rep.Refunds.Refunded == 0 || rep.Refunds.Exceeded == 0 || rep.Refunds.OverRefunds != 0 {
 		t.Errorf("refund phase: %+v; want refunds made, some refused as beyond the payment, no over-refund", rep.Refunds)
 	}
-	if rep.Kills < *kills || rep.DatabaseCuts < 1 {
-		t.Errorf("the chaos did not happen: %d kills, %d database cuts", rep.Kills, rep.DatabaseCuts)
+	if rep.Kills < *kills || rep.DatabaseCuts < 1 || rep.Restarts < *restarts {
+		t.Errorf("the chaos did not happen: %d kills, %d SIGTERM restarts, %d database cuts", rep.Kills, rep.Restarts, rep.DatabaseCuts)
 	}
 }
