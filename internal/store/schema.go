@@ -24,6 +24,7 @@ type SchemaError struct {
 	Have, Want int64
 }
 
+// Error says what was found and names the command that fixes it.
 func (e *SchemaError) Error() string {
 	if e.Have == 0 {
 		return fmt.Sprintf("the database has no effectively schema (this binary needs version %d): run `%s` with the same DATABASE_URL", e.Want, MigrateCommand)
@@ -31,8 +32,8 @@ func (e *SchemaError) Error() string {
 	return fmt.Sprintf("the database schema is at version %d, this binary needs %d: run `%s` with the same DATABASE_URL", e.Have, e.Want, MigrateCommand)
 }
 
-// Is makes errors.Is(err, ErrSchemaBehind) true.
-func (e *SchemaError) Is(target error) bool { return target == ErrSchemaBehind }
+// Unwrap makes errors.Is(err, ErrSchemaBehind) true.
+func (e *SchemaError) Unwrap() error { return ErrSchemaBehind }
 
 // SchemaVersion is the newest migration embedded in this binary.
 func SchemaVersion() int64 {
