@@ -122,6 +122,16 @@ func TestStarterNeverChangesTheSchema(t *testing.T) {
 			}
 		}
 	})
+	t.Run("gap", func(t *testing.T) {
+		db := storetest.NewDatabase(t)
+		exec(t, db, `DELETE FROM goose_db_version WHERE version_id = 2`)
+		t.Setenv("DATABASE_URL", db)
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"status", "evt_none"}, nil, &stdout, &stderr)
+		if code != exitSchema || !strings.Contains(stderr.String(), "lacks migrations [2]") {
+			t.Errorf("exit %d, stderr %q; want exit %d naming migration 2", code, stderr.String(), exitSchema)
+		}
+	})
 }
 
 // TestReadCommandsWorkWithAReadOnlyRole runs the starter's read commands
