@@ -45,19 +45,22 @@ func connect(ctx context.Context, cfg config.Config, logger *slog.Logger, withTe
 		return nil, err
 	}
 	d.store = store.New(pool)
-	if !withTemporal {
-		return d, nil
+	if withTemporal {
+		if err := d.dialTemporal(ctx, cfg, logger); err != nil {
+			d.close()
+			return nil, err
+		}
 	}
+	return d, nil
+}
+
+// dialTemporal connects to Temporal and builds the intake on it.
+func (d *deps) dialTemporal(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
 	if err != nil {
-		d.close()
-		return nil, err
+		return err
 	}
 	d.tc = tc
 	d.intake, err = intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger})
-	if err != nil {
-		d.close()
-		return nil, err
-	}
-	return d, nil
+	return err
 }

@@ -63,7 +63,7 @@ func cmdQuarantine(ctx context.Context, cfg config.Config, args []string, stdout
 		if err != nil {
 			return exitUsage, fmt.Errorf("%w: quarantine ID %q is not a number", errUsage, args[1])
 		}
-		d, err := connect(ctx, cfg, logger, true)
+		d, err := connect(ctx, cfg, logger, false)
 		if err != nil {
 			return exitError, err
 		}
@@ -74,6 +74,9 @@ func cmdQuarantine(ctx context.Context, cfg config.Config, args []string, stdout
 		}
 		if e.Truncated() {
 			return exitError, fmt.Errorf("quarantine entry %d is a %d-byte message (%s) of which only the first %d bytes were kept: it cannot be sent again; send a corrected message from its source", id, e.Size, e.Reason, len(e.Raw))
+		}
+		if err := d.dialTemporal(ctx, cfg, logger); err != nil {
+			return exitError, err
 		}
 		res, err := d.intake.Accept(ctx, e.Raw, "quarantine-retry")
 		if err != nil {

@@ -122,6 +122,16 @@ func TestStarterNeverChangesTheSchema(t *testing.T) {
 			}
 		}
 	})
+	t.Run("gap", func(t *testing.T) {
+		db := storetest.NewDatabase(t)
+		exec(t, db, `DELETE FROM goose_db_version WHERE version_id = 2`)
+		t.Setenv("DATABASE_URL", db)
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"status", "evt_none"}, nil, &stdout, &stderr)
+		if code != exitSchema || !strings.Contains(stderr.String(), "lacks migrations [2]") {
+			t.Errorf("exit %d, stderr %q; want exit %d naming migration 2", code, stderr.String(), exitSchema)
+		}
+	})
 }
 
 // TestReadCommandsWorkWithAReadOnlyRole runs the starter's read commands
@@ -210,3 +220,34 @@ func mustParse(t *testing.T, raw string) *url.URL {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestQuarantineRetryRefusesATruncatedMessage: a message quarantined as
+// too_large kept only its first bytes; sending those again would quarantine
+// a different, broken message, so the retry refuses and says why.
+func TestQuarantineRetryRefusesATruncatedMessage(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDatabase(t)
+	pool, err := store.Open(ctx, db, store.PoolConfig{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	id, err := store.New(pool).Quarantine(ctx, store.QuarantineEntry{
+		Source: "starter", Raw: []byte(`{"id":"evt_big","pad":"aaaa`), Size: 70000, SHA256: strings.Repeat("ab", 32),
+		Reason: store.ReasonTooLarge, Detail: "invalid message: message is 70000 bytes, the limit is 65536",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", db)
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"quarantine", "retry", itoa(id)}, nil, &stdout, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "70000-byte message (too_large)") || !strings.Contains(stderr.String(), "cannot be sent again") {
+		t.Errorf("exit %d, stderr %q; want exit %d refusing the truncated message", code, stderr.String(), exitError)
+	}
+	var retried int
+	if err := pool.QueryRow(ctx, `SELECT retry_count FROM quarantine WHERE id = $1`, id).Scan(&retried); err != nil || retried != 0 {
+		t.Errorf("retry_count = %d (%v), want 0", retried, err)
+	}
+}

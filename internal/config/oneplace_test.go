@@ -13,7 +13,7 @@ import (
 // worker and the starter are built from (the default build, without test
 // tags) and fails on any environment read outside this package.
 func TestOnlyConfigReadsTheEnvironment(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f",
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f",
 		`{{if not .Standard}}{{.ImportPath}}|{{.Dir}}|{{join .GoFiles ","}}{{end}}`,
 		"../../worker", "../../starter").CombinedOutput()
 	if err != nil {
