@@ -154,6 +154,11 @@ func TestReadCommandsWorkWithAReadOnlyRole(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An open payment for `payments` to list.
+	exec(t, db, `INSERT INTO orders (id, amount, currency, message_id) VALUES (4711, 500, 'eur', 'evt_ro_pay');
+		INSERT INTO payments (order_id, consumer, message_id, idempotency_key, state, amount, currency)
+		VALUES (4711, 'order-placed', 'evt_ro_pay', 'payment:evt_ro_pay', 'unknown', 500, 'eur')`)
+
 	role := "effectively_ro_" + randomHex(t)
 	dbName := strings.TrimPrefix(mustParse(t, db).Path, "/")
 	exec(t, db, `CREATE ROLE `+role+` LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE;
@@ -197,7 +202,7 @@ func TestReadCommandsWorkWithAReadOnlyRole(t *testing.T) {
 	}{
 		{[]string{"status", "evt_ro"}, `"message_id": "evt_ro"`},
 		{[]string{"quarantine", "list"}, `"id":` + itoa(qid) + `,`},
-		// H1's `payments` lists payments the same way: add it here.
+		{[]string{"payments", "--state", "unknown"}, `"message_id":"evt_ro_pay"`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(ctx, tt.args, nil, &stdout, &stderr)

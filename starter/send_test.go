@@ -12,7 +12,7 @@ import (
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // TestSendQuarantinesOversizedLines is the bug of issue 13 as a user met
