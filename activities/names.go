@@ -15,6 +15,7 @@ const (
 	ChargeOrderLocallyName = "ChargeOrderLocally"
 	SendReceiptName        = "SendReceipt"
 	SendReceiptLocallyName = "SendReceiptLocally"
+	SettlePaymentName      = "SettlePayment"
 	PruneName              = "Prune"
 	RefundOrderName        = "RefundOrder"
 	SendRefundReceiptName  = "SendRefundReceipt"
@@ -38,6 +39,7 @@ func (a *Activities) activities() map[string]any {
 		ChargeOrderLocallyName: a.ChargeOrderLocally,
 		SendReceiptName:        a.SendReceipt,
 		SendReceiptLocallyName: a.SendReceiptLocally,
+		SettlePaymentName:      a.SettlePayment,
 		PruneName:              a.Prune,
 		RefundOrderName:        a.RefundOrder,
 		SendRefundReceiptName:  a.SendRefundReceipt,

@@ -206,7 +206,6 @@ func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlace
 	logger := workflow.GetLogger(ctx)
 	signals := workflow.GetSignalChannel(ctx, PaymentSettledSignal)
 	deadline := workflow.Now(ctx).Add(w.cfg.PaymentProcessingMaxWait)
-	var a *activities.Activities
 	for {
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
@@ -229,7 +228,7 @@ func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlace
 
 		var out activities.ChargeResult
 		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, w.cfg.settleOptions(fmt.Sprintf("settle payment of order %d", in.Order.OrderID))),
-			a.SettlePayment, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
+			activities.SettlePaymentName, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
 		var appErr *temporal.ApplicationError
 		switch {
 		case errors.As(err, &appErr) && appErr.NonRetryable():
