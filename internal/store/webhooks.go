@@ -438,3 +438,19 @@ func (s *Store) OpenPaymentAnomalies(ctx context.Context, limit int) ([]PaymentA
 	}
 	return out, nil
 }
+
+// PaymentOfIntent returns the payment row that PaymentIntent piID, or the
+// ledger key key, belongs to; nil when none does.
+func (s *Store) PaymentOfIntent(ctx context.Context, piID, key string) (*Payment, error) {
+	p, err := scanPayment(s.pool.QueryRow(ctx, `
+		SELECT `+paymentColumns+` FROM payments
+		 WHERE payment_intent_id = $1 OR idempotency_key = $2
+		 ORDER BY (payment_intent_id = $1) DESC NULLS LAST LIMIT 1`, piID, key))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payment of %s: %w", piID, err)
+	}
+	return &p, nil
+}

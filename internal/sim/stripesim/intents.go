@@ -323,6 +323,7 @@ func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
 		if msg := pi.Metadata["message_id"]; msg != "" {
 			s.stats.ChargesByMessage[msg]++
 		}
+		s.emitLocked(EventIntentSucceeded, pi)
 		return jsonResponse(http.StatusOK, pi)
 	}
 
@@ -343,6 +344,7 @@ func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
 	pi.Status = statusRequiresPaymentMethod
 	pi.PaymentMethod = nil
 	pi.LastPaymentError = decline()
+	s.emitLocked(EventIntentFailed, pi)
 	e := decline()
 	e.PaymentIntent = pi
 	return errorResponse(e, requestID)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/effectively/effectively/internal/sim/simfault"
@@ -81,6 +82,8 @@ type Server struct {
 	keys     map[string]*keyEntry
 	reserved int // reservations since the last sweep of expired keys
 	stats    Stats
+
+	hooks atomic.Pointer[webhooks] // signed events, when started (webhooks.go)
 }
 
 // keyEntry is the idempotency layer's record of one key.
