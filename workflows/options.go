@@ -35,6 +35,13 @@ type Config struct {
 	EmailStartToClose time.Duration
 	// EmailScheduleToClose bounds all attempts of SendReceipt. Default 24h.
 	EmailScheduleToClose time.Duration
+	// EmailHeartbeatTimeout is the heartbeat timeout of a regular
+	// SendReceipt attempt, which heartbeats while it waits for SendGrid's
+	// event before a resend (activities.Activities.ResendGrace): a worker
+	// that dies during that wait is noticed after this long rather than at
+	// start-to-close. It must exceed the email client's request timeout
+	// (one send is not interrupted by heartbeats). Default 30s.
+	EmailHeartbeatTimeout time.Duration
 	// RetryInitialInterval is the first backoff of both activities. Default 1s.
 	RetryInitialInterval time.Duration
 	// RetryMaximumInterval caps the backoff. Default 5m.
@@ -54,6 +61,7 @@ func DefaultConfig() Config {
 		PaymentScheduleToClose: 20 * time.Hour,
 		EmailStartToClose:      time.Minute,
 		EmailScheduleToClose:   24 * time.Hour,
+		EmailHeartbeatTimeout:  30 * time.Second,
 		RetryInitialInterval:   time.Second,
 		RetryMaximumInterval:   5 * time.Minute,
 		LocalStartToClose:      10 * time.Second,
@@ -72,6 +80,7 @@ func (c Config) withDefaults() Config {
 	set(&c.PaymentScheduleToClose, d.PaymentScheduleToClose)
 	set(&c.EmailStartToClose, d.EmailStartToClose)
 	set(&c.EmailScheduleToClose, d.EmailScheduleToClose)
+	set(&c.EmailHeartbeatTimeout, d.EmailHeartbeatTimeout)
 	set(&c.RetryInitialInterval, d.RetryInitialInterval)
 	set(&c.RetryMaximumInterval, d.RetryMaximumInterval)
 	set(&c.LocalStartToClose, d.LocalStartToClose)
@@ -97,7 +106,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"PaymentStartToClose": c.PaymentStartToClose, "EmailStartToClose": c.EmailStartToClose,
 		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
-		"LocalStartToClose": c.LocalStartToClose,
+		"LocalStartToClose": c.LocalStartToClose, "EmailHeartbeatTimeout": c.EmailHeartbeatTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)
@@ -137,6 +146,7 @@ func (c Config) emailOptions(summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout:    c.EmailStartToClose,
 		ScheduleToCloseTimeout: c.EmailScheduleToClose,
+		HeartbeatTimeout:       c.EmailHeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	}
