@@ -3,7 +3,9 @@
 // (Stripe, SendGrid, Postgres), dispatches pending inbox rows, keeps the
 // pruning schedule, and serves GET /healthz. Unless NATS_URL is off it also
 // consumes messages from JetStream into the inbox and relays the outbox's
-// events to JetStream (see docs/intake.md).
+// events to JetStream (see docs/intake.md). With a Stripe webhook secret or
+// a SendGrid Event Webhook key it serves the providers' webhooks on
+// EFFECTIVELY_WEBHOOK_ADDR (see docs/webhooks.md).
 //
 // Configuration comes from the environment; see the README's Configuration
 // section. Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM: the
@@ -27,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
@@ -41,6 +44,7 @@ import (
 	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/internal/webhook"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -157,6 +161,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Mailer:      mailer,
 		EmailPolicy: cfg.EmailPolicy,
 		Retention:   policy,
+		ResendGrace: cfg.EmailResendGrace,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
@@ -182,6 +187,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if cfg.HealthAddr != "" {
 		g.Go(func() error { return serveHealth(gctx, cfg.HealthAddr, logger) })
 	}
+	if cfg.Webhooks.Enabled() {
+		hooks, err := newWebhooks(cfg, st, tc, logger)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errBadConfig, err)
+		}
+		g.Go(func() error { return serveHTTP(gctx, "webhook endpoint", cfg.WebhookAddr, hooks, logger) })
+	}
 	if cfg.PprofAddr != "" {
 		g.Go(func() error { return servePprof(gctx, cfg.PprofAddr, logger) })
 	}
@@ -194,6 +206,18 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		logger.Info("broker intake stopped", "consumer", b.consumer.Stats(), "outbox", b.relay.Stats())
 	}
 	return err
+}
+
+// newWebhooks builds the providers' webhook handler (see docs/webhooks.md).
+// Its counter goes to Prometheus's default registry.
+func newWebhooks(cfg config.Config, st *store.Store, tc webhook.Signaler, logger *slog.Logger) (http.Handler, error) {
+	m, err := webhook.NewMetrics(prometheus.DefaultRegisterer)
+	if err != nil {
+		return nil, fmt.Errorf("webhook metrics: %w", err)
+	}
+	wcfg := cfg.Webhooks
+	wcfg.Logger = logger
+	return webhook.New(st, tc, m, wcfg)
 }
 
 // codecServer is the optional HTTP codec server that lets an authorised

@@ -21,6 +21,7 @@ import (
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/pruning"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/webhook"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -71,7 +72,28 @@ type Config struct {
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
 	// Default 1h.
 	PruneEvery time.Duration
+	// WebhookAddr serves POST /webhooks/stripe and /webhooks/sendgrid
+	// (EFFECTIVELY_WEBHOOK_ADDR). Default 127.0.0.1:8082; "off" disables
+	// it. The listener runs only when Webhooks has a secret or a key.
+	WebhookAddr string
+	// Webhooks verifies the providers' events: STRIPE_WEBHOOK_SECRETS (the
+	// endpoint's whsec_… signing secrets, comma separated: during a
+	// rotation list the new and the old), STRIPE_WEBHOOK_TOLERANCE (largest
+	// age of the signed timestamp, default 300s), SENDGRID_WEBHOOK_PUBLIC_KEY
+	// (the Event Webhook's verification key, base64) and
+	// SENDGRID_WEBHOOK_TOLERANCE (default 300s). See docs/webhooks.md.
+	Webhooks webhook.Config
+	// EmailResendGrace is how long, under at-least-once, a receipt retry
+	// after a possibly successful send waits for SendGrid's event before
+	// sending again (EMAIL_RESEND_GRACE; 0 disables). Default 30s when
+	// SENDGRID_WEBHOOK_PUBLIC_KEY is set, else 0. Every worker waits, not
+	// only the one serving the webhook: the events are read from Postgres.
+	// It must be shorter than EMAIL_START_TO_CLOSE.
+	EmailResendGrace time.Duration
 }
+
+// DefaultEmailResendGrace is EmailResendGrace's default with a SendGrid key.
+const DefaultEmailResendGrace = 30 * time.Second
 
 // NATS configures the broker side: the JetStream consumer the worker takes
 // messages from, the stream it creates when missing, and where the outbox
@@ -214,8 +236,25 @@ func Load(env Lookup) (Config, error) {
 			EventsStream:    get("NATS_EVENTS_STREAM", outbox.DefaultStream),
 			EventsPrefix:    get("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix),
 		},
-		Retention:  durOr("RETENTION", DefaultRetention),
-		PruneEvery: durOr("PRUNE_EVERY", pruning.DefaultEvery),
+		Retention:   durOr("RETENTION", DefaultRetention),
+		PruneEvery:  durOr("PRUNE_EVERY", pruning.DefaultEvery),
+		WebhookAddr: get("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082"),
+		Webhooks: webhook.Config{
+			StripeSecrets:     list(get("STRIPE_WEBHOOK_SECRETS", "")),
+			StripeTolerance:   durOr("STRIPE_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
+			SendGridPublicKey: get("SENDGRID_WEBHOOK_PUBLIC_KEY", ""),
+			SendGridTolerance: durOr("SENDGRID_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
+		},
+	}
+	c.Workflows.EmailHeartbeatTimeout = dur("EMAIL_HEARTBEAT_TIMEOUT")
+	if c.WebhookAddr == "off" {
+		c.WebhookAddr = ""
+	}
+	switch {
+	case get("EMAIL_RESEND_GRACE", "") != "":
+		c.EmailResendGrace = dur("EMAIL_RESEND_GRACE")
+	case c.Webhooks.SendGridPublicKey != "":
+		c.EmailResendGrace = DefaultEmailResendGrace
 	}
 	if c.HealthAddr == "off" {
 		c.HealthAddr = ""
@@ -250,6 +289,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("DATABASE_MAX_CONNS=%d: must be between 4 and 1000", c.DatabaseMaxConns))
 	}
 	errs = append(errs, c.validateBroker()...)
+	errs = append(errs, c.validateWebhooks()...)
 	if err := c.Workflows.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("activity timeouts (PAYMENT_*/EMAIL_* variables): %w", err))
 	}
@@ -312,6 +352,39 @@ func (c Config) validateBroker() []error {
 	return errs
 }
 
+// validateWebhooks checks the webhook listener and the resend grace.
+func (c Config) validateWebhooks() []error {
+	var errs []error
+	if err := c.Webhooks.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Webhooks.Enabled() && c.WebhookAddr == "" {
+		errs = append(errs, errors.New("EFFECTIVELY_WEBHOOK_ADDR is off but a webhook secret or key is set: unset STRIPE_WEBHOOK_SECRETS/SENDGRID_WEBHOOK_PUBLIC_KEY or give an address"))
+	}
+	emailStart := c.Workflows.EmailStartToClose
+	if emailStart == 0 {
+		emailStart = workflows.DefaultConfig().EmailStartToClose
+	}
+	switch {
+	case c.EmailResendGrace < 0:
+		errs = append(errs, fmt.Errorf("EMAIL_RESEND_GRACE=%s: must not be negative", c.EmailResendGrace))
+	case c.EmailResendGrace > 0 && c.EmailResendGrace >= emailStart:
+		errs = append(errs, fmt.Errorf("EMAIL_RESEND_GRACE=%s: must be shorter than EMAIL_START_TO_CLOSE (%s), which bounds the attempt that waits", c.EmailResendGrace, emailStart))
+	}
+	return errs
+}
+
+// list splits a comma-separated value, dropping empty entries.
+func list(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // parseDuration is time.ParseDuration that also takes a whole number of
 // days, such as 30d.
 func parseDuration(v string) (time.Duration, error) {
@@ -368,5 +441,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("nats_handlers", c.NATS.JetStream.Handlers),
 		slog.Int("nats_starters", c.NATS.JetStream.Starters),
 		slog.String("retention", c.Retention.String()),
+		slog.String("webhook_addr", base(c.WebhookAddr, "off")),
+		slog.Int("stripe_webhook_secrets", len(c.Webhooks.StripeSecrets)),
+		slog.String("sendgrid_webhook_public_key", set(c.Webhooks.SendGridPublicKey)),
+		slog.String("email_resend_grace", c.EmailResendGrace.String()),
 	)
 }

@@ -195,3 +195,25 @@ func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// Validate checks cfg, naming the environment variable at fault.
+func (c Config) Validate() error {
+	var errs []error
+	for i, s := range c.StripeSecrets {
+		if strings.TrimSpace(s) == "" {
+			errs = append(errs, fmt.Errorf("STRIPE_WEBHOOK_SECRETS: secret %d is empty", i+1))
+		}
+	}
+	if c.StripeTolerance < 0 {
+		errs = append(errs, fmt.Errorf("STRIPE_WEBHOOK_TOLERANCE=%s: must not be negative", c.StripeTolerance))
+	}
+	if c.SendGridTolerance < 0 {
+		errs = append(errs, fmt.Errorf("SENDGRID_WEBHOOK_TOLERANCE=%s: must not be negative", c.SendGridTolerance))
+	}
+	if c.SendGridPublicKey != "" {
+		if _, err := eventwebhook.ConvertPublicKeyBase64ToECDSA(c.SendGridPublicKey); err != nil {
+			errs = append(errs, errors.New("SENDGRID_WEBHOOK_PUBLIC_KEY: not the base64 ECDSA public key SendGrid's Event Webhook settings show"))
+		}
+	}
+	return errors.Join(errs...)
+}
