@@ -61,6 +61,10 @@ type Config struct {
 	Settle time.Duration
 	// Logf receives progress lines. Default: none.
 	Logf func(format string, args ...any)
+	// Webhooks makes the simulators deliver signed events to one worker's
+	// webhook listener, and every worker wait EMAIL_RESEND_GRACE before
+	// resending a receipt (see webhooks.go). Default off.
+	Webhooks bool
 }
 
 func (c *Config) setDefaults() {
@@ -131,6 +135,8 @@ type Report struct {
 	Faults          int           `json:"faults"`
 	Elapsed         time.Duration `json:"elapsed"`
 	Violations      []string      `json:"violations"`
+	// Webhooks is set when the run had webhooks on.
+	Webhooks *WebhookReport `json:"webhooks,omitempty"`
 }
 
 // String renders the figures as the soak command prints them.
@@ -140,6 +146,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
+	b.WriteString(r.webhookLine())
 	fmt.Fprintf(&b, "chaos: %d worker kills, %d database cuts, %d provider faults\n", r.Kills, r.DatabaseCuts, r.Faults)
 	if len(r.Violations) == 0 {
 		b.WriteString("violations: none\n")
@@ -248,6 +255,14 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	// Workers.
 	w := &workers{bin: st.WorkerBin, cfg: st.Worker}
 	defer w.stopAll()
+	if cfg.Webhooks {
+		h, err := startWebhooks(st)
+		if err != nil {
+			return rep, err
+		}
+		defer h.stop()
+		w.hooks = h
+	}
 	for range cfg.Workers {
 		if err := w.add(); err != nil {
 			return rep, err
@@ -316,6 +331,9 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	}
 
 	rep.Kills, rep.DatabaseCuts = int(kills.Load()), int(cuts.Load())
+	if cfg.Webhooks {
+		rep.Webhooks = &WebhookReport{Stripe: st.Stripe.WebhookStats(), SendGrid: st.SendGrid.WebhookStats()}
+	}
 	if err := reconcile(ctx, st, p, &rep); err != nil {
 		return rep, err
 	}
@@ -483,7 +501,7 @@ func reconcile(ctx context.Context, st Stack, p plan, rep *Report) error {
 			if charges != 1 || ms.Processed.Outcome != store.OutcomePaid {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: outcome %s with %d charges", u.id, ms.Processed.Outcome, charges))
 			}
-			if emails == 0 || ms.Order == nil || ms.Order.ReceiptStatus != "sent" {
+			if emails == 0 || ms.Order == nil || !receiptDone(ms.Order.ReceiptStatus) {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: paid but receipt %v (%d delivered)", u.id, receiptOf(ms), emails))
 			}
 		}
@@ -512,16 +530,31 @@ type workers struct {
 	cfg   workerproc.Config
 	mu    sync.Mutex
 	procs []*workerproc.Proc
+	// hooks, when set, adds the webhook settings: the listener's to one
+	// process (listener), the grace to all.
+	hooks    *hooks
+	listener *workerproc.Proc
 }
 
 func (w *workers) add() error {
-	p, err := workerproc.Start(w.bin, workerproc.Env(w.cfg))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	env := workerproc.Env(w.cfg)
+	serve := false
+	if w.hooks != nil {
+		env = append(env, w.hooks.allEnv...)
+		if serve = w.listener == nil; serve {
+			env = append(env, w.hooks.listenerEnv...)
+		}
+	}
+	p, err := workerproc.Start(w.bin, env)
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
+	if serve {
+		w.listener = p
+	}
 	w.procs = append(w.procs, p)
-	w.mu.Unlock()
 	return nil
 }
 
@@ -529,6 +562,9 @@ func (w *workers) killOne(i int) error {
 	w.mu.Lock()
 	p := w.procs[i%len(w.procs)]
 	w.procs = append(w.procs[:i%len(w.procs)], w.procs[i%len(w.procs)+1:]...)
+	if p == w.listener {
+		w.listener = nil // the replacement serves the webhooks
+	}
 	w.mu.Unlock()
 	p.Kill()
 	time.Sleep(500 * time.Millisecond)
