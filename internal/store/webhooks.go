@@ -137,13 +137,21 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 	p, err := scanPayment(tx.QueryRow(ctx, `
 		SELECT `+paymentColumns+` FROM payments
 		 WHERE payment_intent_id = $1 OR idempotency_key = $2
-		 ORDER BY (payment_intent_id = $1) DESC NULLS LAST LIMIT 1
-		 FOR UPDATE`, ev.PaymentIntentID, ev.Key))
+		 ORDER BY (payment_intent_id = $1) DESC NULLS LAST LIMIT 1`, ev.PaymentIntentID, ev.Key))
 	if errors.Is(err, ErrNotFound) {
 		return res, nil
 	}
 	if err != nil {
 		return res, fmt.Errorf("find payment of %s: %w", ev.PaymentIntentID, err)
+	}
+	// Lock the ledger row, then the payment, in the order the activity's
+	// record statements take them: the other order deadlocks with them.
+	if _, err := tx.Exec(ctx, `SELECT FROM effects WHERE key = $1 FOR UPDATE`, p.Key); err != nil {
+		return res, fmt.Errorf("lock effect %s: %w", p.Key, translate(err))
+	}
+	if p, err = scanPayment(tx.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE consumer = $1 AND message_id = $2 FOR UPDATE`,
+		p.Consumer, p.MessageID)); err != nil {
+		return res, fmt.Errorf("lock payment of %s: %w", p.MessageID, err)
 	}
 	res.Payment = &p
 	anomaly := func(detail string) (PaymentEventResult, error) {

@@ -64,13 +64,21 @@ type delivery struct {
 
 // WebhookSender delivers events in the background. Create it with
 // StartWebhooks and stop it with Stop.
+//
+// A delivery waiting for its delay or its next retry holds no goroutine
+// and no slot: only the requests in flight are bounded (Concurrency), so a
+// receiver that is down for a while delays its own events, not everyone's.
 type WebhookSender struct {
 	cfg    WebhookConfig
-	queue  chan delivery
 	ctx    context.Context
 	cancel context.CancelFunc
+	slots  chan struct{}
 	wg     sync.WaitGroup
-	stats  struct{ enqueued, delivered, retries, dropped atomic.Int64 }
+
+	mu      sync.Mutex
+	pending int                      // deliveries not yet delivered or dropped
+	timers  map[*time.Timer]struct{} // waiting deliveries
+	stats   struct{ enqueued, delivered, retries, dropped atomic.Int64 }
 }
 
 // StartWebhooks starts a sender for cfg.
@@ -97,32 +105,92 @@ func StartWebhooks(cfg WebhookConfig) (*WebhookSender, error) {
 		cfg.Client = &http.Client{Timeout: 10 * time.Second}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &WebhookSender{cfg: cfg, queue: make(chan delivery, cfg.QueueSize), ctx: ctx, cancel: cancel}
-	for range cfg.Concurrency {
-		s.wg.Add(1)
-		go s.run()
-	}
-	return s, nil
+	return &WebhookSender{
+		cfg: cfg, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.Concurrency),
+		timers: map[*time.Timer]struct{}{},
+	}, nil
 }
 
-// Enqueue schedules Copies deliveries of body, signed by sign. It never
-// blocks: the caller may hold a lock. Safe on a nil sender (no-op).
+// Enqueue schedules Copies deliveries of body, signed by sign, each after
+// its own random delay. It never blocks: the caller may hold a lock. A
+// delivery that finds QueueSize deliveries pending is dropped. Safe on a
+// nil sender (no-op).
 func (s *WebhookSender) Enqueue(body []byte, sign SignFunc) {
 	if s == nil {
 		return
 	}
 	for range s.cfg.Copies {
-		if s.ctx.Err() != nil {
+		s.mu.Lock()
+		if s.ctx.Err() != nil || s.pending >= s.cfg.QueueSize {
+			s.mu.Unlock()
 			s.stats.dropped.Add(1)
 			continue
 		}
-		select {
-		case s.queue <- delivery{body: body, sign: sign}:
-			s.stats.enqueued.Add(1)
-		default:
-			s.stats.dropped.Add(1)
+		s.pending++
+		s.wg.Add(1)
+		s.stats.enqueued.Add(1)
+		var delay time.Duration
+		if s.cfg.MaxDelay > 0 {
+			delay = rand.N(s.cfg.MaxDelay) //nolint:gosec // jitter, not a secret
 		}
+		s.scheduleLocked(delivery{body: body, sign: sign}, delay, 1, s.cfg.RetryInitial)
+		s.mu.Unlock()
 	}
+}
+
+// scheduleLocked runs attempt `attempt` of d after delay. s.mu is held.
+func (s *WebhookSender) scheduleLocked(d delivery, delay time.Duration, attempt int, backoff time.Duration) {
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		s.mu.Lock()
+		delete(s.timers, t)
+		s.mu.Unlock()
+		s.attempt(d, attempt, backoff)
+	})
+	s.timers[t] = struct{}{}
+}
+
+// attempt posts d once, in a slot, and schedules the retry on failure.
+func (s *WebhookSender) attempt(d delivery, attempt int, backoff time.Duration) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.ctx.Done():
+		s.finish(false)
+		return
+	}
+	ok := s.post(d)
+	<-s.slots
+	if ok {
+		s.finish(true)
+		return
+	}
+	if s.cfg.MaxAttempts > 0 && attempt >= s.cfg.MaxAttempts {
+		s.finish(false)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		s.pending--
+		s.stats.dropped.Add(1)
+		s.wg.Done()
+		return
+	}
+	s.stats.retries.Add(1)
+	s.scheduleLocked(d, backoff, attempt+1, min(2*backoff, s.cfg.RetryMax))
+}
+
+// finish ends one delivery.
+func (s *WebhookSender) finish(delivered bool) {
+	s.mu.Lock()
+	s.pending--
+	s.mu.Unlock()
+	if delivered {
+		s.stats.delivered.Add(1)
+	} else {
+		s.stats.dropped.Add(1)
+	}
+	s.wg.Done()
 }
 
 // Stats returns the counters. Safe on a nil sender (zero).
@@ -143,61 +211,25 @@ func (s *WebhookSender) Pending() int64 {
 	return st.Enqueued - st.Delivered - st.Dropped
 }
 
-// Stop stops delivering, abandons what is queued or retrying (counted as
-// dropped) and waits for the in-flight requests to end. Idempotent; safe
-// on a nil sender.
+// Stop stops delivering, abandons what waits for its delay or its retry
+// (counted as dropped) and waits for the requests in flight to end.
+// Idempotent; safe on a nil sender.
 func (s *WebhookSender) Stop() {
 	if s == nil {
 		return
 	}
 	s.cancel()
+	s.mu.Lock()
+	for t := range s.timers {
+		if t.Stop() {
+			s.pending--
+			s.stats.dropped.Add(1)
+			s.wg.Done()
+		}
+		delete(s.timers, t)
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
-	for {
-		select {
-		case <-s.queue:
-			s.stats.dropped.Add(1)
-		default:
-			return
-		}
-	}
-}
-
-func (s *WebhookSender) run() {
-	defer s.wg.Done()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case d := <-s.queue:
-			s.deliver(d)
-		}
-	}
-}
-
-// deliver sends d after a random delay, retrying until a 2xx, MaxAttempts
-// or Stop.
-func (s *WebhookSender) deliver(d delivery) {
-	if s.cfg.MaxDelay > 0 && !Sleep(s.ctx, rand.N(s.cfg.MaxDelay)) { //nolint:gosec // jitter, not a secret
-		s.stats.dropped.Add(1)
-		return
-	}
-	backoff := s.cfg.RetryInitial
-	for attempt := 1; ; attempt++ {
-		if s.post(d) {
-			s.stats.delivered.Add(1)
-			return
-		}
-		if s.cfg.MaxAttempts > 0 && attempt >= s.cfg.MaxAttempts {
-			s.stats.dropped.Add(1)
-			return
-		}
-		s.stats.retries.Add(1)
-		if !Sleep(s.ctx, backoff) {
-			s.stats.dropped.Add(1)
-			return
-		}
-		backoff = min(2*backoff, s.cfg.RetryMax)
-	}
 }
 
 func (s *WebhookSender) post(d delivery) bool {

@@ -85,7 +85,7 @@ func TestWebhooksDeliverSignedEventsAtLeastOnce(t *testing.T) {
 	if err := sim.Refund(paid.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "8 deliveries", func() bool { return len(rc.events()) >= 8 })
+	waitFor(t, "8 deliveries", func() bool { return len(rc.events()) >= 8 && sim.WebhookStats().Delivered >= 8 })
 
 	byID := map[string]int{}
 	byType := map[string]int{}
