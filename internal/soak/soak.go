@@ -530,29 +530,31 @@ type workers struct {
 	cfg   workerproc.Config
 	mu    sync.Mutex
 	procs []*workerproc.Proc
-	// hooks, when set, adds the webhook settings: the listener's to one
-	// process (listener), the grace to all.
-	hooks    *hooks
-	listener *workerproc.Proc
+	// hooks, when set, gives every process a webhook listener behind the
+	// soak's load balancer (webhooks.go).
+	hooks *hooks
 }
 
 func (w *workers) add() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	env := workerproc.Env(w.cfg)
-	serve := false
+	var addr string
 	if w.hooks != nil {
-		env = append(env, w.hooks.allEnv...)
-		if serve = w.listener == nil; serve {
-			env = append(env, w.hooks.listenerEnv...)
+		a, err := freeAddr()
+		if err != nil {
+			return err
 		}
+		addr = a
+		env = append(env, w.hooks.env...)
+		env = append(env, "EFFECTIVELY_WEBHOOK_ADDR="+addr)
 	}
 	p, err := workerproc.Start(w.bin, env)
 	if err != nil {
 		return err
 	}
-	if serve {
-		w.listener = p
+	if w.hooks != nil {
+		w.hooks.lb.add(p, addr)
 	}
 	w.procs = append(w.procs, p)
 	return nil
@@ -562,8 +564,8 @@ func (w *workers) killOne(i int) error {
 	w.mu.Lock()
 	p := w.procs[i%len(w.procs)]
 	w.procs = append(w.procs[:i%len(w.procs)], w.procs[i%len(w.procs)+1:]...)
-	if p == w.listener {
-		w.listener = nil // the replacement serves the webhooks
+	if w.hooks != nil {
+		w.hooks.lb.remove(p)
 	}
 	w.mu.Unlock()
 	p.Kill()
@@ -578,3 +580,4 @@ func (w *workers) stopAll() {
 		p.Stop(10 * time.Second)
 	}
 }
+
