@@ -61,9 +61,10 @@ type Config struct {
 	Settle time.Duration
 	// Logf receives progress lines. Default: none.
 	Logf func(format string, args ...any)
-	// Webhooks makes the simulators deliver signed events to one worker's
-	// webhook listener, and every worker wait EMAIL_RESEND_GRACE before
-	// resending a receipt (see webhooks.go). Default off.
+	// Webhooks makes the simulators deliver signed events, through a load
+	// balancer, to the webhook listeners of the workers, and every worker
+	// wait EMAIL_RESEND_GRACE before resending a receipt (see webhooks.go).
+	// Default off.
 	Webhooks bool
 }
 
@@ -580,4 +581,3 @@ func (w *workers) stopAll() {
 		p.Stop(10 * time.Second)
 	}
 }
-
