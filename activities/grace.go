@@ -11,11 +11,11 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// ErrTypeAwaitingEmailEvent: a local SendReceipt attempt found that an
-// earlier attempt may have sent the receipt. It is retryable: the regular
-// activity that takes over waits for SendGrid's event (ResendGrace) before
-// deciding to resend, which a local attempt, bounded by a few seconds and
-// unable to heartbeat, cannot do.
+// ErrTypeAwaitingEmailEvent is the error type of a local SendReceipt
+// attempt that found that an earlier attempt may have sent the receipt. It
+// is retryable: the regular activity that takes over waits for SendGrid's
+// event (ResendGrace) before deciding to resend, which a local attempt,
+// bounded by a few seconds and unable to heartbeat, cannot do.
 const ErrTypeAwaitingEmailEvent = "AwaitingEmailEvent"
 
 // defaultEventPoll is how often the grace wait reads the event table.

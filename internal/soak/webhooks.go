@@ -2,6 +2,7 @@ package soak
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -93,7 +94,7 @@ type balancer struct {
 }
 
 func startBalancer() (*balancer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("webhook load balancer: %w", err)
 	}
@@ -133,12 +134,13 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := b.next
 	b.mu.Unlock()
 	for i := range addrs {
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addrs[(start+i)%len(addrs)]+r.URL.Path, bytes.NewReader(body))
+		// The addresses are the soak's own worker processes on loopback.
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addrs[(start+i)%len(addrs)]+r.URL.Path, bytes.NewReader(body)) //nolint:gosec // G704: loopback workers the soak started
 		if err != nil {
 			continue
 		}
 		req.Header = r.Header.Clone()
-		resp, err := b.client.Do(req)
+		resp, err := b.client.Do(req) //nolint:gosec // G704: loopback workers the soak started
 		if err != nil {
 			continue // not listening (yet, or any more): the next one
 		}
@@ -153,7 +155,7 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // freeAddr returns a loopback address with a port nobody listens on now.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("find a port for the webhook listener: %w", err)
 	}

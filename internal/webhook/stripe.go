@@ -76,7 +76,7 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 		pe      *store.PaymentEvent
 		applied store.PaymentEventResult
 	)
-	apply := func(ctx context.Context, tx pgx.Tx) error { return nil }
+	apply := func(context.Context, pgx.Tx) error { return nil }
 	switch {
 	case paymentEventTargets[string(ev.Type)] != "":
 		var pi stripeIntent

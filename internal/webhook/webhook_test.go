@@ -47,7 +47,8 @@ func (s *signals) SignalWorkflow(_ context.Context, workflowID, _, name string, 
 	if s.err != nil {
 		return s.err
 	}
-	s.sent = append(s.sent, sentSignal{WorkflowID: workflowID, Name: name, Arg: arg.(workflows.PaymentSettled)})
+	ps, _ := arg.(workflows.PaymentSettled)
+	s.sent = append(s.sent, sentSignal{WorkflowID: workflowID, Name: name, Arg: ps})
 	return nil
 }
 
@@ -64,9 +65,6 @@ type env struct {
 	sig     *signals
 	metrics *webhook.Metrics
 	logs    *bytes.Buffer
-	secrets []string
-	sgKey   string
-	sgPriv  any
 }
 
 const (

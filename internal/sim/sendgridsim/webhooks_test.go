@@ -79,8 +79,10 @@ func TestWebhooksDeliverSignedBatches(t *testing.T) {
 	kinds := map[string]int{}
 	x := sim.Messages()[0].XMessageID
 	for _, ev := range events {
-		ids[ev["sg_event_id"].(string)]++
-		kinds[ev["event"].(string)]++
+		id, _ := ev["sg_event_id"].(string)
+		kind, _ := ev["event"].(string)
+		ids[id]++
+		kinds[kind]++
 		if ev["idempotency_key"] != "email:evt_1" || ev["message_id"] != "evt_1" {
 			t.Errorf("custom_args not echoed: %v", ev)
 		}
