@@ -31,7 +31,7 @@ test-short: ## unit tests only (no Temporal dev server)
 
 .PHONY: soak
 soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
-	go test -count=1 -timeout 30m -run TestSoak -v ./tools/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3}
+	go test -count=1 -timeout 30m -run TestSoak -v ./tools/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true}
 
 .PHONY: bench
 bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)

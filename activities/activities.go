@@ -76,6 +76,14 @@ type Activities struct {
 	// Metrics counts effect outcomes (and business duplicates). Nil counts
 	// nothing.
 	Metrics *metrics.Metrics
+	// ResendGrace is how long, under at-least-once, a SendReceipt retry
+	// that follows a possibly successful send waits for SendGrid's event
+	// (processed, delivered, …) before sending again. The events arrive
+	// through the worker's /webhooks/sendgrid. Zero: no wait, resend at
+	// once. It must be shorter than the activity's start-to-close.
+	ResendGrace time.Duration
+	// EventPoll is how often that wait reads the event table. Default 250ms.
+	EventPoll time.Duration
 }
 
 func (a *Activities) keyTrust() time.Duration {

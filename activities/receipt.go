@@ -54,8 +54,10 @@ type ReceiptResult struct {
 // never repeated. Under the default at-least-once policy the send comes
 // before its record, so a crash between SendGrid's 202 and the record's
 // commit sends the receipt again on retry (at most once more per such crash).
-// The key travels in custom_args, so the duplicate can be recognised in
-// SendGrid's event webhook.
+// The key travels in custom_args, so SendGrid's Event Webhook names it: with
+// ResendGrace set, a retry that follows an attempt which may have sent the
+// receipt first waits that long for SendGrid's event, and resends only when
+// none arrives (see awaitEarlierSend).
 func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res ReceiptResult, err error) {
 	ctx, end, err := a.beginEffect(ctx)
 	if err != nil {
@@ -92,6 +94,20 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res Rece
 		return ReceiptResult{Outcome: ReceiptUnknown, Error: e.Error}, nil
 	}
 	token := e.Claim
+
+	if a.mayHaveSent(e) {
+		x, ok, err := a.awaitEarlierSend(ctx, key, in.OrderID)
+		if err != nil {
+			return ReceiptResult{}, err
+		}
+		if ok {
+			if _, err := a.Store.RecordEmailSent(ctx, key, token, in.OrderID, x); err != nil {
+				return ReceiptResult{}, fenced(fmt.Errorf("record receipt of order %d reported by sendgrid (%s): %w", in.OrderID, x, err))
+			}
+			activity.GetLogger(ctx).Info("receipt not resent: sendgrid reported the earlier send", "order_id", in.OrderID, "x_message_id", x)
+			return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: x}, nil
+		}
+	}
 
 	id, err := a.Mailer.Send(ctx, mail)
 	if err != nil {

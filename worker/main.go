@@ -4,7 +4,9 @@
 // pruning schedule, and serves GET /livez, /readyz and /metrics (Prometheus)
 // on EFFECTIVELY_HEALTH_ADDR. Unless NATS_URL is off it also
 // consumes messages from JetStream into the inbox and relays the outbox's
-// events to JetStream (see docs/intake.md).
+// events to JetStream (see docs/intake.md). With a Stripe webhook secret or
+// a SendGrid Event Webhook key it serves the providers' webhooks on
+// EFFECTIVELY_WEBHOOK_ADDR (see docs/webhooks.md).
 //
 // The worker applies the database migrations at start. `worker migrate`
 // applies them and exits, for a deployment that migrates as its own step
@@ -56,6 +58,7 @@ import (
 	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/internal/webhook"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -227,6 +230,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Retention:   policy,
 		Drain:       drain,
 		Metrics:     m,
+		ResendGrace: cfg.EmailResendGrace,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
@@ -282,6 +286,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		g.Go(func() error { return b.consumer.Run(gctx) })
 		g.Go(func() error { return b.relay.Run(gctx) })
 	}
+	if cfg.Webhooks.Enabled() {
+		hooks, err := newWebhooks(cfg, st, tc, reg, logger)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errBadConfig, err)
+		}
+		g.Go(func() error { return serveHTTP(gctx, "webhook endpoint", cfg.WebhookAddr, hooks, logger) })
+	}
 	if cfg.PprofAddr != "" {
 		g.Go(func() error { return servePprof(gctx, cfg.PprofAddr, logger) })
 	}
@@ -320,6 +331,18 @@ func shutdown(w worker.Worker, drain *activities.Drainer, wait time.Duration, lo
 	}
 	w.Stop()
 	logger.Info("temporal worker stopped", "took", time.Since(start).Round(time.Millisecond).String())
+}
+
+// newWebhooks builds the providers' webhook handler (see docs/webhooks.md).
+// Its counter goes to reg, the registry /metrics serves.
+func newWebhooks(cfg config.Config, st *store.Store, tc webhook.Signaler, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
+	m, err := webhook.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("webhook metrics: %w", err)
+	}
+	wcfg := cfg.Webhooks
+	wcfg.Logger = logger
+	return webhook.New(st, tc, m, wcfg)
 }
 
 // codecServer is the optional HTTP codec server that lets an authorised

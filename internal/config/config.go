@@ -28,6 +28,7 @@ import (
 	"github.com/effectively/effectively/internal/pruning"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/internal/webhook"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -92,6 +93,24 @@ type Config struct {
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
 	// Default 1h.
 	PruneEvery time.Duration
+	// WebhookAddr serves POST /webhooks/stripe and /webhooks/sendgrid
+	// (EFFECTIVELY_WEBHOOK_ADDR). Default 127.0.0.1:8082; "off" disables
+	// it. The listener runs only when Webhooks has a secret or a key.
+	WebhookAddr string
+	// Webhooks verifies the providers' events: STRIPE_WEBHOOK_SECRETS (the
+	// endpoint's whsec_… signing secrets, comma separated: during a
+	// rotation list the new and the old), STRIPE_WEBHOOK_TOLERANCE (largest
+	// age of the signed timestamp, default 300s), SENDGRID_WEBHOOK_PUBLIC_KEY
+	// (the Event Webhook's verification key, base64) and
+	// SENDGRID_WEBHOOK_TOLERANCE (default 300s). See docs/webhooks.md.
+	Webhooks webhook.Config
+	// EmailResendGrace is how long, under at-least-once, a receipt retry
+	// after a possibly successful send waits for SendGrid's event before
+	// sending again (EMAIL_RESEND_GRACE; 0 disables). Default 30s when
+	// SENDGRID_WEBHOOK_PUBLIC_KEY is set, else 0. Every worker waits, not
+	// only the one serving the webhook: the events are read from Postgres.
+	// It must be shorter than EMAIL_START_TO_CLOSE.
+	EmailResendGrace time.Duration
 	// Temporal is the connection to Temporal. Temporal's envconfig fills
 	// its Options from TEMPORAL_ADDRESS (default localhost:7233),
 	// TEMPORAL_NAMESPACE (default "default"), TEMPORAL_API_KEY,
@@ -120,6 +139,9 @@ func (c Config) LogLevelOr(def slog.Level) slog.Level {
 	}
 	return def
 }
+
+// DefaultEmailResendGrace is EmailResendGrace's default with a SendGrid key.
+const DefaultEmailResendGrace = 30 * time.Second
 
 // NATS configures the broker side: the JetStream consumer the worker takes
 // messages from, the stream it creates when missing, and where the outbox
@@ -281,8 +303,24 @@ func LoadEnv(env Env) (Config, error) {
 			EventsStream:    get("NATS_EVENTS_STREAM", outbox.DefaultStream),
 			EventsPrefix:    get("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix),
 		},
-		Retention:  durOr("RETENTION", DefaultRetention),
-		PruneEvery: durOr("PRUNE_EVERY", pruning.DefaultEvery),
+		Retention:   durOr("RETENTION", DefaultRetention),
+		PruneEvery:  durOr("PRUNE_EVERY", pruning.DefaultEvery),
+		WebhookAddr: get("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082"),
+		Webhooks: webhook.Config{
+			StripeSecrets:     list(get("STRIPE_WEBHOOK_SECRETS", "")),
+			StripeTolerance:   durOr("STRIPE_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
+			SendGridPublicKey: get("SENDGRID_WEBHOOK_PUBLIC_KEY", ""),
+			SendGridTolerance: durOr("SENDGRID_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
+		},
+	}
+	if c.WebhookAddr == "off" {
+		c.WebhookAddr = ""
+	}
+	switch {
+	case get("EMAIL_RESEND_GRACE", "") != "":
+		c.EmailResendGrace = dur("EMAIL_RESEND_GRACE")
+	case c.Webhooks.SendGridPublicKey != "":
+		c.EmailResendGrace = DefaultEmailResendGrace
 	}
 	if c.HealthAddr == "off" {
 		c.HealthAddr = ""
@@ -351,6 +389,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("EFFECTIVELY_DRAIN_TIMEOUT=%s: must be positive", c.DrainTimeout))
 	}
 	errs = append(errs, c.validateBroker()...)
+	errs = append(errs, c.validateWebhooks()...)
 	if err := c.Workflows.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("activity timeouts (PAYMENT_*/EMAIL_* variables): %w", err))
 	}
@@ -411,6 +450,39 @@ func (c Config) validateBroker() []error {
 		errs = append(errs, fmt.Errorf("NATS_DUPLICATE_WINDOW=%s: must be positive", n.DuplicateWindow))
 	}
 	return errs
+}
+
+// validateWebhooks checks the webhook listener and the resend grace.
+func (c Config) validateWebhooks() []error {
+	var errs []error
+	if err := c.Webhooks.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Webhooks.Enabled() && c.WebhookAddr == "" {
+		errs = append(errs, errors.New("EFFECTIVELY_WEBHOOK_ADDR is off but a webhook secret or key is set: unset STRIPE_WEBHOOK_SECRETS/SENDGRID_WEBHOOK_PUBLIC_KEY or give an address"))
+	}
+	emailStart := c.Workflows.EmailStartToClose
+	if emailStart == 0 {
+		emailStart = workflows.DefaultConfig().EmailStartToClose
+	}
+	switch {
+	case c.EmailResendGrace < 0:
+		errs = append(errs, fmt.Errorf("EMAIL_RESEND_GRACE=%s: must not be negative", c.EmailResendGrace))
+	case c.EmailResendGrace > 0 && c.EmailResendGrace >= emailStart:
+		errs = append(errs, fmt.Errorf("EMAIL_RESEND_GRACE=%s: must be shorter than EMAIL_START_TO_CLOSE (%s), which bounds the attempt that waits", c.EmailResendGrace, emailStart))
+	}
+	return errs
+}
+
+// list splits a comma-separated value, dropping empty entries.
+func list(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // parseDuration is time.ParseDuration that also takes a whole number of
@@ -474,5 +546,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("temporal_namespace", base(c.Temporal.Options.Namespace, "default")),
 		slog.Bool("payload_encryption", c.Temporal.Keys != nil),
 		slog.String("codec_server_addr", base(c.CodecServer.Addr, "off")),
+		slog.String("webhook_addr", base(c.WebhookAddr, "off")),
+		slog.Int("stripe_webhook_secrets", len(c.Webhooks.StripeSecrets)),
+		slog.String("sendgrid_webhook_public_key", set(c.Webhooks.SendGridPublicKey)),
+		slog.String("email_resend_grace", c.EmailResendGrace.String()),
 	)
 }

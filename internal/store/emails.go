@@ -74,11 +74,25 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if c.Policy == AtMostOnce {
 			// An in_flight row left by an earlier claim means a send may
-			// have happened: settle it as unknown instead of sending again.
+			// have happened: settle it as unknown instead of sending again,
+			// or as sent when SendGrid's Event Webhook already reported
+			// the mail (an event names the key in custom_args).
 			e, err := scanEffect(tx.QueryRow(ctx, `
-				UPDATE effects SET state = 'unknown', error = 'an earlier attempt may have sent it; not resent under at-most-once', updated_at = now()
+				WITH ev AS (
+					SELECT split_part(sg_message_id, '.', 1) AS x_message_id FROM email_events
+					 WHERE idempotency_key = $1 ORDER BY received_at LIMIT 1
+				)
+				UPDATE effects SET
+				       state = CASE WHEN EXISTS (SELECT FROM ev) THEN 'succeeded' ELSE 'unknown' END,
+				       provider_ref = (SELECT nullif(x_message_id, '') FROM ev),
+				       error = CASE WHEN EXISTS (SELECT FROM ev) THEN NULL ELSE 'an earlier attempt may have sent it; not resent under at-most-once' END,
+				       updated_at = now()
 				 WHERE key = $1 AND state = 'in_flight'
 				RETURNING `+effectColumns, c.Key))
+			if err == nil && e.State == StateSucceeded {
+				decision, effect = EmailDone, e
+				return markReceipt(ctx, tx, c.OrderID, ReceiptSent)
+			}
 			if err == nil {
 				decision, effect = EmailUnknown, e
 				return markReceipt(ctx, tx, c.OrderID, "unknown")
@@ -112,14 +126,14 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 
 // claimEmailSQL is claimEffectSQL and, when it took the row, the order's
 // ($7) receipt marked sending, in one statement.
-const claimEmailSQL = `WITH claimed AS (` + claimEffectSQL + ` RETURNING *
+var claimEmailSQL = `WITH claimed AS (` + claimEffectSQL + ` RETURNING *
 	), mark AS (
-		UPDATE orders SET receipt_status = 'sending', updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM claimed)
+		UPDATE orders SET receipt_status = ` + keepEventReceipt("'sending'") + `, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM claimed)
 	)
 	SELECT ` + effectColumns + ` FROM claimed`
 
 func markReceipt(ctx context.Context, tx pgx.Tx, orderID int64, status string) error {
-	if _, err := tx.Exec(ctx, `UPDATE orders SET receipt_status = $2, updated_at = now() WHERE id = $1`, orderID, status); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE orders SET receipt_status = `+keepEventReceipt("$2")+`, updated_at = now() WHERE id = $1`, orderID, status); err != nil {
 		return fmt.Errorf("mark receipt of order %d %s: %w", orderID, status, translate(err))
 	}
 	return nil
@@ -141,7 +155,7 @@ func (s *Store) RecordEmailFailed(ctx context.Context, key string, claim int32, 
 
 // settleReceiptSQL settles an email's ledger row and, in the same
 // statement, sets the order's ($7) receipt status ($8).
-const settleReceiptSQL = settleCTE + `, mark AS (
-		UPDATE orders SET receipt_status = $8, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM settled)
+var settleReceiptSQL = settleCTE + `, mark AS (
+		UPDATE orders SET receipt_status = ` + keepEventReceipt("$8") + `, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM settled)
 	)
 	SELECT count(*) FROM settled`

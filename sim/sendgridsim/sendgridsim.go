@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/effectively/effectively/sim/simfault"
@@ -131,6 +132,8 @@ type Server struct {
 	faults      simfault.List[Match] // locks itself
 	stats       Stats
 	messages    []Delivered
+
+	hooks atomic.Pointer[webhooks] // Event Webhook, when started (webhooks.go)
 }
 
 // New returns a Server configured by opts.
@@ -310,6 +313,7 @@ func (s *Server) deliver(ctx context.Context, m *parsedMail) string {
 		CustomArgs: m.customArgs,
 		Time:       time.Now().UTC(),
 	})
+	s.emitLocked(s.messages[len(s.messages)-1])
 	s.log.LogAttrs(ctx, slog.LevelDebug, "sendgridsim: mail delivered",
 		slog.String("x_message_id", id), slog.String("idempotency_key", m.idempotencyKey),
 		slog.Int("deliveries_for_key", s.stats.DeliveriesByKey[m.idempotencyKey]))

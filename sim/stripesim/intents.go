@@ -373,6 +373,7 @@ func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
 	pi.Status = statusRequiresPaymentMethod
 	pi.PaymentMethod = nil
 	pi.LastPaymentError = decline()
+	s.emitLocked(EventIntentFailed, pi)
 	e := decline()
 	e.PaymentIntent = pi
 	return errorResponse(e, requestID)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/effectively/effectively/sim/simfault"
@@ -112,6 +113,8 @@ type Server struct {
 	refundOrder []*refund
 	refunded    map[string]int64
 	stats       Stats
+
+	hooks atomic.Pointer[webhooks] // signed events, when started (webhooks.go)
 }
 
 // keyEntry is the idempotency layer's record of one key.

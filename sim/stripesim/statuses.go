@@ -52,6 +52,7 @@ func (s *Server) enterStatusLocked(pi *paymentIntent, outcome cardOutcome) respo
 		pi.processingSince = s.now()
 		pi.settlesDeclined = outcome.settlesDeclined
 		s.stats.Processing++
+		s.emitLocked(EventIntentProcessing, pi)
 	case statusRequiresAction:
 		pi.NextAction = &nextAction{Type: "use_stripe_sdk"}
 	case statusRequiresPaymentMethod:
@@ -61,6 +62,7 @@ func (s *Server) enterStatusLocked(pi *paymentIntent, outcome cardOutcome) respo
 			DocURL: "https://stripe.com/docs/error-codes/card-declined",
 		}
 		s.stats.Declines++
+		s.emitLocked(EventIntentFailed, pi)
 	case statusRequiresCapture:
 		pi.AmountCapturable = pi.Amount
 		chargeID := s.nextIDLocked("ch")
@@ -69,6 +71,7 @@ func (s *Server) enterStatusLocked(pi *paymentIntent, outcome cardOutcome) respo
 		now := s.now().Unix()
 		reason := "automatic"
 		pi.CanceledAt, pi.CancellationReason = &now, &reason
+		s.emitLocked(EventIntentCanceled, pi)
 	}
 	return jsonResponse(http.StatusOK, pi)
 }
@@ -83,6 +86,7 @@ func (s *Server) succeedLocked(pi *paymentIntent) {
 	if msg := pi.Metadata["message_id"]; msg != "" {
 		s.stats.ChargesByMessage[msg]++
 	}
+	s.emitLocked(EventIntentSucceeded, pi)
 }
 
 // settleLocked ends pi's processing: succeeded, or back to
@@ -100,6 +104,7 @@ func (s *Server) settleLocked(pi *paymentIntent, succeed bool) {
 		DocURL: "https://stripe.com/docs/error-codes/card-declined",
 	}
 	s.stats.Declines++
+	s.emitLocked(EventIntentFailed, pi)
 }
 
 // advanceLocked settles pi if it has been processing for

@@ -65,6 +65,11 @@ type Config struct {
 	Settle time.Duration
 	// Logf receives progress lines. Default: none.
 	Logf func(format string, args ...any)
+	// Webhooks makes the simulators deliver signed events, through a load
+	// balancer, to the webhook listeners of the workers, and every worker
+	// wait EMAIL_RESEND_GRACE before resending a receipt (see webhooks.go).
+	// Default off.
+	Webhooks bool
 }
 
 func (c *Config) setDefaults() {
@@ -138,6 +143,8 @@ type Report struct {
 	Violations      []string      `json:"violations"`
 	// Refunds is the refund phase's report (refunds.go).
 	Refunds RefundReport `json:"refunds"`
+	// Webhooks is set when the run had webhooks on.
+	Webhooks *WebhookReport `json:"webhooks,omitempty"`
 }
 
 // String renders the figures as the soak command prints them.
@@ -148,6 +155,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
 	b.WriteString(r.Refunds.String())
+	b.WriteString(r.webhookLine())
 	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
 	if len(r.Violations) == 0 {
 		b.WriteString("violations: none\n")
@@ -256,6 +264,14 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	// Workers.
 	w := &workers{bin: st.WorkerBin, cfg: st.Worker}
 	defer w.stopAll()
+	if cfg.Webhooks {
+		h, err := startWebhooks(st)
+		if err != nil {
+			return rep, err
+		}
+		defer h.stop()
+		w.hooks = h
+	}
 	for range cfg.Workers {
 		if err := w.add(); err != nil {
 			return rep, err
@@ -335,6 +351,9 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	}
 
 	rep.Kills, rep.DatabaseCuts, rep.Restarts = int(kills.Load()), int(cuts.Load()), int(restarts.Load())
+	if cfg.Webhooks {
+		rep.Webhooks = &WebhookReport{Stripe: st.Stripe.WebhookStats(), SendGrid: st.SendGrid.WebhookStats()}
+	}
 	if err := reconcile(ctx, st, p, &rep); err != nil {
 		return rep, err
 	}
@@ -509,7 +528,7 @@ func reconcile(ctx context.Context, st Stack, p plan, rep *Report) error {
 			if charges != 1 || ms.Processed.Outcome != store.OutcomePaid {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: outcome %s with %d charges", u.id, ms.Processed.Outcome, charges))
 			}
-			if emails == 0 || ms.Order == nil || ms.Order.ReceiptStatus != "sent" {
+			if emails == 0 || ms.Order == nil || !receiptDone(ms.Order.ReceiptStatus) {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: paid but receipt %v (%d delivered)", u.id, receiptOf(ms), emails))
 			}
 		}
@@ -538,16 +557,33 @@ type workers struct {
 	cfg   workerproc.Config
 	mu    sync.Mutex
 	procs []*workerproc.Proc
+	// hooks, when set, gives every process a webhook listener behind the
+	// soak's load balancer (webhooks.go).
+	hooks *hooks
 }
 
 func (w *workers) add() error {
-	p, err := workerproc.Start(w.bin, workerproc.Env(w.cfg))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	env := workerproc.Env(w.cfg)
+	var addr string
+	if w.hooks != nil {
+		a, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		addr = a
+		env = append(env, w.hooks.env...)
+		env = append(env, "EFFECTIVELY_WEBHOOK_ADDR="+addr)
+	}
+	p, err := workerproc.Start(w.bin, env)
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
+	if w.hooks != nil {
+		w.hooks.lb.add(p, addr)
+	}
 	w.procs = append(w.procs, p)
-	w.mu.Unlock()
 	return nil
 }
 
@@ -555,6 +591,9 @@ func (w *workers) killOne(i int) error {
 	w.mu.Lock()
 	p := w.procs[i%len(w.procs)]
 	w.procs = append(w.procs[:i%len(w.procs)], w.procs[i%len(w.procs)+1:]...)
+	if w.hooks != nil {
+		w.hooks.lb.remove(p)
+	}
 	w.mu.Unlock()
 	p.Kill()
 	time.Sleep(500 * time.Millisecond)

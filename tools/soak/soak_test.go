@@ -22,6 +22,7 @@ var (
 	kills    = flag.Int("kills", 3, "SIGKILLs of a random worker")
 	restarts = flag.Int("restarts", 2, "rolling restarts of a random worker with SIGTERM, as a deploy does")
 	seed     = flag.Uint64("seed", 0, "random seed (0: the time)")
+	hooksOn  = flag.Bool("webhooks", true, "simulators deliver signed webhooks to a worker; receipts wait for SendGrid's events before a resend")
 )
 
 // TestSoak is the chaos soak: `make soak`, or in CI at the default size.
@@ -69,7 +70,7 @@ func TestSoak(t *testing.T) {
 	}
 	rep, err := Run(ctx, Config{
 		Messages: *messages, Workers: *workersN, Kills: *kills, Restarts: *restarts, Seed: *seed, Timeout: 15 * time.Minute, Settle: 90 * time.Second,
-		Logf: t.Logf,
+		Logf: t.Logf, Webhooks: *hooksOn,
 	}, st)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,72 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/store"
+)
+
+// ErrTypeAwaitingEmailEvent is the error type of a local SendReceipt
+// attempt that found that an earlier attempt may have sent the receipt. It
+// is retryable: the regular activity that takes over waits for SendGrid's
+// event (ResendGrace) before deciding to resend, which a local attempt,
+// bounded by a few seconds and unable to heartbeat, cannot do.
+const ErrTypeAwaitingEmailEvent = "AwaitingEmailEvent"
+
+// defaultEventPoll is how often the grace wait reads the event table.
+const defaultEventPoll = 250 * time.Millisecond
+
+// mayHaveSent reports whether, under at-least-once, the claim just taken
+// follows an earlier claim that did not settle: that attempt may have sent
+// the receipt (a lost response, a crash after the 202), so a resend could
+// be a duplicate.
+func (a *Activities) mayHaveSent(e store.Effect) bool {
+	return a.emailPolicy() == store.AtLeastOnce && a.ResendGrace > 0 && e.Claim > 1
+}
+
+// awaitEarlierSend waits up to ResendGrace for a SendGrid event (processed,
+// or any later one) proving that an earlier attempt's send of key was
+// accepted, heartbeating while it waits. It returns the X-Message-Id the
+// event names and true when one arrives. A local attempt does not wait: it
+// returns a retryable ErrTypeAwaitingEmailEvent so that the regular
+// activity, which heartbeats, waits instead.
+func (a *Activities) awaitEarlierSend(ctx context.Context, key string, orderID int64) (string, bool, error) {
+	if activity.IsActivity(ctx) && activity.GetInfo(ctx).IsLocalActivity {
+		if x, ok, err := a.Store.EmailAccepted(ctx, key); err != nil || ok {
+			return x, ok, err
+		}
+		return "", false, temporal.NewApplicationError(
+			fmt.Sprintf("an earlier attempt may have sent the receipt of order %d: the regular activity waits for SendGrid's event", orderID),
+			ErrTypeAwaitingEmailEvent)
+	}
+	poll := a.EventPoll
+	if poll <= 0 {
+		poll = defaultEventPoll
+	}
+	deadline := time.Now().Add(a.ResendGrace)
+	for {
+		x, ok, err := a.Store.EmailAccepted(ctx, key)
+		if err != nil || ok {
+			return x, ok, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return "", false, nil
+		}
+		if activity.IsActivity(ctx) {
+			activity.RecordHeartbeat(ctx, "awaiting sendgrid event for "+key)
+		}
+		t := time.NewTimer(min(poll, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
