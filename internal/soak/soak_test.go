@@ -80,7 +80,7 @@ func TestSoak(t *testing.T) {
 	if rep.Refunds.Refunded == 0 || rep.Refunds.Exceeded == 0 || rep.Refunds.OverRefunds != 0 {
 		t.Errorf("refund phase: %+v; want refunds made, some refused as beyond the payment, no over-refund", rep.Refunds)
 	}
-		if rep.Kills < *kills || rep.DatabaseCuts < 1 {
+	if rep.Kills < *kills || rep.DatabaseCuts < 1 {
 		t.Errorf("the chaos did not happen: %d kills, %d database cuts", rep.Kills, rep.DatabaseCuts)
 	}
 }
