@@ -21,7 +21,7 @@ ARG TARGETOS
 ARG TARGETARCH
 RUN --mount=type=cache,target=/root/.cache/go-build \
     GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w" -o /out/ ./worker ./starter ./internal/sim/providersim
+    go build -trimpath -ldflags "-s -w" -o /out/ ./worker ./starter ./sim/providersim
 
 # Alpine rather than distroless so healthchecks have busybox wget.
 FROM alpine:3.20 AS runtime

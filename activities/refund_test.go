@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/sim/stripesim"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/sim/stripesim"
 )
 
 // paid charges order (1999 usd) for message id, with the order.placed

@@ -14,10 +14,17 @@
 //	0  every message was started or recognised as a duplicate
 //	1  an error stopped the command (Postgres or Temporal unreachable, …);
 //	   messages already reported are settled, the rest were not sent
-//	2  usage error
+//	2  usage error, or bad configuration
 //	3  send: at least one message was invalid (each is quarantined with its reason);
 //	   publish: at least one message was invalid (published; the worker quarantines it)
 //	4  status: no record of that message
+//	5  the database schema is missing or older than this starter expects:
+//	   run `worker migrate` with the same DATABASE_URL (the starter never
+//	   changes the schema, so status and quarantine list work with a
+//	   read-only role)
+//
+// Configuration comes from the environment, read by internal/config; see
+// docs/configuration.md.
 package main
 
 import (
@@ -29,6 +36,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/store"
 )
 
 const usage = `usage:
@@ -40,7 +50,8 @@ const usage = `usage:
   starter quarantine retry ID      send a quarantined message again
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
-publish: NATS_URL, NATS_STREAM, NATS_SUBJECT
+publish: NATS_URL, NATS_STREAM, NATS_SUBJECT (see docs/configuration.md)
+The starter never changes the schema: run "worker migrate" first (exit code 5 says so).
 `
 
 // Exit codes.
@@ -50,6 +61,7 @@ const (
 	exitUsage    = 2
 	exitInvalid  = 3
 	exitNotFound = 4
+	exitSchema   = 5
 )
 
 // errUsage marks a usage error.
@@ -62,24 +74,26 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	var (
-		code int
-		err  error
-	)
+	cfg, err := config.FromEnv()
+	if err != nil {
+		fmt.Fprintf(stderr, "starter: bad configuration: %v\n", err)
+		return exitUsage
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevelOr(slog.LevelWarn)}))
+	var code int
 	switch args[0] {
 	case "send":
-		code, err = cmdSend(ctx, args[1:], stdin, stdout, stderr, logger)
+		code, err = cmdSend(ctx, cfg, args[1:], stdin, stdout, stderr, logger)
 	case "publish":
-		code, err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, logger)
+		code, err = cmdPublish(ctx, cfg, args[1:], stdin, stdout, stderr, logger)
 	case "status":
-		code, err = cmdStatus(ctx, args[1:], stdout, logger)
+		code, err = cmdStatus(ctx, cfg, args[1:], stdout, logger)
 	case "quarantine":
-		code, err = cmdQuarantine(ctx, args[1:], stdout, logger)
+		code, err = cmdQuarantine(ctx, cfg, args[1:], stdout, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -90,17 +104,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "starter: %v\n%s", err, usage)
 		return exitUsage
 	}
+	if errors.Is(err, store.ErrSchemaBehind) {
+		fmt.Fprintf(stderr, "starter: %v\n", err)
+		return exitSchema
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "starter: %v\n", err)
 		return exitError
 	}
 	return code
-}
-
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		return slog.LevelWarn
-	}
-	return l
 }

@@ -45,13 +45,9 @@ type publishResult struct {
 
 // cmdPublish puts each message of a file or stdin on the JetStream subject
 // the worker consumes, for the worker to record and start.
-func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
+func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
 	if len(args) != 1 {
 		return exitUsage, fmt.Errorf("%w: publish takes one argument, a file or -", errUsage)
-	}
-	cfg, err := config.Load(os.LookupEnv)
-	if err != nil {
-		return exitUsage, err
 	}
 	if !cfg.NATS.Enabled() {
 		return exitUsage, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)

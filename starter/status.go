@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
@@ -35,7 +36,7 @@ type workflowReport struct {
 
 // cmdStatus prints what Postgres (the lasting record) and, while it still
 // remembers the run, Temporal know about a message.
-func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
@@ -59,7 +60,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 		}
 	}
-	d, err := connect(ctx, logger, false)
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
@@ -79,7 +80,7 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, wfID, logger)}
+	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, cfg, wfID, logger)}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(rep); err != nil {
@@ -93,11 +94,11 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 
 // describe asks Temporal about the workflow; Temporal forgets closed runs
 // after the namespace's retention, so its absence is normal.
-func describe(ctx context.Context, wfID string, logger *slog.Logger) *workflowReport {
+func describe(ctx context.Context, cfg config.Config, wfID string, logger *slog.Logger) *workflowReport {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rep := &workflowReport{ID: wfID}
-	tc, _, err := temporalclient.Dial(ctx, logger)
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
+	"github.com/effectively/effectively/tools/storetest"
 )
 
 // TestStatusFindsTheConsumer: `starter status ID` names no message type;

@@ -5,11 +5,18 @@
 // consumes messages from JetStream into the inbox and relays the outbox's
 // events to JetStream (see docs/intake.md).
 //
-// Configuration comes from the environment; see the README's Configuration
-// section. Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM: the
-// intake stops fetching, settles what it fetched, then the worker stops), 1
-// when the worker cannot start or stops on an error, 2 for bad configuration,
-// including a RETENTION shorter than the redelivery horizon.
+// The worker applies the database migrations at start. `worker migrate`
+// applies them and exits, for a deployment that migrates as its own step
+// before rolling the workers (the starter never migrates: it names this
+// command when the schema is behind).
+//
+// Configuration comes from the environment, read by internal/config; see
+// docs/configuration.md. Exit codes: 0 after a clean shutdown (SIGINT or
+// SIGTERM: the intake stops fetching, settles what it fetched, then the
+// worker stops) or a finished `worker migrate`, 1 when the worker cannot
+// start or stops on an error (or the migration fails), 2 for bad
+// configuration, including a RETENTION shorter than the redelivery horizon,
+// or a bad command line.
 package main
 
 import (
@@ -45,12 +52,21 @@ import (
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:]))
 }
 
-func run() int {
+func run(args []string) int {
+	migrateOnly := false
+	switch {
+	case len(args) == 0:
+	case len(args) == 1 && args[0] == "migrate":
+		migrateOnly = true
+	default:
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("usage: worker [migrate]", "args", args)
+		return 2
+	}
 	cfg, err := config.FromEnv()
-	if err == nil {
+	if err == nil && !migrateOnly {
 		err = cfg.Validate()
 	}
 	if err != nil {
@@ -62,6 +78,14 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if migrateOnly {
+		if err := migrate(ctx, cfg, logger); err != nil {
+			logger.Error("migration failed", "error", err.Error())
+			return 1
+		}
+		logger.Info("schema is up to date", "version", store.SchemaVersion())
+		return 0
+	}
 	if err := serve(ctx, cfg, logger); err != nil {
 		logger.Error("worker stopped", "error", err.Error())
 		if errors.Is(err, errBadConfig) {
@@ -71,6 +95,16 @@ func run() int {
 	}
 	logger.Info("worker stopped cleanly")
 	return 0
+}
+
+// migrate applies the migrations that are not applied yet and returns.
+func migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	pool, err := store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return store.Migrate(ctx, pool, logger)
 }
 
 // errBadConfig marks a refusal to start that the operator fixes in the
@@ -103,11 +137,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("sendgrid client: %w", err)
 	}
-	codecServer, err := newCodecServer()
+	codecServer, err := newCodecServer(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	tc, namespace, err := temporalclient.Dial(ctx, logger)
+	tc, namespace, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
 	if err != nil {
 		return err
 	}
@@ -203,19 +237,17 @@ type codecServerConfig struct {
 	h    http.Handler
 }
 
-func newCodecServer() (*codecServerConfig, error) {
-	scfg, err := codec.LoadServerConfig(os.LookupEnv)
-	if err != nil || !scfg.Enabled() {
-		return nil, err
+// newCodecServer builds it from the configuration, with the keyring the
+// Temporal client encrypts with (loaded once, by internal/config).
+func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
+	scfg := cfg.CodecServer
+	if !scfg.Enabled() {
+		return nil, nil
 	}
-	keys, on, err := codec.LoadKeyring(os.LookupEnv)
-	if err != nil {
-		return nil, err
-	}
-	if !on {
+	if cfg.Temporal.Keys == nil {
 		return nil, fmt.Errorf("%s needs %s or %s", codec.EnvServerAddr, codec.EnvKeys, codec.EnvKeyFile)
 	}
-	h, err := codec.NewServerHandler(codec.NewCodec(keys), scfg.Origins, scfg.Token)
+	h, err := codec.NewServerHandler(codec.NewCodec(cfg.Temporal.Keys), scfg.Origins, scfg.Token)
 	if err != nil {
 		return nil, err
 	}

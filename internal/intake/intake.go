@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,8 +45,8 @@ type Result struct {
 	Status     Status `json:"status"`
 	Error      string `json:"error,omitempty"`
 	// Reason is the quarantine reason of an invalid message
-	// (store.ReasonInvalid, store.ReasonPayloadMismatch or
-	// store.ReasonMaxDeliver).
+	// (store.ReasonInvalid, store.ReasonTooLarge, store.ReasonPayloadMismatch
+	// or store.ReasonMaxDeliver).
 	Reason       string `json:"reason,omitempty"`
 	QuarantineID int64  `json:"quarantine_id,omitempty"`
 }
@@ -107,9 +108,26 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 func (in *Intake) Accept(ctx context.Context, raw []byte, source string) (Result, error) {
 	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
-		return in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
+		return in.RejectInvalid(ctx, raw, source, err)
 	}
 	return in.AcceptMessage(ctx, m, source)
+}
+
+// RejectInvalid quarantines a message that failed to decode with cause, as
+// message.Decode or message.DecodeStream reported it. A message over the
+// size limit is quarantined as store.ReasonTooLarge, by its size, the
+// SHA-256 of the whole and its first bytes (raw may then be nil: the whole
+// is not needed); any other as store.ReasonInvalid with raw as received.
+func (in *Intake) RejectInvalid(ctx context.Context, raw []byte, source string, cause error) (Result, error) {
+	var me *message.Error
+	if errors.As(cause, &me) && me.Oversized != nil {
+		o := me.Oversized
+		return in.quarantine(ctx, store.QuarantineEntry{
+			Source: source, Raw: o.Prefix, Size: o.Size, SHA256: hex.EncodeToString(o.SHA256[:]),
+			Reason: store.ReasonTooLarge, Detail: cause.Error(),
+		})
+	}
+	return in.reject(ctx, raw, source, "", "", store.ReasonInvalid, cause)
 }
 
 // AcceptMessage is Accept for a message already decoded.
@@ -173,7 +191,7 @@ type Recorded struct {
 func (in *Intake) Record(ctx context.Context, raw []byte, source string) (Recorded, error) {
 	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
-		res, err := in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
+		res, err := in.RejectInvalid(ctx, raw, source, err)
 		return Recorded{Result: res}, err
 	}
 	return in.RecordMessage(ctx, m, source)
@@ -216,14 +234,19 @@ func (in *Intake) reject(ctx context.Context, raw []byte, source, consumer, mess
 	if messageID == "" {
 		messageID = looseID(raw)
 	}
-	id, err := in.store.Quarantine(ctx, store.QuarantineEntry{
+	return in.quarantine(ctx, store.QuarantineEntry{
 		Source: source, Consumer: consumer, MessageID: messageID, Raw: raw, Reason: reason, Detail: cause.Error(),
 	})
+}
+
+// quarantine keeps q and reports it as an invalid message.
+func (in *Intake) quarantine(ctx context.Context, q store.QuarantineEntry) (Result, error) {
+	id, err := in.store.Quarantine(ctx, q)
 	if err != nil {
-		return Result{}, fmt.Errorf("quarantine message %q: %w", messageID, err)
+		return Result{}, fmt.Errorf("quarantine message %q: %w", q.MessageID, err)
 	}
-	in.cfg.Logger.Warn("message quarantined", "message_id", messageID, "reason", reason, "quarantine_id", id, "error", cause.Error())
-	return Result{MessageID: messageID, Status: StatusInvalid, Error: cause.Error(), Reason: reason, QuarantineID: id}, nil
+	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "error", q.Detail)
+	return Result{MessageID: q.MessageID, Status: StatusInvalid, Error: q.Detail, Reason: q.Reason, QuarantineID: id}, nil
 }
 
 // looseID returns the "id" of a message that failed validation, when it is a

@@ -73,7 +73,7 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // See the package documentation for the accepted format.
 func Decode(raw []byte, types Types) (*Message, error) {
 	if len(raw) > MaxSize {
-		return nil, tooLarge(int64(len(raw)))
+		return nil, tooLarge(oversized(raw))
 	}
 	m, err := decode(bytes.Clone(raw), types)
 	if err != nil {
@@ -85,7 +85,7 @@ func Decode(raw []byte, types Types) (*Message, error) {
 // decode is Decode for a raw it may keep, of at most MaxSize bytes.
 func decode(raw []byte, types Types) (*Message, *Error) {
 	if len(raw) > MaxSize {
-		return nil, tooLarge(int64(len(raw)))
+		return nil, tooLarge(oversized(raw))
 	}
 	if bytes.HasPrefix(raw, utf8BOM) {
 		return nil, newError(CodeEncoding, "", "message starts with a UTF-8 byte order mark, which is not accepted")

@@ -49,7 +49,7 @@
 // FindByMessageID uses Stripe's search API. On real Stripe, search results
 // can lag writes by up to a minute or so, so ErrNotFound shortly after an
 // ambiguous failure does not prove that no charge happened. The simulator in
-// internal/sim/stripesim indexes immediately.
+// sim/stripesim indexes immediately.
 //
 // # Configuration
 //
