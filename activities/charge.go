@@ -110,6 +110,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		return ChargeResult{Outcome: PaymentBusinessDuplicate, HeldBy: claim.Payment.MessageID}, nil
 	case store.ClaimDone:
 		return recordedCharge(claim.Payment)
+	case store.ClaimOwned: // charge below
 	}
 	token := claim.Claim
 	c := charging{a: a, in: in, key: key, token: token}

@@ -87,11 +87,13 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res Rece
 			r.Outcome, r.Error = ReceiptFailed, e.Error
 		case store.StateUnknown:
 			r.Outcome, r.Error = ReceiptUnknown, e.Error
+		default: // succeeded: only terminal rows are done
 		}
 		return r, nil
 	case store.EmailUnknown:
 		activity.GetLogger(ctx).Warn("receipt not resent: an earlier attempt may have sent it", "order_id", in.OrderID, "policy", a.emailPolicy())
 		return ReceiptResult{Outcome: ReceiptUnknown, Error: e.Error}, nil
+	case store.EmailSend: // send below
 	}
 	token := e.Claim
 

@@ -16,8 +16,9 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// ErrTypePaymentPending: the order's payment has no final outcome yet, so a
-// refund cannot be decided. Retryable: the refund waits for the payment.
+// ErrTypePaymentPending is the type of the error RefundOrder returns while
+// the order's payment has no final outcome, so that the refund cannot be
+// decided yet. Retryable: the refund waits for the payment.
 const ErrTypePaymentPending = "PaymentPending"
 
 // RefundInput is what RefundOrder needs: everything comes from the message;

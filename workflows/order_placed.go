@@ -165,6 +165,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 		st.Stage, st.Outcome = StageCompleted, OutcomePaymentFailed
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d refused (%s %s); no receipt sent.", in.Order.OrderID, charge.FailureCode, charge.DeclineCode))
 		return st, nil
+	case activities.PaymentPaid: // the receipt follows
 	}
 
 	st.Stage = StageSendingReceipt

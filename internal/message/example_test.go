@@ -17,7 +17,10 @@ func ExampleDecode() {
 		fmt.Println(err)
 		return
 	}
-	o := m.Value.(*message.OrderPlaced)
+	o, ok := m.Value.(*message.OrderPlaced)
+	if !ok {
+		return
+	}
 	fmt.Println(m.ID, m.Type, "->", m.Consumer)
 	fmt.Println(o.OrderID, o.Amount, o.Currency, o.CustomerEmail, o.PaymentMethod)
 

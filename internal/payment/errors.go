@@ -44,8 +44,9 @@ func (c Class) Retryable() bool {
 	switch c {
 	case ClassInFlight, ClassRateLimited, ClassTransient:
 		return true
+	default:
+		return false
 	}
-	return false
 }
 
 // Error is a classified failure of a Stripe call. Charge, Get and

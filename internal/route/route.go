@@ -49,24 +49,24 @@ type Route struct {
 func (r Route) validate() error {
 	var errs []error
 	if r.Type == "" {
-		errs = append(errs, errors.New("Type is empty"))
+		errs = append(errs, errors.New("type is empty"))
 	}
 	if err := identity.ValidateConsumer(r.Consumer); err != nil {
-		errs = append(errs, fmt.Errorf("Consumer: %w", err))
+		errs = append(errs, fmt.Errorf("consumer: %w", err))
 	}
 	if !r.Schema.Valid() {
-		errs = append(errs, errors.New("Schema is missing"))
+		errs = append(errs, errors.New("schema is missing"))
 	} else if r.Schema.Type() != r.Type {
-		errs = append(errs, fmt.Errorf("Schema validates %q, not %q", r.Schema.Type(), r.Type))
+		errs = append(errs, fmt.Errorf("schema validates %q, not %q", r.Schema.Type(), r.Type))
 	}
 	if r.Workflow == "" {
-		errs = append(errs, errors.New("Workflow is empty"))
+		errs = append(errs, errors.New("workflow is empty"))
 	}
 	if r.Input == nil {
-		errs = append(errs, errors.New("Input is missing"))
+		errs = append(errs, errors.New("input is missing"))
 	}
 	if r.SearchAttributes == nil {
-		errs = append(errs, errors.New("SearchAttributes is missing"))
+		errs = append(errs, errors.New("search attributes are missing"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("route %q: %w", r.Type, err)

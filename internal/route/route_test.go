@@ -1,6 +1,9 @@
 package route_test
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -105,5 +108,42 @@ func TestStartRefusesForeignMessage(t *testing.T) {
 	}
 	if _, err := only.Start(m); err == nil {
 		t.Error("Start accepted a message of a type it does not route")
+	}
+}
+
+// TestIntakeAndStarterNameNoMessageType guards the point of the registry:
+// the intake, the dispatcher and the starter look types up here, so their
+// code names no type, consumer or workflow of any route (comments aside).
+func TestIntakeAndStarterNameNoMessageType(t *testing.T) {
+	var names []string
+	for _, r := range route.Default().Routes() {
+		names = append(names, strconv.Quote(r.Type), strconv.Quote(r.Consumer), strconv.Quote(r.Workflow))
+	}
+	names = append(names, "TypeOrderPlaced", "ConsumerOrderPlaced", "TypeRefundRequested", "ConsumerRefundRequested",
+		"OrderPlacedName", "OrderRefundName", "OrderPlacedInput", "OrderRefundInput")
+	for _, dir := range []string{"../intake", "../../starter"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s: %v", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(string(src), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "//") {
+					continue
+				}
+				for _, n := range names {
+					if strings.Contains(line, n) {
+						t.Errorf("%s:%d names %s: look it up in the route registry instead", f, i+1, n)
+					}
+				}
+			}
+		}
 	}
 }

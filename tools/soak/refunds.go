@@ -15,6 +15,7 @@ import (
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -35,11 +36,13 @@ type RefundReport struct {
 	// StripeRefused counts refunds Stripe refused for exceeding the charge:
 	// the database decides first, so it must be 0.
 	StripeRefused int `json:"stripe_refused"`
+	// Faults counts refunds given a Stripe fault.
+	Faults int `json:"faults"`
 }
 
 func (r RefundReport) String() string {
-	return fmt.Sprintf("refunds %d (unique %d): refunded %d, beyond the payment %d, order not paid %d; over-refunds %d (must be 0), refused by stripe %d (must be 0)\n",
-		r.Messages, r.Unique, r.Refunded, r.Exceeded, r.NotPaid, r.OverRefunds, r.StripeRefused)
+	return fmt.Sprintf("refunds %d (unique %d, %d with a stripe fault): refunded %d, beyond the payment %d, order not paid %d; over-refunds %d (must be 0), refused by stripe %d (must be 0)\n",
+		r.Messages, r.Unique, r.Faults, r.Refunded, r.Exceeded, r.NotPaid, r.OverRefunds, r.StripeRefused)
 }
 
 // plannedRefund is one refund message of the refund phase.
@@ -107,6 +110,24 @@ func runRefunds(ctx context.Context, cfg Config, st Stack, p plan, rng *rand.Ran
 		if rng.IntN(4) == 0 {
 			sends = append(sends, r.raw) // a copy
 		}
+	}
+	// Stripe faults on a share of the refunds: a 503 before Stripe acts, a
+	// 500 saved after it refunded (ambiguous: settled by listing the
+	// PaymentIntent's refunds), a response lost after it refunded.
+	for _, r := range refunds {
+		if r.notPaid || rng.IntN(10) != 0 {
+			continue
+		}
+		match := stripesim.Match{MessageID: r.id}
+		switch rng.IntN(3) {
+		case 0:
+			st.Stripe.AddFault(stripesim.Fault{Match: match, Kind: stripesim.FaultErrorBefore, Status: 503, Times: 1})
+		case 1:
+			st.Stripe.AddFault(stripesim.Fault{Match: match, Kind: stripesim.FaultErrorAfter, Times: 1})
+		case 2:
+			st.Stripe.AddFault(stripesim.Fault{Match: match, Kind: stripesim.FaultLostAfter, Times: 1})
+		}
+		rep.Faults++
 	}
 	rng.Shuffle(len(sends), func(i, j int) { sends[i], sends[j] = sends[j], sends[i] })
 	rep.Messages = len(sends)
