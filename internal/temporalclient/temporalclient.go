@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/effectively/effectively/internal/codec"
@@ -72,12 +73,14 @@ func compression(lookup func(string) (string, bool)) (client.GrpcCompression, er
 }
 
 // Dial connects with the options from the environment and returns the
-// client and its namespace.
-func Dial(ctx context.Context, logger *slog.Logger) (client.Client, string, error) {
+// client and its namespace. Interceptors (the tracing one, when tracing is
+// on) apply to the client and to every worker built on it.
+func Dial(ctx context.Context, logger *slog.Logger, interceptors ...interceptor.ClientInterceptor) (client.Client, string, error) {
 	opts, err := Options(logger)
 	if err != nil {
 		return nil, "", err
 	}
+	opts.Interceptors = append(opts.Interceptors, interceptors...)
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort

@@ -21,6 +21,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
@@ -176,6 +177,9 @@ type StackOptions struct {
 	// Retention is the activities' pruning policy. The zero value makes
 	// Prune refuse to run.
 	Retention retention.Policy
+	// Interceptors, when set, are installed on the stack's own client
+	// (as DataConverter does), e.g. the tracing interceptor.
+	Interceptors []interceptor.ClientInterceptor
 }
 
 // NewStack starts a dev server, the simulators, a fresh database and a worker
@@ -184,11 +188,12 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	t.Helper()
 	s := &Stack{Temporal: StartTemporal(t), Sims: StartSims(t), TaskQueue: "effectively-test"}
 	s.Client = s.Temporal.Client()
-	if o.DataConverter != nil || o.FailureConverter != nil {
+	if o.DataConverter != nil || o.FailureConverter != nil || len(o.Interceptors) > 0 {
 		c, err := client.Dial(client.Options{
 			HostPort:         s.Temporal.FrontendHostPort(),
 			DataConverter:    o.DataConverter,
 			FailureConverter: o.FailureConverter,
+			Interceptors:     o.Interceptors,
 			Logger:           Logger(t),
 		})
 		if err != nil {
