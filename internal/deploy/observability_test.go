@@ -313,3 +313,7 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// grafanaVars replaces the Grafana variables the dashboard uses with a
+// value Grafana could give them.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "15s")
