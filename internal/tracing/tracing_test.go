@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/store/storetest"
@@ -70,7 +71,7 @@ func recorder(t *testing.T) (*tracetest.InMemoryExporter, trace.Tracer) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	tracing.Install(tp)
-	t.Cleanup(func() { tracing.Install(trace.NewNoopTracerProvider()) }) //nolint:staticcheck // the no-op provider is what a process without Setup has
+	t.Cleanup(func() { tracing.Install(noop.NewTracerProvider()) })
 	return exp, tp.Tracer("test")
 }
 
