@@ -56,7 +56,7 @@ func TestOneTracePerMessage(t *testing.T) {
 		pm    = "pm_card_visa"
 	)
 	raw := func(id string, orderID int64) []byte {
-		return fmt.Appendf(nil, `{"id": %q, "type": "order.placed", "data": {"order_id": %d, "amount": 4321, "currency": "eur", "customer_email": %q, "payment_method": %q}}`, id, orderID, email, pm)
+		return fmt.Appendf(nil, `{"id": %q, "type": "order.placed", "data": {"order_id": %d, "amount": 918273, "currency": "eur", "customer_email": %q, "payment_method": %q}}`, id, orderID, email, pm)
 	}
 	subject, err := intake.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
@@ -126,7 +126,7 @@ func TestOneTracePerMessage(t *testing.T) {
 			"StartActivity:SendReceipt", "RunActivity:SendReceipt",
 			"stripe POST /v1/payment_intents",
 			"sendgrid POST /v3/mail/send",
-			"postgres INSERT",
+			"postgres ",
 		}
 		for _, w := range want {
 			if !hasSpan(spans, w) {
@@ -134,8 +134,34 @@ func TestOneTracePerMessage(t *testing.T) {
 			}
 		}
 		ids := map[trace.SpanID]bool{}
+		byID := map[trace.SpanID]tracetest.SpanStub{}
 		for _, sp := range spans {
 			ids[sp.SpanContext.SpanID()] = true
+			byID[sp.SpanContext.SpanID()] = sp
+		}
+		// Each call sits under the step that made it: the inbox write under
+		// the intake, Stripe under the charge, SendGrid under the receipt,
+		// and Postgres queries under the intake and both activities.
+		parents := map[string]map[string]bool{}
+		for _, sp := range spans {
+			if p, ok := byID[sp.Parent.SpanID()]; ok {
+				key := strings.Fields(sp.Name)[0]
+				if parents[key] == nil {
+					parents[key] = map[string]bool{}
+				}
+				parents[key][strings.TrimSuffix(p.Name, "Locally")] = true
+			}
+		}
+		for child, parent := range map[string][]string{
+			"stripe":   {"RunActivity:ChargeOrder"},
+			"sendgrid": {"RunActivity:SendReceipt"},
+			"postgres": {"intake receive", "RunActivity:ChargeOrder", "RunActivity:SendReceipt"},
+		} {
+			for _, p := range parent {
+				if !parents[child][p] {
+					t.Errorf("%s: no %s span under %q (parents seen: %v)", id, child, p, parents[child])
+				}
+			}
 		}
 		for _, sp := range spans {
 			if got := attr(sp, "temporalWorkflowID"); got != "" && got != wfID {
@@ -173,7 +199,7 @@ func TestOneTracePerMessage(t *testing.T) {
 			}
 		}
 		for _, text := range texts {
-			for _, pii := range []string{email, pm, "4321"} {
+			for _, pii := range []string{email, pm, "918273"} {
 				if strings.Contains(text, pii) {
 					t.Errorf("span %q carries personal data %q in %q", sp.Name, pii, text)
 				}
