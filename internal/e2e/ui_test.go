@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/chromedp"
 
 	"github.com/effectively/effectively/internal/identity"
@@ -82,7 +84,7 @@ func TestTemporalUI(t *testing.T) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(browser),
 		chromedp.NoSandbox, // the tests run as root
-		chromedp.WindowSize(1440, 1000),
+		chromedp.WindowSize(1440, 1500),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
@@ -108,41 +110,103 @@ func TestTemporalUI(t *testing.T) {
 	}
 	screenshot(ctx, t, filepath.Join(shots, "temporal-ui-search.png"))
 
-	// 2. The workflow's page: its summary and details name both keys; the
-	// charge's and the receipt's summaries are in its history.
+	// 2. The workflow's page: its history shows the workflow's summary (on
+	// the start event) and the charge's and the receipt's summaries, each
+	// naming its idempotency key.
 	summary := fmt.Sprintf("Order %d from message %s", orderID, msgID)
 	chargeSummary := fmt.Sprintf("charge order %d (%s)", orderID, payKey)
 	receiptSummary := fmt.Sprintf("send receipt of order %d (%s)", orderID, mailKey)
 	wfPage := base + "/workflows/" + url.PathEscape(wfID) + "/" + runID + "/history"
-	want := []string{summary, payKey, mailKey, chargeSummary, receiptSummary}
-	pageText(ctx, t, wfPage, "the workflow page to show "+strings.Join(want, ", "), func(text string) bool {
+	pageText(ctx, t, wfPage, "the workflow page to show its summary and both activities' summaries",
+		containsAll(summary, chargeSummary, receiptSummary))
+	screenshot(ctx, t, filepath.Join(shots, "temporal-ui-workflow.png"))
+
+	// 3. Its User Metadata tab: the summary, and the details naming both
+	// keys and what each is for.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		const tab = [...document.querySelectorAll('a, button, [role=tab]')].find(e => e.innerText.trim() === 'User Metadata');
+		if (tab) { tab.click(); }
+		return !!tab;
+	})()`)); err != nil {
+		t.Fatalf("open the User Metadata tab: %v", err)
+	}
+	details := []string{
+		summary,
+		fmt.Sprintf("charge order %d under key", orderID), payKey,
+		"send its receipt under ledger key", mailKey,
+	}
+	waitText(ctx, t, "the User Metadata tab to show the summary and the details naming both keys", containsAll(details...))
+	screenshot(ctx, t, filepath.Join(shots, "temporal-ui-metadata.png"))
+}
+
+// frameText is the text inside the page's iframes: the UI renders
+// summaries and details (markdown) in sandboxed iframes, which the page's
+// innerText does not include.
+func frameText(ctx context.Context, t *chromedp.Target) (string, error) {
+	depth, pierce := int64(-1), true
+	res, err := cdp.Call(ctx, t, dom.GetDocument, dom.GetDocumentParams{Depth: &depth, Pierce: &pierce})
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	var walk func(n *cdp.Node, inFrame bool)
+	walk = func(n *cdp.Node, inFrame bool) {
+		if n == nil || n.NodeName == "SCRIPT" || n.NodeName == "STYLE" {
+			return
+		}
+		if inFrame && n.NodeType == 3 {
+			b.WriteString(n.NodeValue)
+			b.WriteString(" ")
+		}
+		for _, c := range n.Children {
+			walk(c, inFrame)
+		}
+		walk(n.ContentDocument, true)
+	}
+	walk(res.Root, false)
+	return b.String(), nil
+}
+
+// containsAll accepts a text holding every one of want.
+func containsAll(want ...string) func(string) bool {
+	return func(text string) bool {
 		for _, w := range want {
 			if !strings.Contains(text, w) {
 				return false
 			}
 		}
 		return true
-	})
-	screenshot(ctx, t, filepath.Join(shots, "temporal-ui-workflow.png"))
+	}
 }
 
-// pageText opens u and polls the page's visible text until ok accepts it,
-// failing the test with what after 45 seconds. It returns the text.
+// pageText opens u and waits for its visible text to satisfy ok.
 func pageText(ctx context.Context, t *testing.T, u, what string, ok func(string) bool) string {
 	t.Helper()
 	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
 		t.Fatalf("open %s: %v", u, err)
 	}
+	return waitText(ctx, t, what+" at "+u, ok)
+}
+
+// waitText polls the current page's visible text until ok accepts it,
+// failing the test with what after 45 seconds. It returns the text.
+func waitText(ctx context.Context, t *testing.T, what string, ok func(string) bool) string {
+	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		if err == nil {
+			var frames string
+			frames, err = chromedp.Run(ctx, frameText)
+			text += "\n" + frames
+		}
 		if err == nil && ok(text) {
 			// Let the page finish rendering what it is still fetching.
 			_ = chromedp.Do(ctx, chromedp.Sleep(time.Second))
 			return text
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s at %s (err %v); the page shows:\n%s", what, u, err, text)
+			t.Fatalf("timed out waiting for %s (err %v); the page shows:\n%s", what, err, text)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
