@@ -149,7 +149,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	cmd := exec.Command(bin, //nolint:gosec // the prometheus found on PATH, with arguments built here "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 	out, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
@@ -170,7 +170,7 @@ scrape_configs:
 	})
 	u := "http://" + addr
 	testenv.Eventually(t, 30*time.Second, "prometheus to be ready", func() bool {
-		resp, err := http.Get(u + "/-/ready") //nolint:noctx // a local probe
+		resp, err := http.Get(u + "/-/ready")
 		if err != nil {
 			return false
 		}

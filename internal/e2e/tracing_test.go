@@ -190,12 +190,12 @@ func TestOneTracePerMessage(t *testing.T) {
 		var texts []string
 		texts = append(texts, sp.Name, sp.Status.Description)
 		for _, kv := range sp.Attributes {
-			texts = append(texts, kv.Value.Emit())
+			texts = append(texts, kv.Value.String())
 		}
 		for _, ev := range sp.Events {
 			texts = append(texts, ev.Name)
 			for _, kv := range ev.Attributes {
-				texts = append(texts, kv.Value.Emit())
+				texts = append(texts, kv.Value.String())
 			}
 		}
 		for _, text := range texts {
@@ -224,7 +224,7 @@ func names(spans []tracetest.SpanStub) []string {
 func attr(sp tracetest.SpanStub, key attribute.Key) string {
 	for _, kv := range sp.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,11 +64,11 @@ func TestTemporalUI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc, err := s.Client.DescribeWorkflowExecution(context.Background(), wfID, "")
+	desc, err := s.Client.DescribeWorkflow(context.Background(), wfID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	runID := desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	payKey := identity.MustKey(identity.EffectPayment, msgID)
 	mailKey := identity.MustKey(identity.EffectEmail, msgID)
 	// Visibility is eventually consistent: the search must find it.
@@ -219,10 +218,10 @@ func screenshot(ctx context.Context, t *testing.T, path string) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, png, 0o644); err != nil { //nolint:gosec // a screenshot for the docs
+	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot %s (%d bytes)", path, len(png))
@@ -236,5 +235,9 @@ func freePort(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }

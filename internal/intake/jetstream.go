@@ -458,7 +458,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", msg.Subject()),
 			attribute.String("messaging.consumer.group.name", c.cfg.Durable),
-			attribute.Int64("messaging.nats.delivery", int64(min(md.NumDelivered, math.MaxInt64))), //nolint:gosec // bounded
+			attribute.Int64("messaging.nats.delivery", int64(min(md.NumDelivered, math.MaxInt64))),
 		))
 	defer span.End()
 	rec, err := c.in.Record(hctx, msg.Data(), SourceJetStream)
