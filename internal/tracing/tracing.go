@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -134,6 +135,11 @@ func Setup(ctx context.Context, env Lookup, serviceName string) (shutdown func(c
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	Install(tp)
+	// An unreachable collector costs spans, never messages: its errors are
+	// structured log lines like the rest.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		slog.Default().Warn("opentelemetry: spans not exported", "error", err.Error())
+	}))
 	return tp.Shutdown, true, nil
 }
 

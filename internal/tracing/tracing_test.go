@@ -1,8 +1,10 @@
 package tracing_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -198,4 +200,49 @@ func attr(sp tracetest.SpanStub, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestSetupExportsOverOTLP: with OTEL_TRACES_EXPORTER=otlp and an endpoint,
+// Setup sends the spans to the collector over OTLP/HTTP, named after the
+// service; shutdown flushes them.
+func TestSetupExportsOverOTLP(t *testing.T) {
+	got := make(chan []byte, 10)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/traces" {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		got <- body
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	env := map[string]string{
+		"OTEL_TRACES_EXPORTER":        "otlp",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL,
+	}
+	for k, v := range env {
+		t.Setenv(k, v) // the exporter reads the endpoint itself
+	}
+	t.Cleanup(func() { tracing.Install(noop.NewTracerProvider()) })
+	shutdown, on, err := tracing.Setup(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok }, "effectively-test-service")
+	if err != nil || !on {
+		t.Fatalf("Setup = %v, %v; want on", on, err)
+	}
+	_, span := tracing.Tracer().Start(context.Background(), "exported-span")
+	span.End()
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	select {
+	case body := <-got:
+		for _, want := range []string{"exported-span", "effectively-test-service"} {
+			if !bytes.Contains(body, []byte(want)) {
+				t.Errorf("the OTLP request does not carry %q", want)
+			}
+		}
+	default:
+		t.Fatal("the collector received no spans")
+	}
 }
