@@ -58,12 +58,26 @@ func TestPrometheusReadsDedupCounter(t *testing.T) {
 	j.Publish(t, raw, "")
 
 	query := fmt.Sprintf(`effectively_intake_decisions_total{consumer=%q,decision="duplicate"}`, message.ConsumerOrderPlaced)
-	var got float64
-	testenv.Eventually(t, 60*time.Second, "Prometheus to report one duplicate", func() bool {
-		v, ok := promQuery(t, promURL, query)
-		got = v
-		return ok && v == 1
-	})
+	var (
+		got   float64
+		found bool
+	)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if got, found = promQuery(t, promURL, query); found && got == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var targets struct {
+				Data struct {
+					ActiveTargets []struct {
+						ScrapeURL, Health, LastError string
+					}
+				}
+			}
+			promGet(t, promURL, "/api/v1/targets", nil, &targets)
+			t.Fatalf("Prometheus reports %s = %v (found %v), want 1; the consumer counted %+v; targets %+v", query, got, found, p.Consumer.Stats(), targets.Data.ActiveTargets)
+		}
+	}
 	if started, ok := promQuery(t, promURL, `sum(effectively_intake_decisions_total{decision="started"})`); !ok || started != 1 {
 		t.Errorf("started = %v (found %v), want 1", started, ok)
 	}
@@ -149,8 +163,11 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, //nolint:gosec // the prometheus found on PATH, with arguments built here "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
+	args := []string{
+		"--config.file=" + cfgPath, "--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr, "--log.level=warn",
+	}
+	cmd := exec.Command(bin, args...)
 	out, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
 		t.Fatal(err)
