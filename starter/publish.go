@@ -13,12 +13,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/term"
 
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/route"
+	"github.com/effectively/effectively/internal/tracing"
 )
 
 // Statuses of a published message.
@@ -72,6 +75,19 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 		return exitError, fmt.Errorf("stream %s (NATS_STREAM; the worker creates it at its first start): %w", stream, err)
 	}
 
+	// Each message is published in a span of its own, whose traceparent
+	// goes in the NATS headers: the worker continues that trace. Off unless
+	// the OTEL_* variables turn it on (internal/tracing).
+	shutdownTracing, _, err := tracing.Setup(ctx, config.OTelLookup, "effectively-starter")
+	if err != nil {
+		return exitUsage, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
+
 	bar, r := progress(r, size, stderr, "publishing")
 	counts := map[string]int{}
 	invalid := 0
@@ -98,9 +114,16 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 			return fmt.Errorf("NATS_SUBJECT: %w", err)
 		}
 		res.Subject = subject
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ack, err := js.Publish(pctx, subject, raw, opts...)
+		sctx, span := tracing.Tracer().Start(ctx, "publish "+typ, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject),
+				attribute.String("effectively.message_id", res.MessageID)))
+		msg := nats.NewMsg(subject)
+		msg.Data = raw
+		tracing.Propagator.Inject(sctx, tracing.HeaderCarrier(msg.Header))
+		pctx, cancel := context.WithTimeout(sctx, 10*time.Second)
+		ack, err := js.PublishMsg(pctx, msg, opts...)
 		cancel()
+		span.End()
 		if err != nil {
 			return fmt.Errorf("message at line %d: publish to %s: %w", line, subject, err)
 		}

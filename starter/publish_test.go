@@ -9,6 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/effectively/effectively/internal/tracing"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
@@ -69,5 +75,44 @@ func TestPublishNeedsABroker(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"publish", "-"}, strings.NewReader(""), &stdout, &stderr); code != exitUsage {
 		t.Fatalf("exit code %d, want %d: %s", code, exitUsage, stderr.String())
+	}
+}
+
+// TestPublishSetsTraceparent: with tracing on, each published message
+// carries the traceparent of its publish span, which the worker continues.
+func TestPublishSetsTraceparent(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tracing.Install(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
+	t.Cleanup(func() { tracing.Install(noop.NewTracerProvider()) })
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+	t.Setenv("NATS_URL", testenv.NATSURL())
+	t.Setenv("NATS_STREAM", j.Stream)
+	t.Setenv("NATS_SUBJECT", j.Subject)
+	raw := `{"id": "evt_pubtrace", "type": "order.placed", "data": {"order_id": 1, "amount": 1999, "currency": "usd", "customer_email": "ada@example.com", "payment_method": "pm_card_visa"}}`
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"publish", "-"}, strings.NewReader(raw+"\n"), &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	st, err := j.JS.Stream(context.Background(), j.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := st.GetMsg(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := tracing.Propagator.Extract(context.Background(), tracing.HeaderCarrier(msg.Header))
+	got := trace.SpanContextFromContext(ctx)
+	var span *tracetest.SpanStub
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == "publish order.placed" {
+			span = &sp
+		}
+	}
+	if span == nil {
+		t.Fatalf("no publish span; spans %v", exp.GetSpans())
+	}
+	if !got.IsValid() || got.TraceID() != span.SpanContext.TraceID() || got.SpanID() != span.SpanContext.SpanID() {
+		t.Errorf("message header traceparent %v, want the publish span %v (headers %v)", got, span.SpanContext, msg.Header)
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
@@ -58,6 +59,7 @@ import (
 	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/internal/tracing"
 	"github.com/effectively/effectively/internal/webhook"
 	"github.com/effectively/effectively/workflows"
 )
@@ -171,7 +173,29 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	tc, namespace, err := temporalclient.DialWithMetrics(ctx, cfg.Temporal, logger, temporalMetrics)
+	// Tracing (off unless OTEL_TRACES_EXPORTER or an OTLP endpoint is set):
+	// before the Temporal client, whose interceptor carries the traces.
+	shutdownTracing, tracingOn, err := tracing.Setup(ctx, config.OTelLookup, "effectively-worker")
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadConfig, err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flushing traces", "error", err.Error())
+		}
+	}()
+	var interceptors []interceptor.ClientInterceptor
+	if tracingOn {
+		ti, err := tracing.TemporalInterceptor()
+		if err != nil {
+			return err
+		}
+		interceptors = append(interceptors, ti)
+		logger.Info("tracing on: spans are exported over OTLP (OTEL_* variables)")
+	}
+	tc, namespace, err := temporalclient.DialWithMetrics(ctx, cfg.Temporal, logger, temporalMetrics, interceptors...)
 	if err != nil {
 		return err
 	}

@@ -189,6 +189,17 @@ const DefaultDrainTimeout = 20 * time.Second
 // DefaultDatabaseMaxConns is the worker's Postgres pool size.
 const DefaultDatabaseMaxConns = 32
 
+// OTelLookup reads the OpenTelemetry variables (OTEL_*) from the process
+// environment for internal/tracing, and nothing else: they are the
+// standard ones the OpenTelemetry SDK and its OTLP exporters define, listed
+// in docs/configuration.md#tracing rather than in the table.
+func OTelLookup(name string) (string, bool) {
+	if !strings.HasPrefix(name, "OTEL_") {
+		return "", false
+	}
+	return envconfig.EnvLookupOS.LookupEnv(name)
+}
+
 // FromEnv reads the configuration from the process environment.
 func FromEnv() (Config, error) { return LoadEnv(envconfig.EnvLookupOS) }
 

@@ -26,8 +26,12 @@ func Names() []string {
 	return names
 }
 
-// Known reports whether name is one of Names, or of a family it lists.
+// Known reports whether name is one of Names, or of a family it lists, or an
+// OpenTelemetry variable (OTEL_*, read through OTelLookup).
 func Known(name string) bool {
+	if strings.HasPrefix(name, "OTEL_") {
+		return true // read through OTelLookup by internal/tracing and the OpenTelemetry SDK
+	}
 	for _, n := range Names() {
 		if p, ok := strings.CutSuffix(n, "*"); ok && strings.HasPrefix(name, p) || n == name {
 			return true

@@ -49,6 +49,8 @@ import (
 	"github.com/sendgrid/rest"
 	"github.com/sendgrid/sendgrid-go"
 	sgmail "github.com/sendgrid/sendgrid-go/helpers/mail"
+
+	"github.com/effectively/effectively/internal/tracing"
 )
 
 // Defaults applied to a Config.
@@ -194,6 +196,8 @@ func New(cfg Config) (*Client, error) {
 			hc.Transport = t.Clone() // a connection pool of our own
 		}
 	}
+	// Each request is a span of the activity's trace (internal/tracing).
+	hc.Transport = tracing.HTTPTransport("sendgrid", hc.Transport)
 	if hc.CheckRedirect == nil {
 		// A redirect would replay or, for 301 to 303, turn the POST into a
 		// GET; either way it means BaseURL is wrong.

@@ -12,11 +12,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/tracing"
 )
 
 // Defaults of the JetStream intake. internal/config applies them.
@@ -308,15 +312,15 @@ func (c *Consumer) Redelivery(ctx context.Context) (retention.Redelivery, time.D
 func (c *Consumer) Run(ctx context.Context) error {
 	// Room for every delivery the broker can have outstanding: a start
 	// that finds no room is left to the Dispatcher, which waits MinAge.
-	starts := make(chan *message.Message, max(c.cfg.FetchBatch*2, c.cfg.MaxAckPending))
+	starts := make(chan fastStart, max(c.cfg.FetchBatch*2, c.cfg.MaxAckPending))
 	var starters sync.WaitGroup
 	for range c.cfg.Starters {
 		starters.Go(func() {
-			for m := range starts {
+			for s := range starts {
 				if ctx.Err() != nil {
 					continue // left pending: the next dispatcher pass starts it
 				}
-				c.startFast(ctx, m)
+				c.startFast(ctx, s)
 			}
 		})
 	}
@@ -404,9 +408,13 @@ func (c *Consumer) consume(ctx context.Context, iter jetstream.MessagesContext, 
 // Dispatcher only takes rows older than its MinAge, and a start it makes
 // anyway is refused as already started). A failure is only logged: the row
 // stays pending and a Dispatcher pass starts it.
-func (c *Consumer) startFast(ctx context.Context, m *message.Message) {
+func (c *Consumer) startFast(ctx context.Context, s fastStart) {
+	m := s.m
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	// The start continues the delivery's trace: Temporal's tracing
+	// interceptor carries it into the workflow.
+	sctx = trace.ContextWithSpanContext(sctx, s.span)
 	started, err := c.in.Dispatch(sctx, m)
 	if err != nil {
 		c.cfg.Logger.Warn("start after ack failed; the dispatcher will retry", "message_id", m.ID, "error", err.Error())
@@ -417,10 +425,22 @@ func (c *Consumer) startFast(ctx context.Context, m *message.Message) {
 	}
 }
 
+// fastStart is a message to start on the fast path, with the span of the
+// delivery that recorded it.
+type fastStart struct {
+	m    *message.Message
+	span trace.SpanContext
+}
+
 // handle settles one delivery; up to Handlers calls run at once. It is
 // called with the Run context, which may already be cancelled: a fetched
 // message is settled anyway, within its ack wait.
-func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- *message.Message) {
+//
+// Each delivery is a span ("intake receive") that continues the
+// publisher's trace when the message's headers carry a traceparent, and
+// starts a trace otherwise; the workflow start and everything after it join
+// that trace.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- fastStart) {
 	c.stats.delivered.Add(1)
 	received := time.Now()
 	md, err := msg.Metadata()
@@ -432,10 +452,25 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 	ackWait := c.cfg.ackWaitOf(md.NumDelivered)
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ackWait*3/4, time.Second))
 	defer cancel()
+	hctx = tracing.Propagator.Extract(hctx, tracing.HeaderCarrier(msg.Headers()))
+	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", msg.Subject()),
+			attribute.String("messaging.consumer.group.name", c.cfg.Durable),
+			attribute.Int64("messaging.nats.delivery", int64(min(md.NumDelivered, math.MaxInt64))),
+		))
+	defer span.End()
 	rec, err := c.in.Record(hctx, msg.Data(), SourceJetStream)
 	if err != nil {
+		span.SetStatus(codes.Error, "not recorded")
 		c.fail(ctx, msg, md, received, ackWait, err)
 		return
+	}
+	span.SetAttributes(attribute.String("effectively.message_id", rec.MessageID),
+		attribute.String("effectively.intake.status", string(rec.Status)), attribute.Bool("effectively.intake.new", rec.New))
+	if rec.Reason != "" {
+		span.SetAttributes(attribute.String("effectively.quarantine.reason", rec.Reason))
 	}
 	failpoint.Hit(failpoint.IntakeAfterInsert)
 	switch {
@@ -466,7 +501,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 	// the ack), the Dispatcher starts the row.
 	if rec.Pending && rec.Message != nil && (rec.New || md.NumDelivered > 1) {
 		select {
-		case starts <- rec.Message:
+		case starts <- fastStart{m: rec.Message, span: span.SpanContext()}:
 		default: // starters busy: the dispatcher picks it up
 		}
 	}

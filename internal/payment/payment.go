@@ -13,6 +13,8 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/effectively/effectively/internal/tracing"
 )
 
 // Defaults applied by New.
@@ -168,6 +170,8 @@ func New(cfg Config) (*Client, error) {
 		httpClient.Transport = t.Clone()
 	}
 	httpClient.Timeout = timeout
+	// Each request is a span of the activity's trace (internal/tracing).
+	httpClient.Transport = tracing.HTTPTransport("stripe", httpClient.Transport)
 
 	// GetBackendWithConfig fills in and keeps the config it is given, so
 	// each Client builds its own.

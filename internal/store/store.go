@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/effectively/effectively/internal/tracing"
 )
 
 //go:embed migrations/*.sql
@@ -60,6 +62,9 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	// Queries made on behalf of a traced message become spans of its trace
+	// (SQL text only, never the arguments); others cost a context lookup.
+	pc.ConnConfig.Tracer = tracing.PgxTracer{}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)

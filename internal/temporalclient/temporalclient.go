@@ -14,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/effectively/effectively/internal/codec"
@@ -72,15 +73,17 @@ func Compression(v string) (client.GrpcCompression, error) {
 }
 
 // Dial connects with the options of cfg and returns the client and its
-// namespace.
-func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, string, error) {
-	return DialWithMetrics(ctx, cfg, logger, nil)
+// namespace. Interceptors (the tracing one, when tracing is on) apply to the
+// client and to every worker built on it.
+func Dial(ctx context.Context, cfg Config, logger *slog.Logger, interceptors ...interceptor.ClientInterceptor) (client.Client, string, error) {
+	return DialWithMetrics(ctx, cfg, logger, nil, interceptors...)
 }
 
 // DialWithMetrics is Dial with the SDK's metrics reported to mh (nil: none).
-func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh client.MetricsHandler) (client.Client, string, error) {
+func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh client.MetricsHandler, interceptors ...interceptor.ClientInterceptor) (client.Client, string, error) {
 	opts := Options(cfg, logger)
 	opts.MetricsHandler = mh
+	opts.Interceptors = append(opts.Interceptors, interceptors...)
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort

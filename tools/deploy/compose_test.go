@@ -185,3 +185,13 @@ func TestComposeHealthAndDependencies(t *testing.T) {
 		}
 	}
 }
+
+// repoRoot is the repository's root directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/outbox"
 	"github.com/effectively/effectively/internal/store"
 )
@@ -144,12 +145,19 @@ type Process struct {
 // against the stack's database and Temporal, stopped when t ends.
 func (s *Stack) StartProcess(t testing.TB, j *JetStream, cfg intake.JetStreamConfig, dcfg intake.DispatcherConfig) *Process {
 	t.Helper()
+	return s.StartProcessWithMetrics(t, j, cfg, dcfg, nil)
+}
+
+// StartProcessWithMetrics is StartProcess with the intake counting its
+// decisions into m, as the worker's does.
+func (s *Stack) StartProcessWithMetrics(t testing.TB, j *JetStream, cfg intake.JetStreamConfig, dcfg intake.DispatcherConfig, m *metrics.Metrics) *Process {
+	t.Helper()
 	pool, err := store.Open(context.Background(), s.DBURL, store.PoolConfig{MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	in, err := intake.New(store.New(pool), s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t), EagerStart: true})
+	in, err := intake.New(store.New(pool), s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t), EagerStart: true, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
@@ -67,11 +68,21 @@ func fileExists(p string) bool {
 
 // StartTemporal starts a dev server on a free port, with the search
 // attributes registered and one task-queue partition, stopped when t ends.
-func StartTemporal(t testing.TB) *testsuite.DevServer {
+func StartTemporal(t testing.TB) *testsuite.DevServer { return startTemporal(t, "") }
+
+// StartTemporalWithUI is StartTemporal with the Temporal UI served on
+// 127.0.0.1:uiPort.
+func StartTemporalWithUI(t testing.TB, uiPort string) *testsuite.DevServer {
+	return startTemporal(t, uiPort)
+}
+
+func startTemporal(t testing.TB, uiPort string) *testsuite.DevServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		EnableUI:         uiPort != "",
+		UIPort:           uiPort,
 		ExistingPath:     TemporalCLI(t),
 		LogLevel:         "error",
 		SearchAttributes: workflows.SearchAttributes("x", "x", 0),
@@ -176,19 +187,26 @@ type StackOptions struct {
 	// Retention is the activities' pruning policy. The zero value makes
 	// Prune refuse to run.
 	Retention retention.Policy
+	// Interceptors, when set, are installed on the stack's own client
+	// (as DataConverter does), e.g. the tracing interceptor.
+	Interceptors []interceptor.ClientInterceptor
+	// UIPort, when set, serves the dev server's Temporal UI on
+	// 127.0.0.1:UIPort.
+	UIPort string
 }
 
 // NewStack starts a dev server, the simulators, a fresh database and a worker
 // polling its own task queue.
 func NewStack(t testing.TB, o StackOptions) *Stack {
 	t.Helper()
-	s := &Stack{Temporal: StartTemporal(t), Sims: StartSims(t), TaskQueue: "effectively-test"}
+	s := &Stack{Temporal: startTemporal(t, o.UIPort), Sims: StartSims(t), TaskQueue: "effectively-test"}
 	s.Client = s.Temporal.Client()
-	if o.DataConverter != nil || o.FailureConverter != nil {
+	if o.DataConverter != nil || o.FailureConverter != nil || len(o.Interceptors) > 0 {
 		c, err := client.Dial(client.Options{
 			HostPort:         s.Temporal.FrontendHostPort(),
 			DataConverter:    o.DataConverter,
 			FailureConverter: o.FailureConverter,
+			Interceptors:     o.Interceptors,
 			Logger:           Logger(t),
 		})
 		if err != nil {
