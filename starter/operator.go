@@ -166,12 +166,12 @@ func signalSettled(ctx context.Context, wfID string, res reconcile.Result, logge
 		return run
 	}
 	defer tc.Close()
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := tc.DescribeWorkflow(ctx, wfID, "")
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	status := desc.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 	run.Status = status.String()
 	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return run
@@ -288,7 +288,7 @@ func cmdRedrive(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	if why := redriveRefusal(st.Payment); why != "" {
 		return refuse(why)
 	}
-	desc, err := d.tc.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := d.tc.DescribeWorkflow(ctx, wfID, "")
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
@@ -296,7 +296,7 @@ func cmdRedrive(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	case err != nil:
 		return exitError, fmt.Errorf("describe workflow %s: %w", wfID, err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	rep.PreviousRunID, rep.PreviousStatus = info.GetExecution().GetRunId(), info.GetStatus().String()
 	if !slices.Contains(redriveStatuses, info.GetStatus()) {
 		return refuse("the last run is " + info.GetStatus().String() + ": only a failed, terminated, timed-out or canceled run is run again")
