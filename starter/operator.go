@@ -206,7 +206,8 @@ func signalSettled(ctx context.Context, wfID string, res reconcile.Result, logge
 // ends as payment_failed without calling Stripe), or when it is claimed
 // with no PaymentIntent ID: create, record, confirm never confirms a
 // PaymentIntent before its ID is recorded, so none was charged (and the new
-// run lists the claim's window before creating one). In every refused case
+// run's create is replayed under its key, or past the key window lists the
+// claim's window first). In every refused case
 // `starter resolve` settles the payment first.
 func redriveRefusal(p *store.Payment) string {
 	if p == nil {
