@@ -21,7 +21,7 @@ ARG TARGETOS
 ARG TARGETARCH
 RUN --mount=type=cache,target=/root/.cache/go-build \
     GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w" -o /out/ ./worker ./starter ./internal/sim/providersim
+    go build -trimpath -ldflags "-s -w" -o /out/ ./worker ./starter ./sim/providersim
 
 # Alpine rather than distroless so healthchecks have busybox wget.
 FROM alpine:3.20 AS runtime
@@ -42,5 +42,5 @@ FROM runtime AS worker
 ENV EFFECTIVELY_HEALTH_ADDR=:8081
 EXPOSE 8081
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=6 \
-    CMD wget -q -O /dev/null http://127.0.0.1:8081/healthz || exit 1
+    CMD wget -q -O /dev/null http://127.0.0.1:8081/readyz || exit 1
 ENTRYPOINT ["/usr/local/bin/worker"]

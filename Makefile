@@ -14,27 +14,28 @@ help: ## list the targets
 
 .PHONY: run
 run: $(BIN)/temporal ## run the whole local stack, send the examples, keep running until Ctrl-C
-	go run ./internal/devstack
+	go run ./tools/devstack
 
 .PHONY: demo
 demo: $(BIN)/temporal ## like run, but stop after the report
-	go run ./internal/devstack -exit
+	go run ./tools/devstack -exit
 
 .PHONY: test
 test: $(BIN)/temporal ## run every test (needs Postgres at 127.0.0.1:5432; builds the Temporal CLI once)
 	go test -count=1 -timeout 20m ./...
+	go test -count=1 -tags failpoints ./internal/failpoint/
 
 .PHONY: test-short
 test-short: ## unit tests only (no Temporal dev server)
-	go test -count=1 ./internal/identity/ ./internal/message/ ./internal/config/ ./workflows/ ./internal/sim/... ./internal/payment/ ./internal/email/
+	go test -count=1 ./internal/identity/ ./internal/message/ ./internal/config/ ./workflows/ ./sim/... ./internal/payment/ ./internal/email/
 
 .PHONY: soak
 soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
-	go test -count=1 -timeout 30m -run TestSoak -v ./internal/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3}
+	go test -count=1 -timeout 30m -run TestSoak -v ./tools/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3}
 
 .PHONY: bench
 bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)
-	go run ./internal/bench/cmd/bench $(BENCH_ARGS)
+	go run ./tools/bench/cmd/bench $(BENCH_ARGS)
 
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s
@@ -45,7 +46,7 @@ fuzz: ## run each fuzz test for 30s
 build: ## build worker, starter and providersim into bin/
 	go build -o $(BIN)/worker ./worker
 	go build -o $(BIN)/starter ./starter
-	go build -o $(BIN)/providersim ./internal/sim/providersim
+	go build -o $(BIN)/providersim ./sim/providersim
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## gofmt, go vet and golangci-lint

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/retention"
 	"github.com/effectively/effectively/internal/store"
@@ -40,7 +41,8 @@ const (
 )
 
 // Activities holds the dependencies of every activity. It is built once per
-// worker process and registered with w.RegisterActivity(&Activities{...}).
+// worker process and registered with Register(w, &Activities{...}), each
+// activity under its constant name (names.go).
 type Activities struct {
 	// Store is the Postgres record.
 	Store *store.Store
@@ -67,6 +69,13 @@ type Activities struct {
 	KeyTrust time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Drain lets a worker shutdown wait for the effects in flight instead
+	// of cancelling them between the provider call and the record (see
+	// Drainer). Nil: effects run on the activity's own context.
+	Drain *Drainer
+	// Metrics counts effect outcomes (and business duplicates). Nil counts
+	// nothing.
+	Metrics *metrics.Metrics
 }
 
 func (a *Activities) keyTrust() time.Duration {

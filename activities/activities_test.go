@@ -15,11 +15,11 @@ import (
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/sim/sendgridsim"
-	"github.com/effectively/effectively/internal/sim/stripesim"
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
-	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // fixture is the real Activities struct against real Postgres and the
@@ -270,7 +270,7 @@ func TestSendReceiptLostResponsePolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy         store.EmailPolicy
 		wantDeliveries int
-		wantOutcome    string
+		wantOutcome    activities.ReceiptOutcome
 	}{
 		// Send-then-record: the retry sends again (the documented duplicate).
 		{store.AtLeastOnce, 2, activities.ReceiptSent},

@@ -27,22 +27,25 @@ type ChargeInput struct {
 	PaymentMethod string `json:"payment_method"`
 }
 
+// PaymentOutcome is the outcome of ChargeOrder.
+type PaymentOutcome string
+
 // Payment outcomes returned by ChargeOrder.
 const (
-	PaymentPaid              = "paid"
-	PaymentDeclined          = "payment_failed"
-	PaymentBusinessDuplicate = "business_duplicate"
+	PaymentPaid              PaymentOutcome = "paid"
+	PaymentDeclined          PaymentOutcome = "payment_failed"
+	PaymentBusinessDuplicate PaymentOutcome = "business_duplicate"
 	// PaymentProcessing: Stripe is processing the payment; it settles
 	// later (succeeded or failed). No receipt until it succeeds.
-	PaymentProcessing = "processing"
+	PaymentProcessing PaymentOutcome = "processing"
 )
 
 // ChargeResult is the recorded outcome of ChargeOrder.
 type ChargeResult struct {
 	// Outcome is PaymentPaid, PaymentDeclined, PaymentProcessing or
 	// PaymentBusinessDuplicate.
-	Outcome         string `json:"outcome"`
-	PaymentIntentID string `json:"payment_intent_id,omitempty"`
+	Outcome         PaymentOutcome `json:"outcome"`
+	PaymentIntentID string         `json:"payment_intent_id,omitempty"`
 	// FailureCode and DeclineCode explain a PaymentDeclined.
 	FailureCode string `json:"failure_code,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`
@@ -74,7 +77,18 @@ type ChargeResult struct {
 // Stripe's code; any other status is recorded unexpected and returned as a
 // non-retryable ErrTypeUnexpectedState for an operator. Transport errors,
 // 409, 429 and 5xx are returned as retryable errors.
-func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
+//
+// The steps from the claim to the record run on a context that a worker
+// stop does not cancel (beginEffect): a deploy lets them finish.
+func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res ChargeResult, err error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return ChargeResult{}, err
+	}
+	defer func() {
+		end()
+		a.countCharge(in.Consumer, res, err)
+	}()
 	key, err := identity.Key(identity.EffectPayment, in.MessageID)
 	if err != nil {
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)

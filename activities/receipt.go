@@ -26,18 +26,21 @@ type ReceiptInput struct {
 	PaymentIntentID string `json:"payment_intent_id"`
 }
 
+// ReceiptOutcome is the outcome of SendReceipt.
+type ReceiptOutcome string
+
 // Receipt outcomes returned by SendReceipt.
 const (
-	ReceiptSent    = "sent"
-	ReceiptFailed  = "failed"
-	ReceiptUnknown = "unknown"
+	ReceiptSent    ReceiptOutcome = "sent"
+	ReceiptFailed  ReceiptOutcome = "failed"
+	ReceiptUnknown ReceiptOutcome = "unknown"
 )
 
 // ReceiptResult is the recorded outcome of SendReceipt.
 type ReceiptResult struct {
 	// Outcome is ReceiptSent, ReceiptFailed (SendGrid refused it for good)
 	// or ReceiptUnknown (at-most-once found an earlier send in flight).
-	Outcome string `json:"outcome"`
+	Outcome ReceiptOutcome `json:"outcome"`
 	// ProviderMessageID is SendGrid's X-Message-Id.
 	ProviderMessageID string `json:"provider_message_id,omitempty"`
 	Error             string `json:"error,omitempty"`
@@ -53,7 +56,15 @@ type ReceiptResult struct {
 // commit sends the receipt again on retry (at most once more per such crash).
 // The key travels in custom_args, so the duplicate can be recognised in
 // SendGrid's event webhook.
-func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptResult, error) {
+func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res ReceiptResult, err error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return ReceiptResult{}, err
+	}
+	defer func() {
+		end()
+		a.countReceipt(res, err)
+	}()
 	key, err := identity.Key(identity.EffectEmail, in.MessageID)
 	if err != nil {
 		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/sim/stripesim"
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/storetest"
 )
 
 // Only a succeeded PaymentIntent is a charge. Each status a confirmation can
@@ -30,7 +30,7 @@ func paymentOf(t *testing.T, f *fixture, id string) store.Payment {
 	return p
 }
 
-func processedOutcome(t *testing.T, f *fixture, id string) string {
+func processedOutcome(t *testing.T, f *fixture, id string) store.Outcome {
 	t.Helper()
 	st, err := f.db.Status(context.Background(), "order-placed", id)
 	if err != nil {
@@ -46,14 +46,14 @@ func TestChargeStatusProcessingThenSettled(t *testing.T) {
 	for _, tc := range []struct {
 		pm      string
 		succeed bool
-		want    string
+		want    activities.PaymentOutcome
 	}{
 		{"pm_card_processing", true, activities.PaymentPaid},
 		{"pm_card_processingDeclined", false, activities.PaymentDeclined},
 	} {
 		t.Run(tc.pm, func(t *testing.T) {
 			f := newFixture(t, "")
-			id := "evt_proc_" + tc.want
+			id := "evt_proc_" + string(tc.want)
 			in := charge(id, 50, tc.pm)
 			r, err := run(t, f, f.acts.ChargeOrder, in)
 			if err != nil || r.Outcome != activities.PaymentProcessing || r.PaymentIntentID == "" {

@@ -3,15 +3,14 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
-	"github.com/effectively/effectively/workflows"
 )
 
 // deps are the connections a command needs, built once.
@@ -31,46 +30,37 @@ func (d *deps) close() {
 	}
 }
 
-func databaseURL() string {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return store.DefaultURL
-}
-
-func taskQueue() string {
-	if q := os.Getenv("EFFECTIVELY_TASK_QUEUE"); q != "" {
-		return q
-	}
-	return workflows.DefaultTaskQueue
-}
-
-// connect opens Postgres (schema applied) and, when withTemporal, Temporal.
-func connect(ctx context.Context, logger *slog.Logger, withTemporal bool) (*deps, error) {
+// connect opens Postgres and, when withTemporal, Temporal. It never changes
+// the schema: a schema that is missing or older than this binary's is an
+// error wrapping store.ErrSchemaBehind that names the command to run.
+func connect(ctx context.Context, cfg config.Config, logger *slog.Logger, withTemporal bool) (*deps, error) {
 	d := &deps{}
-	pool, err := store.Open(ctx, databaseURL(), store.PoolConfig{MaxConns: 8})
+	pool, err := store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: 8})
 	if err != nil {
 		return nil, err
 	}
 	d.pool = pool
-	if err := store.Migrate(ctx, pool, nil); err != nil {
+	if err := store.CheckSchema(ctx, pool); err != nil {
 		d.close()
 		return nil, err
 	}
 	d.store = store.New(pool)
-	if !withTemporal {
-		return d, nil
-	}
-	tc, _, err := temporalclient.Dial(ctx, logger)
-	if err != nil {
-		d.close()
-		return nil, err
-	}
-	d.tc = tc
-	d.intake, err = intake.New(d.store, tc, intake.Config{TaskQueue: taskQueue(), Logger: logger})
-	if err != nil {
-		d.close()
-		return nil, err
+	if withTemporal {
+		if err := d.dialTemporal(ctx, cfg, logger); err != nil {
+			d.close()
+			return nil, err
+		}
 	}
 	return d, nil
+}
+
+// dialTemporal connects to Temporal and builds the intake on it.
+func (d *deps) dialTemporal(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
+	if err != nil {
+		return err
+	}
+	d.tc = tc
+	d.intake, err = intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger})
+	return err
 }

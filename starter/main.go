@@ -17,18 +17,24 @@
 //	0  every message was started or recognised as a duplicate
 //	1  an error stopped the command (Postgres or Temporal unreachable, …);
 //	   messages already reported are settled, the rest were not sent
-//	2  usage error
+//	2  usage error, or bad configuration
 //	3  send: at least one message was invalid (each is quarantined with its reason);
 //	   publish: at least one message was invalid (published; the worker quarantines it)
 //	4  status: no record of that message; resolve: no payment recorded, or no
 //	   PaymentIntent exists at Stripe (nothing was charged); redrive: the
 //	   message is not in the inbox
-//	5  refused, nothing changed: resolve could not read Stripe; redrive: a
+//	5  the database schema is missing or older than this starter expects:
+//	   run `worker migrate` with the same DATABASE_URL (the starter never
+//	   changes the schema, so status, payments and quarantine list work with
+//	   a read-only role)
+//	6  refused, nothing changed: resolve could not read Stripe; redrive: a
 //	   charge may exist (run resolve first), or the last run is not failed
-//	6  resolve: Stripe still reports the payment open (processing, or an
+//	7  resolve: Stripe still reports the payment open (processing, or an
 //	   unexpected status); the ledger records what it said
 //
-// See docs/runbook.md for the open cases these commands settle.
+// Configuration comes from the environment, read by internal/config; see
+// docs/configuration.md. See docs/runbook.md for the open cases payments,
+// resolve and redrive settle.
 package main
 
 import (
@@ -40,6 +46,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/store"
 )
 
 const usage = `usage:
@@ -57,7 +66,8 @@ const usage = `usage:
                                    run a failed workflow again (refused while a charge may exist)
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
-publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL
+publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
+The starter never changes the schema: run "worker migrate" first (exit code 5 says so).
 `
 
 // Exit codes.
@@ -67,10 +77,11 @@ const (
 	exitUsage    = 2
 	exitInvalid  = 3
 	exitNotFound = 4
-	exitRefused  = 5
+	exitSchema   = 5
+	exitRefused  = 6
 	// exitStillOpen: resolve read Stripe, which still reports the payment
 	// processing or in an unexpected status.
-	exitStillOpen = 6
+	exitStillOpen = 7
 )
 
 // errUsage marks a usage error.
@@ -83,30 +94,32 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	var (
-		code int
-		err  error
-	)
+	cfg, err := config.FromEnv()
+	if err != nil {
+		fmt.Fprintf(stderr, "starter: bad configuration: %v\n", err)
+		return exitUsage
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevelOr(slog.LevelWarn)}))
+	var code int
 	switch args[0] {
 	case "send":
-		code, err = cmdSend(ctx, args[1:], stdin, stdout, stderr, logger)
+		code, err = cmdSend(ctx, cfg, args[1:], stdin, stdout, stderr, logger)
 	case "publish":
-		code, err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, logger)
+		code, err = cmdPublish(ctx, cfg, args[1:], stdin, stdout, stderr, logger)
 	case "status":
-		code, err = cmdStatus(ctx, args[1:], stdout, logger)
+		code, err = cmdStatus(ctx, cfg, args[1:], stdout, logger)
 	case "quarantine":
-		code, err = cmdQuarantine(ctx, args[1:], stdout, logger)
+		code, err = cmdQuarantine(ctx, cfg, args[1:], stdout, logger)
 	case "payments":
-		code, err = cmdPayments(ctx, args[1:], stdout, logger)
+		code, err = cmdPayments(ctx, cfg, args[1:], stdout, logger)
 	case "resolve":
-		code, err = cmdResolve(ctx, args[1:], stdout, logger)
+		code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
 	case "redrive":
-		code, err = cmdRedrive(ctx, args[1:], stdout, logger)
+		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -117,6 +130,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "starter: %v\n%s", err, usage)
 		return exitUsage
 	}
+	if errors.Is(err, store.ErrSchemaBehind) {
+		fmt.Fprintf(stderr, "starter: %v\n", err)
+		return exitSchema
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "starter: %v\n", err)
 		if code == exitOK {
@@ -125,12 +142,4 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return code
 	}
 	return code
-}
-
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		return slog.LevelWarn
-	}
-	return l
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -16,11 +15,13 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/reconcile"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
@@ -34,7 +35,7 @@ import (
 
 // cmdPayments lists the payments in one open state, oldest first, one JSON
 // line each.
-func cmdPayments(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdPayments(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	state := fs.String("state", "", "open state to list: "+fmt.Sprint(store.OpenPaymentStates))
@@ -42,15 +43,15 @@ func cmdPayments(ctx context.Context, args []string, stdout io.Writer, logger *s
 	if err := fs.Parse(args); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	if fs.NArg() != 0 || !slices.Contains(store.OpenPaymentStates, *state) || *limit < 1 {
+	if fs.NArg() != 0 || !slices.Contains(store.OpenPaymentStates, store.PaymentState(*state)) || *limit < 1 {
 		return exitUsage, fmt.Errorf("%w: payments takes --state with one of %v (and -limit N > 0)", errUsage, store.OpenPaymentStates)
 	}
-	d, err := connect(ctx, logger, false)
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
 	defer d.close()
-	ps, err := d.store.OpenPayments(ctx, *state, *limit)
+	ps, err := d.store.OpenPayments(ctx, store.PaymentState(*state), *limit)
 	if err != nil {
 		return exitError, err
 	}
@@ -65,14 +66,14 @@ func cmdPayments(ctx context.Context, args []string, stdout io.Writer, logger *s
 
 // resolveReport is what `starter resolve` prints.
 type resolveReport struct {
-	Consumer      string          `json:"consumer"`
-	MessageID     string          `json:"message_id"`
-	StateBefore   string          `json:"state_before"`
-	StateAfter    string          `json:"state_after"`
-	Changed       bool            `json:"changed"`
-	Lookup        string          `json:"lookup,omitempty"`
-	PaymentIntent *payment.Charge `json:"payment_intent,omitempty"`
-	Workflow      *resolvedRun    `json:"workflow,omitempty"`
+	Consumer      string             `json:"consumer"`
+	MessageID     string             `json:"message_id"`
+	StateBefore   store.PaymentState `json:"state_before"`
+	StateAfter    store.PaymentState `json:"state_after"`
+	Changed       bool               `json:"changed"`
+	Lookup        string             `json:"lookup,omitempty"`
+	PaymentIntent *payment.Charge    `json:"payment_intent,omitempty"`
+	Workflow      *resolvedRun       `json:"workflow,omitempty"`
 	// Next tells the operator what, if anything, is left to do.
 	Next string `json:"next,omitempty"`
 }
@@ -88,7 +89,7 @@ type resolvedRun struct {
 // the recorded ID, or a list over the claim's window when none is recorded)
 // and settles the ledger and the order from it; a running workflow is
 // signalled, a closed one is left as it is (record only).
-func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
@@ -103,11 +104,11 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	pay, err := stripeClient(logger)
+	pay, err := stripeClient(cfg, logger)
 	if err != nil {
 		return exitError, err
 	}
-	d, err := connect(ctx, logger, false)
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
@@ -131,7 +132,7 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 		return exitError, err
 	}
 	if code == exitOK && res.After.State != "" {
-		rep.Workflow = signalSettled(ctx, wfID, res, logger)
+		rep.Workflow = signalSettled(ctx, cfg, wfID, res, logger)
 		switch res.After.State {
 		case store.PaymentSucceeded, store.PaymentFailed:
 			if rep.Workflow.Status != "" && !rep.Workflow.Signalled && res.After.State == store.PaymentSucceeded &&
@@ -140,7 +141,7 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 			}
 		default:
 			code = exitStillOpen
-			rep.Next = "still " + res.After.State + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
+			rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
 		}
 	}
 	enc := json.NewEncoder(stdout)
@@ -156,11 +157,11 @@ func cmdResolve(ctx context.Context, args []string, stdout io.Writer, logger *sl
 // reported (Postgres holds the record). Temporal being unreachable is
 // reported too: the ledger is settled already, and a waiting workflow
 // finds the outcome at its next poll.
-func signalSettled(ctx context.Context, wfID string, res reconcile.Result, logger *slog.Logger) *resolvedRun {
+func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reconcile.Result, logger *slog.Logger) *resolvedRun {
 	run := &resolvedRun{ID: wfID}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	tc, _, err := temporalclient.Dial(ctx, logger)
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
 	if err != nil {
 		run.Error = "temporal: " + err.Error()
 		return run
@@ -217,14 +218,14 @@ func redriveRefusal(p *store.Payment) string {
 	case store.PaymentSucceeded, store.PaymentFailed:
 		return ""
 	case store.PaymentUnknown, store.PaymentUnexpected:
-		return "payment is " + p.State + ": a charge may exist; run `starter resolve` first"
+		return "payment is " + string(p.State) + ": a charge may exist; run `starter resolve` first"
 	case store.PaymentClaimed, store.PaymentProcessing:
 		if p.PaymentIntentID != "" {
-			return "payment is " + p.State + " with payment intent " + p.PaymentIntentID + " recorded: a charge may exist; run `starter resolve` first"
+			return "payment is " + string(p.State) + " with payment intent " + p.PaymentIntentID + " recorded: a charge may exist; run `starter resolve` first"
 		}
 		return ""
 	}
-	return "payment is in state " + p.State + ", which redrive does not know"
+	return "payment is in state " + string(p.State) + ", which redrive does not know"
 }
 
 // redriveStatuses are the closed statuses a redrive re-runs: the ones
@@ -238,18 +239,18 @@ var redriveStatuses = []enumspb.WorkflowExecutionStatus{
 
 // redriveReport is what `starter redrive` prints.
 type redriveReport struct {
-	WorkflowID     string `json:"workflow_id"`
-	PreviousRunID  string `json:"previous_run_id,omitempty"`
-	PreviousStatus string `json:"previous_status,omitempty"`
-	PaymentState   string `json:"payment_state,omitempty"`
-	RunID          string `json:"run_id,omitempty"`
-	Refused        string `json:"refused,omitempty"`
+	WorkflowID     string             `json:"workflow_id"`
+	PreviousRunID  string             `json:"previous_run_id,omitempty"`
+	PreviousStatus string             `json:"previous_status,omitempty"`
+	PaymentState   store.PaymentState `json:"payment_state,omitempty"`
+	RunID          string             `json:"run_id,omitempty"`
+	Refused        string             `json:"refused,omitempty"`
 }
 
 // cmdRedrive starts a failed (terminated, timed out, canceled) workflow
 // again from its recorded message, with ALLOW_DUPLICATE_FAILED_ONLY for
 // this one start; every other start keeps REJECT_DUPLICATE.
-func cmdRedrive(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
@@ -264,7 +265,7 @@ func cmdRedrive(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	d, err := connect(ctx, logger, true)
+	d, err := connect(ctx, cfg, logger, true)
 	if err != nil {
 		return exitError, err
 	}
@@ -302,16 +303,21 @@ func cmdRedrive(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	if !slices.Contains(redriveStatuses, info.GetStatus()) {
 		return refuse("the last run is " + info.GetStatus().String() + ": only a failed, terminated, timed-out or canceled run is run again")
 	}
-	m, err := message.Decode(st.Inbox.Payload)
-	if err != nil || m.OrderPlaced == nil {
-		return exitError, fmt.Errorf("recorded message %s cannot be started again: %w", id, errors.Join(err, errors.New("not an order.placed message")))
+	routes := route.Default()
+	m, err := routes.Decode(st.Inbox.Payload)
+	if err != nil {
+		return exitError, fmt.Errorf("recorded message %s cannot be started again: %w", id, err)
 	}
-	opts := intake.StartOptions(taskQueue(), wfID, m)
+	ws, err := routes.Start(m)
+	if err != nil {
+		return exitError, fmt.Errorf("recorded message %s cannot be started again: %w", id, err)
+	}
+	opts := intake.StartOptions(cfg.TaskQueue, ws)
 	// The one start that may reuse a closed ID: only a failed run's.
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
 	var run client.WorkflowRun
 	for try := 0; ; try++ {
-		run, err = d.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *m.OrderPlaced})
+		run, err = d.tc.ExecuteWorkflow(ctx, opts, ws.Workflow, ws.Input)
 		var busy *serviceerror.ResourceExhausted
 		if err == nil || !errors.As(err, &busy) || try >= 5 {
 			break
@@ -329,13 +335,12 @@ func cmdRedrive(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	return exitOK, nil
 }
 
-// stripeClient builds the Stripe client of `starter resolve` from
-// STRIPE_API_KEY and STRIPE_BASE_URL, as the worker does.
-func stripeClient(logger *slog.Logger) (*payment.Client, error) {
-	c, err := payment.New(payment.Config{
-		APIKey: os.Getenv("STRIPE_API_KEY"), BaseURL: os.Getenv("STRIPE_BASE_URL"),
-		Timeout: 15 * time.Second, Logger: logger,
-	})
+// stripeClient builds the Stripe client of `starter resolve` from the
+// configuration (STRIPE_API_KEY, STRIPE_BASE_URL), as the worker does.
+func stripeClient(cfg config.Config, logger *slog.Logger) (*payment.Client, error) {
+	sc := cfg.Stripe
+	sc.Timeout, sc.Logger = 15*time.Second, logger
+	c, err := payment.New(sc)
 	if err != nil {
 		return nil, fmt.Errorf("stripe client: %w", err)
 	}

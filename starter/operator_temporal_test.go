@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -38,7 +38,7 @@ func placeOrder(t *testing.T, s *testenv.Stack, id string, order int64, pm strin
 }
 
 // waitPayment waits until the message's payment is in state.
-func waitPayment(t *testing.T, s *testenv.Stack, id, state string) store.Payment {
+func waitPayment(t *testing.T, s *testenv.Stack, id string, state store.PaymentState) store.Payment {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -12,8 +12,8 @@ import (
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
-	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // opsFixture is a fresh database and the simulators, with the starter's
@@ -116,7 +116,7 @@ func TestResolveSettlesFromStripe(t *testing.T) {
 		t.Fatalf("charge = %+v, %v", r, err)
 	}
 
-	// Still processing at Stripe: recorded as it is, exit 6.
+	// Still processing at Stripe: recorded as it is, exit 7.
 	code, out, stderr := runStarter(t, "resolve", "evt_r1")
 	if code != exitStillOpen || !strings.Contains(out, `"state_after": "processing"`) {
 		t.Fatalf("while processing: exit %d, %s %s", code, out, stderr)
@@ -194,8 +194,9 @@ func TestResolveUnknownByList(t *testing.T) {
 
 func TestRedriveRefusal(t *testing.T) {
 	for _, tc := range []struct {
-		state, pi string
-		refused   bool
+		state   store.PaymentState
+		pi      string
+		refused bool
 	}{
 		{store.PaymentSucceeded, "pi_1", false},
 		{store.PaymentFailed, "pi_1", false},

@@ -18,6 +18,7 @@ import (
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 )
 
 // Statuses of a published message.
@@ -44,13 +45,9 @@ type publishResult struct {
 
 // cmdPublish puts each message of a file or stdin on the JetStream subject
 // the worker consumes, for the worker to record and start.
-func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
+func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
 	if len(args) != 1 {
 		return exitUsage, fmt.Errorf("%w: publish takes one argument, a file or -", errUsage)
-	}
-	cfg, err := config.Load(os.LookupEnv)
-	if err != nil {
-		return exitUsage, err
 	}
 	if !cfg.NATS.Enabled() {
 		return exitUsage, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)
@@ -79,7 +76,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	counts := map[string]int{}
 	invalid := 0
 	enc := json.NewEncoder(stdout)
-	err = message.DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
+	err = route.Default().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		res := publishResult{Line: line, Stream: stream}
 		var opts []jetstream.PublishOpt
 		typ := "invalid"

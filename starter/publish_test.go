@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 func TestPublish(t *testing.T) {

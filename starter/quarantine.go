@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+
+	"github.com/effectively/effectively/internal/config"
 )
 
 // cmdQuarantine lists quarantined messages or sends one again.
-func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdQuarantine(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	if len(args) == 0 {
 		return exitUsage, fmt.Errorf("%w: quarantine takes list or retry ID", errUsage)
 	}
@@ -23,7 +25,7 @@ func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger 
 		if err := fs.Parse(args[1:]); err != nil {
 			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		d, err := connect(ctx, logger, false)
+		d, err := connect(ctx, cfg, logger, false)
 		if err != nil {
 			return exitError, err
 		}
@@ -42,8 +44,12 @@ func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger 
 				Detail     string `json:"detail"`
 				ReceivedAt string `json:"received_at"`
 				RetryCount int    `json:"retry_count"`
+				Copies     int    `json:"copies"`
+				Size       int64  `json:"size"`
+				SHA256     string `json:"raw_sha256"`
+				Truncated  bool   `json:"truncated,omitempty"`
 				Raw        string `json:"raw"`
-			}{e.ID, e.Source, e.MessageID, e.Reason, e.Detail, e.ReceivedAt.UTC().Format("2006-01-02T15:04:05Z"), e.RetryCount, string(e.Raw)}
+			}{e.ID, e.Source, e.MessageID, e.Reason, e.Detail, e.ReceivedAt.UTC().Format("2006-01-02T15:04:05Z"), e.RetryCount, e.Copies, e.Size, e.SHA256, e.Truncated(), string(e.Raw)}
 			if err := enc.Encode(line); err != nil {
 				return exitError, err
 			}
@@ -57,13 +63,19 @@ func cmdQuarantine(ctx context.Context, args []string, stdout io.Writer, logger 
 		if err != nil {
 			return exitUsage, fmt.Errorf("%w: quarantine ID %q is not a number", errUsage, args[1])
 		}
-		d, err := connect(ctx, logger, true)
+		d, err := connect(ctx, cfg, logger, false)
 		if err != nil {
 			return exitError, err
 		}
 		defer d.close()
 		e, err := d.store.QuarantineGet(ctx, id)
 		if err != nil {
+			return exitError, err
+		}
+		if e.Truncated() {
+			return exitError, fmt.Errorf("quarantine entry %d is a %d-byte message (%s) of which only the first %d bytes were kept: it cannot be sent again; send a corrected message from its source", id, e.Size, e.Reason, len(e.Raw))
+		}
+		if err := d.dialTemporal(ctx, cfg, logger); err != nil {
 			return exitError, err
 		}
 		res, err := d.intake.Accept(ctx, e.Raw, "quarantine-retry")

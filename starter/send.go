@@ -7,12 +7,13 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
 )
 
 // cmdSend starts one workflow per message of a file or stdin.
-func cmdSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
+func cmdSend(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
 	if len(args) != 1 {
 		return exitUsage, fmt.Errorf("%w: send takes one argument, a file or -", errUsage)
 	}
@@ -21,22 +22,22 @@ func cmdSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return exitError, err
 	}
 	defer closeInput()
-	d, err := connect(ctx, logger, true)
+	d, err := connect(ctx, cfg, logger, true)
 	if err != nil {
 		return exitError, err
 	}
 	defer d.close()
 
 	bar, r := progress(r, size, stderr, "sending")
-	counts := map[string]int{}
+	counts := map[intake.Status]int{}
 	enc := json.NewEncoder(stdout)
-	err = message.DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
+	err = d.intake.Routes().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		var (
 			res intake.Result
 			err error
 		)
 		if derr != nil {
-			res, err = d.intake.Accept(ctx, raw, "starter")
+			res, err = d.intake.RejectInvalid(ctx, raw, "starter", derr)
 		} else {
 			res, err = d.intake.AcceptMessage(ctx, m, "starter")
 		}

@@ -10,8 +10,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
@@ -24,19 +25,21 @@ type statusReport struct {
 }
 
 type workflowReport struct {
-	ID     string            `json:"id"`
-	RunID  string            `json:"run_id,omitempty"`
-	Status string            `json:"status,omitempty"`
-	Query  *workflows.Status `json:"query,omitempty"`
-	Error  string            `json:"error,omitempty"`
+	ID     string `json:"id"`
+	RunID  string `json:"run_id,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Query is the workflow's status query answer, whose shape depends on
+	// the message type (workflows.Status, workflows.RefundStatus).
+	Query json.RawMessage `json:"query,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // cmdStatus prints what Postgres (the lasting record) and, while it still
 // remembers the run, Temporal know about a message.
-func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
+func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -44,20 +47,40 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 		return exitUsage, fmt.Errorf("%w: status takes one MESSAGE_ID", errUsage)
 	}
 	id := fs.Arg(0)
-	wfID, err := identity.WorkflowID(*consumer, id)
-	if err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	routes := route.Default()
+	consumers := []string{*consumer}
+	if *consumer == "" {
+		consumers = consumers[:0]
+		for _, r := range routes.Routes() {
+			consumers = append(consumers, r.Consumer)
+		}
 	}
-	d, err := connect(ctx, logger, false)
+	for _, c := range consumers {
+		if _, err := identity.WorkflowID(c, id); err != nil {
+			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+		}
+	}
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
 	defer d.close()
-	st, err := d.store.Status(ctx, *consumer, id)
-	if err != nil {
-		return exitError, err
+	// The message ID alone names the message: the consumer is the one of
+	// the route that has a record of it.
+	var st store.MessageStatus
+	for _, c := range consumers {
+		if st, err = d.store.Status(ctx, c, id); err != nil {
+			return exitError, err
+		}
+		if st.Known() {
+			break
+		}
 	}
-	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, wfID, logger)}
+	wfID, err := identity.WorkflowID(st.Consumer, id)
+	if err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	rep := statusReport{MessageStatus: st, Workflow: describe(ctx, cfg, wfID, logger)}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(rep); err != nil {
@@ -71,11 +94,11 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer, logger *slo
 
 // describe asks Temporal about the workflow; Temporal forgets closed runs
 // after the namespace's retention, so its absence is normal.
-func describe(ctx context.Context, wfID string, logger *slog.Logger) *workflowReport {
+func describe(ctx context.Context, cfg config.Config, wfID string, logger *slog.Logger) *workflowReport {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rep := &workflowReport{ID: wfID}
-	tc, _, err := temporalclient.Dial(ctx, logger)
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
@@ -96,9 +119,9 @@ func describe(ctx context.Context, wfID string, logger *slog.Logger) *workflowRe
 		}
 		return rep
 	}
-	var q workflows.Status
+	var q json.RawMessage
 	if err := val.Get(&q); err == nil {
-		rep.Query = &q
+		rep.Query = q
 	}
 	return rep
 }

@@ -1,15 +1,24 @@
 // Command worker runs effectively's Temporal worker: it polls the task queue,
 // runs the OrderPlaced and PruneRecords workflows and their activities
 // (Stripe, SendGrid, Postgres), dispatches pending inbox rows, keeps the
-// pruning schedule, and serves GET /healthz. Unless NATS_URL is off it also
+// pruning schedule, and serves GET /livez, /readyz and /metrics (Prometheus)
+// on EFFECTIVELY_HEALTH_ADDR. Unless NATS_URL is off it also
 // consumes messages from JetStream into the inbox and relays the outbox's
 // events to JetStream (see docs/intake.md).
 //
-// Configuration comes from the environment; see the README's Configuration
-// section. Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM: the
-// intake stops fetching, settles what it fetched, then the worker stops), 1
-// when the worker cannot start or stops on an error, 2 for bad configuration,
-// including a RETENTION shorter than the redelivery horizon.
+// The worker applies the database migrations at start. `worker migrate`
+// applies them and exits, for a deployment that migrates as its own step
+// before rolling the workers (the starter never migrates: it names this
+// command when the schema is behind).
+//
+// Configuration comes from the environment, read by internal/config; see
+// docs/configuration.md. Exit codes: 0 after a clean shutdown (SIGINT or
+// SIGTERM: the intake stops fetching and settles what it fetched, the
+// effects in flight finish their provider call and its record, within
+// EFFECTIVELY_DRAIN_TIMEOUT, then the Temporal worker stops) or a finished
+// `worker migrate`, 1 when the worker cannot start or stops on an error (or
+// the migration fails), 2 for bad configuration, including a RETENTION
+// shorter than the redelivery horizon, or a bad command line.
 package main
 
 import (
@@ -22,11 +31,15 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
@@ -34,7 +47,9 @@ import (
 	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/health"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/outbox"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/pruning"
@@ -45,12 +60,21 @@ import (
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:]))
 }
 
-func run() int {
+func run(args []string) int {
+	migrateOnly := false
+	switch {
+	case len(args) == 0:
+	case len(args) == 1 && args[0] == "migrate":
+		migrateOnly = true
+	default:
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("usage: worker [migrate]", "args", args)
+		return 2
+	}
 	cfg, err := config.FromEnv()
-	if err == nil {
+	if err == nil && !migrateOnly {
 		err = cfg.Validate()
 	}
 	if err != nil {
@@ -62,6 +86,14 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if migrateOnly {
+		if err := migrate(ctx, cfg, logger); err != nil {
+			logger.Error("migration failed", "error", err.Error())
+			return 1
+		}
+		logger.Info("schema is up to date", "version", store.SchemaVersion())
+		return 0
+	}
 	if err := serve(ctx, cfg, logger); err != nil {
 		logger.Error("worker stopped", "error", err.Error())
 		if errors.Is(err, errBadConfig) {
@@ -73,6 +105,16 @@ func run() int {
 	return 0
 }
 
+// migrate applies the migrations that are not applied yet and returns.
+func migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	pool, err := store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return store.Migrate(ctx, pool, logger)
+}
+
 // errBadConfig marks a refusal to start that the operator fixes in the
 // configuration (exit code 2).
 var errBadConfig = errors.New("bad configuration")
@@ -80,9 +122,17 @@ var errBadConfig = errors.New("bad configuration")
 // serve builds every dependency once and runs the worker until ctx ends:
 // the Temporal worker, the dispatcher, and with a broker the JetStream
 // consumer and the outbox relay. On shutdown the intake stops first (no new
-// fetches, in-flight messages settled), then the Temporal worker.
+// fetches, in-flight messages settled), then the effects in flight finish
+// (see shutdown), then the Temporal worker stops.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting worker", "config", cfg)
+	// One registry for the worker's metrics and the Temporal SDK's, served
+	// at /metrics on the health listener.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	temporalMetrics, closeTemporalMetrics := metrics.TemporalHandler(reg)
+	defer func() { _ = closeTemporalMetrics.Close() }()
 	wfs, err := workflows.New(cfg.Workflows)
 	if err != nil {
 		return err
@@ -95,6 +145,17 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := store.Migrate(ctx, pool, logger); err != nil {
 		return err
 	}
+	// The provider clients' requests are timed by provider, operation and
+	// status class.
+	cfg.Stripe.HTTPClient = m.InstrumentClient(metrics.ProviderStripe, cfg.Stripe.HTTPClient)
+	if cfg.Email.HTTPClient == nil {
+		timeout := cfg.Email.Timeout
+		if timeout == 0 {
+			timeout = email.DefaultTimeout
+		}
+		cfg.Email.HTTPClient = &http.Client{Timeout: timeout}
+	}
+	cfg.Email.HTTPClient = m.InstrumentClient(metrics.ProviderSendGrid, cfg.Email.HTTPClient)
 	payments, err := payment.New(cfg.Stripe)
 	if err != nil {
 		return fmt.Errorf("stripe client: %w", err)
@@ -103,11 +164,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("sendgrid client: %w", err)
 	}
-	codecServer, err := newCodecServer()
+	codecServer, err := newCodecServer(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	tc, namespace, err := temporalclient.Dial(ctx, logger)
+	tc, namespace, err := temporalclient.DialWithMetrics(ctx, cfg.Temporal, logger, temporalMetrics)
 	if err != nil {
 		return err
 	}
@@ -118,7 +179,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		logger.Warn("search attributes", "error", err.Error())
 	}
 	st := store.New(pool)
-	in, err := intake.New(st, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true})
+	in, err := intake.New(st, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m})
 	if err != nil {
 		return err
 	}
@@ -148,15 +209,24 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
 	logger.Info("retention is safe", "retention", policy.Keep.String(), "horizon", policy.Horizon.String())
+	metrics.RegisterRetentionHeadroom(reg, policy.Keep, policy.Horizon.Total)
+	metrics.RegisterBacklog(reg, st, 2*time.Second, logger)
 
-	w := worker.New(tc, cfg.TaskQueue, worker.Options{})
+	// The drain timeout covers the whole shutdown: the effects in flight
+	// get three quarters of it, the Temporal worker's own stop (pollers,
+	// tasks that still hold a slot) the last quarter.
+	stopTimeout := cfg.DrainTimeout / 4
+	w := worker.New(tc, cfg.TaskQueue, worker.Options{WorkerStopTimeout: stopTimeout})
 	wfs.Register(w)
-	w.RegisterActivity(&activities.Activities{
+	drain := &activities.Drainer{}
+	activities.Register(w, &activities.Activities{
 		Store:       st,
 		Payments:    payments,
 		Mailer:      mailer,
 		EmailPolicy: cfg.EmailPolicy,
 		Retention:   policy,
+		Drain:       drain,
+		Metrics:     m,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
@@ -173,14 +243,44 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The health listener outlives the intake: during the drain /readyz
+	// answers 503 (check "shutdown") and /metrics still shows the effects
+	// finishing.
+	var draining atomic.Bool
+	if cfg.HealthAddr != "" {
+		checks := []health.Check{health.Postgres(st), health.Temporal(tc), {Name: "shutdown", Fn: func(context.Context) error {
+			if draining.Load() {
+				return errors.New("the worker is draining before it stops")
+			}
+			return nil
+		}}}
+		if b != nil {
+			checks = append(checks, health.NATS(b.nc))
+		}
+		hctx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
+		herr := make(chan error, 1)
+		go func() { herr <- serveHealth(hctx, cfg.HealthAddr, health.New(0, checks...), reg, logger) }()
+		defer func() {
+			stopHealth()
+			<-herr
+		}()
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			if err := <-herr; err != nil {
+				cancel(err)
+			}
+			herr <- nil
+		}()
+	}
+	// From SIGTERM on, /readyz says the worker is going away.
+	defer context.AfterFunc(ctx, func() { draining.Store(true) })()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	if b != nil {
 		g.Go(func() error { return b.consumer.Run(gctx) })
 		g.Go(func() error { return b.relay.Run(gctx) })
-	}
-	if cfg.HealthAddr != "" {
-		g.Go(func() error { return serveHealth(gctx, cfg.HealthAddr, logger) })
 	}
 	if cfg.PprofAddr != "" {
 		g.Go(func() error { return servePprof(gctx, cfg.PprofAddr, logger) })
@@ -189,11 +289,37 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		g.Go(func() error { return codec.Serve(gctx, codecServer.addr, codecServer.h, logger) })
 	}
 	err = g.Wait()
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause // the health listener failed
+	}
 	logger.Info("intake stopped", "dispatcher", dispatcher.Stats())
 	if b != nil {
 		logger.Info("broker intake stopped", "consumer", b.consumer.Stats(), "outbox", b.relay.Stats())
 	}
+	shutdown(w, drain, cfg.DrainTimeout-stopTimeout, logger)
 	return err
+}
+
+// shutdown stops the Temporal worker without cutting an effect in half. The
+// SDK cancels in-flight local activities the moment the worker stops, so
+// the effects are drained first: drain is closed (an effect that starts now
+// fails retryably before it claims anything, and runs elsewhere), the ones
+// in flight get up to wait to finish their provider call and their record,
+// and only then is the worker stopped. An effect still running then keeps
+// going on its own context until the process exits; if it has not recorded
+// by then, its retry replays it from the ledger or the provider's key.
+func shutdown(w worker.Worker, drain *activities.Drainer, wait time.Duration, logger *slog.Logger) {
+	start := time.Now()
+	inFlight := drain.InFlight()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if left, err := drain.Wait(ctx); err != nil {
+		logger.Warn("drain timed out: effects still in flight go to the retry path", "in_flight", left, "drain_timeout", wait.String())
+	} else {
+		logger.Info("effects drained", "in_flight_at_start", inFlight, "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	w.Stop()
+	logger.Info("temporal worker stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 // codecServer is the optional HTTP codec server that lets an authorised
@@ -203,19 +329,17 @@ type codecServerConfig struct {
 	h    http.Handler
 }
 
-func newCodecServer() (*codecServerConfig, error) {
-	scfg, err := codec.LoadServerConfig(os.LookupEnv)
-	if err != nil || !scfg.Enabled() {
-		return nil, err
+// newCodecServer builds it from the configuration, with the keyring the
+// Temporal client encrypts with (loaded once, by internal/config).
+func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
+	scfg := cfg.CodecServer
+	if !scfg.Enabled() {
+		return nil, nil
 	}
-	keys, on, err := codec.LoadKeyring(os.LookupEnv)
-	if err != nil {
-		return nil, err
-	}
-	if !on {
+	if cfg.Temporal.Keys == nil {
 		return nil, fmt.Errorf("%s needs %s or %s", codec.EnvServerAddr, codec.EnvKeys, codec.EnvKeyFile)
 	}
-	h, err := codec.NewServerHandler(codec.NewCodec(keys), scfg.Origins, scfg.Token)
+	h, err := codec.NewServerHandler(codec.NewCodec(cfg.Temporal.Keys), scfg.Origins, scfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -289,13 +413,12 @@ func (b *broker) close() {
 	b.nc.Close()
 }
 
-// serveHealth answers GET /healthz until ctx ends.
-func serveHealth(ctx context.Context, addr string, logger *slog.Logger) error {
+// serveHealth answers GET /livez, /healthz (alias of /livez), /readyz and
+// /metrics until ctx ends.
+func serveHealth(ctx context.Context, addr string, checker *health.Checker, reg *prometheus.Registry, logger *slog.Logger) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
+	checker.Register(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return serveHTTP(ctx, "health endpoint", addr, mux, logger)
 }
 

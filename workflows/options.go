@@ -55,6 +55,12 @@ type Config struct {
 	// and the payment stays processing for an operator. Default 72h
 	// (asynchronous methods such as bank debits take days).
 	PaymentProcessingMaxWait time.Duration
+	// HeartbeatTimeout is how long a regular ChargeOrder or SendReceipt
+	// attempt may go without a heartbeat before Temporal takes its worker
+	// for dead and retries it elsewhere. The activities heartbeat every 2s
+	// while they work, so a killed worker is noticed within this, rather
+	// than after the start-to-close timeout. Default 10s.
+	HeartbeatTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -70,6 +76,7 @@ func DefaultConfig() Config {
 
 		PaymentProcessingPoll:    10 * time.Minute,
 		PaymentProcessingMaxWait: 72 * time.Hour,
+		HeartbeatTimeout:         10 * time.Second,
 	}
 }
 
@@ -90,6 +97,7 @@ func (c Config) withDefaults() Config {
 	set(&c.LocalStartToClose, d.LocalStartToClose)
 	set(&c.PaymentProcessingPoll, d.PaymentProcessingPoll)
 	set(&c.PaymentProcessingMaxWait, d.PaymentProcessingMaxWait)
+	set(&c.HeartbeatTimeout, d.HeartbeatTimeout)
 	return c
 }
 
@@ -114,6 +122,7 @@ func (c Config) Validate() error {
 		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
 		"LocalStartToClose":     c.LocalStartToClose,
 		"PaymentProcessingPoll": c.PaymentProcessingPoll, "PaymentProcessingMaxWait": c.PaymentProcessingMaxWait,
+		"HeartbeatTimeout": c.HeartbeatTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)
@@ -147,6 +156,7 @@ func (c Config) paymentOptions(summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout:    c.PaymentStartToClose,
 		ScheduleToCloseTimeout: c.PaymentScheduleToClose,
+		HeartbeatTimeout:       c.HeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	}
@@ -156,6 +166,7 @@ func (c Config) emailOptions(summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout:    c.EmailStartToClose,
 		ScheduleToCloseTimeout: c.EmailScheduleToClose,
+		HeartbeatTimeout:       c.HeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	}

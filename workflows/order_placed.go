@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -29,34 +28,40 @@ type OrderPlacedInput struct {
 	Order     message.OrderPlaced `json:"order"`
 }
 
+// Stage is where a workflow stands, as the status query reports it.
+type Stage string
+
 // Stages of an OrderPlaced workflow, as the status query reports them.
 const (
-	StageCharging = "charging"
+	StageCharging Stage = "charging"
 	// StagePaymentProcessing: Stripe is processing the payment; the
 	// workflow waits for it to settle (a PaymentSettledSignal, or a
 	// durable timer and a retrieve).
-	StagePaymentProcessing = "payment_processing"
-	StageSendingReceipt    = "sending_receipt"
-	StageCompleted         = "completed"
+	StagePaymentProcessing Stage = "payment_processing"
+	StageSendingReceipt    Stage = "sending_receipt"
+	StageCompleted         Stage = "completed"
 )
+
+// Outcome is how a workflow ended.
+type Outcome string
 
 // Outcomes of an OrderPlaced workflow.
 const (
 	// OutcomeCompleted: charged once, receipt sent.
-	OutcomeCompleted = "completed"
+	OutcomeCompleted Outcome = "completed"
 	// OutcomePaymentFailed: the card was declined or the request refused; no receipt.
-	OutcomePaymentFailed = "payment_failed"
+	OutcomePaymentFailed Outcome = "payment_failed"
 	// OutcomeBusinessDuplicate: another message already holds this order; nothing charged.
-	OutcomeBusinessDuplicate = "business_duplicate"
+	OutcomeBusinessDuplicate Outcome = "business_duplicate"
 	// OutcomeReceiptFailed: charged once; SendGrid refused the receipt for good.
-	OutcomeReceiptFailed = "receipt_failed"
+	OutcomeReceiptFailed Outcome = "receipt_failed"
 	// OutcomeReceiptUnknown: charged once; at-most-once could not tell whether the receipt went out.
-	OutcomeReceiptUnknown = "receipt_unknown"
+	OutcomeReceiptUnknown Outcome = "receipt_unknown"
 	// OutcomePaymentProcessingTimeout: the payment was still processing
 	// after Config.PaymentProcessingMaxWait. The workflow fails with an
 	// error of type ErrTypePaymentProcessingTimeout; the payment stays
 	// processing for an operator (docs/runbook.md); no receipt was sent.
-	OutcomePaymentProcessingTimeout = "payment_processing_timeout"
+	OutcomePaymentProcessingTimeout Outcome = "payment_processing_timeout"
 )
 
 // ErrTypePaymentProcessingTimeout is the type of the non-retryable error an
@@ -69,8 +74,8 @@ type Status struct {
 	Consumer  string                    `json:"consumer"`
 	MessageID string                    `json:"message_id"`
 	OrderID   int64                     `json:"order_id"`
-	Stage     string                    `json:"stage"`
-	Outcome   string                    `json:"outcome,omitempty"`
+	Stage     Stage                     `json:"stage"`
+	Outcome   Outcome                   `json:"outcome,omitempty"`
 	Payment   *activities.ChargeResult  `json:"payment,omitempty"`
 	Receipt   *activities.ReceiptResult `json:"receipt,omitempty"`
 	// Fallbacks names the effects ("payment", "receipt") whose local
@@ -105,6 +110,7 @@ func New(cfg Config) (*Workflows, error) {
 func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.OrderPlaced, workflow.RegisterOptions{Name: OrderPlacedName})
 	r.RegisterWorkflowWithOptions(w.PruneRecords, workflow.RegisterOptions{Name: PruneRecordsName})
+	r.RegisterWorkflowWithOptions(w.OrderRefund, workflow.RegisterOptions{Name: OrderRefundName})
 }
 
 // OrderPlaced handles one order.placed message: it charges the order once
@@ -133,11 +139,11 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	localFirst := workflow.GetVersion(ctx, localFirstChange, workflow.DefaultVersion, localFirstVersion) >= localFirstVersion
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d with Stripe under key `%s`.", in.Order.OrderID, payKey))
-	var a *activities.Activities
-	charge, err := effect(ctx, w, &st, localFirst, "payment", a.ChargeOrderLocally, a.ChargeOrder, activities.ChargeInput{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
-		Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
-	}, w.cfg.paymentOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
+	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, w, &st, localFirst, "payment",
+		activities.ChargeOrderLocallyName, activities.ChargeOrderName, activities.ChargeInput{
+			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
+			Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
+		}, w.cfg.paymentOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("charge order %d: %w", in.Order.OrderID, err)
@@ -163,11 +169,12 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s). Sending the receipt under ledger key `%s`.", in.Order.OrderID, charge.PaymentIntentID, mailKey))
-	receipt, err := effect(ctx, w, &st, localFirst, "receipt", a.SendReceiptLocally, a.SendReceipt, activities.ReceiptInput{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
-		Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
-		PaymentIntentID: charge.PaymentIntentID,
-	}, w.cfg.emailOptions(fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
+	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, w, &st, localFirst, "receipt",
+		activities.SendReceiptLocallyName, activities.SendReceiptName, activities.ReceiptInput{
+			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
+			Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
+			PaymentIntentID: charge.PaymentIntentID,
+		}, w.cfg.emailOptions(fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid; sending the receipt failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("send receipt of order %d: %w", in.Order.OrderID, err)
@@ -199,7 +206,6 @@ func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlace
 	logger := workflow.GetLogger(ctx)
 	signals := workflow.GetSignalChannel(ctx, PaymentSettledSignal)
 	deadline := workflow.Now(ctx).Add(w.cfg.PaymentProcessingMaxWait)
-	var a *activities.Activities
 	for {
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
@@ -222,7 +228,7 @@ func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlace
 
 		var out activities.ChargeResult
 		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, w.cfg.settleOptions(fmt.Sprintf("settle payment of order %d", in.Order.OrderID))),
-			a.SettlePayment, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
+			activities.SettlePaymentName, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
 		var appErr *temporal.ApplicationError
 		switch {
 		case errors.As(err, &appErr) && appErr.NonRetryable():
@@ -245,12 +251,14 @@ type localOutcome[Out any] interface {
 }
 
 // effect runs one effect with input in: with localFirst, once as the local
-// activity local first (ChargeOrderLocally, SendReceiptLocally), and as the
-// regular activity regular, with opts and their retry policy, when that
-// attempt failed in a way a retry could cure; without, as the regular
-// activity only (histories from before the local-first change).
-func effect[In, Out any, L localOutcome[Out]](ctx workflow.Context, w *Workflows, st *Status, localFirst bool, name string,
-	local func(context.Context, In) (L, error), regular func(context.Context, In) (Out, error), in In, opts workflow.ActivityOptions,
+// activity named local first (ChargeOrderLocally, SendReceiptLocally), and
+// as the regular activity named regular, with opts and their retry policy,
+// when that attempt failed in a way a retry could cure; without, as the
+// regular activity only (histories from before the local-first change).
+// Activities are scheduled by their registered names (activities.*Name),
+// which a Go rename cannot change.
+func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, w *Workflows, st *Status, localFirst bool, name string,
+	local, regular string, in In, opts workflow.ActivityOptions,
 ) (Out, error) {
 	if localFirst {
 		var lo L

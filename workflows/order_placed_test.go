@@ -36,7 +36,7 @@ func newEnvWith(t *testing.T, cfg Config) (*testsuite.TestWorkflowEnvironment, *
 		t.Fatal(err)
 	}
 	wfs.Register(env)
-	env.RegisterActivity(&activities.Activities{})
+	activities.Register(env, &activities.Activities{})
 	return env, wfs
 }
 

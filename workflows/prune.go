@@ -47,10 +47,9 @@ func pruneOptions() workflow.ActivityOptions {
 // created by an older worker cannot make a newer one prune with a stale
 // number.
 func (w *Workflows) PruneRecords(ctx workflow.Context, in activities.PruneInput) (activities.PruneResult, error) {
-	var a *activities.Activities
 	var res activities.PruneResult
 	actx := workflow.WithActivityOptions(ctx, pruneOptions())
-	if err := workflow.ExecuteActivity(actx, a.Prune, in).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteActivity(actx, activities.PruneName, in).Get(ctx, &res); err != nil {
 		return res, fmt.Errorf("prune: %w", err)
 	}
 	return res, nil

@@ -1,6 +1,10 @@
-// Package config reads the worker's and the starter's configuration from the
-// environment, applies defaults in one place and validates it, naming the
-// variable at fault. Secrets (API keys) are read here and never logged: the
+// Package config is the one place the worker and the starter read the
+// environment: it applies defaults in one place and validates, naming the
+// variable at fault. The Temporal connection is read here too, through
+// Temporal's own envconfig, and the payload keyring is loaded here once and
+// shared by the Temporal client and the codec server. Every variable read
+// here is listed in docs/configuration.md (a test compares the two).
+// Secrets (API keys, tokens, keys) are read here and never logged: the
 // LogValue method redacts them.
 package config
 
@@ -9,11 +13,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/contrib/envconfig"
+
+	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
@@ -21,15 +27,22 @@ import (
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/pruning"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
 )
 
 // Lookup reads one environment variable; os.LookupEnv in production.
 type Lookup func(name string) (string, bool)
 
-// Config is everything the worker needs besides the Temporal connection,
-// which Temporal's envconfig reads (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-// TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and the config file).
+// Env is an environment Load reads: LookupEnv reads one variable, Environ
+// lists them all (Temporal's envconfig scans it for TEMPORAL_GRPC_META_*).
+type Env interface {
+	LookupEnv(name string) (string, bool)
+	Environ() []string
+}
+
+// Config is everything the worker and the starter read from the
+// environment.
 type Config struct {
 	// DatabaseURL is the Postgres connection string (DATABASE_URL). Default
 	// store.DefaultURL.
@@ -52,9 +65,17 @@ type Config struct {
 	// Workflows holds activity timeouts (PAYMENT_SCHEDULE_TO_CLOSE, …) and
 	// the local attempt before them (LOCAL_START_TO_CLOSE).
 	Workflows workflows.Config
-	// HealthAddr serves GET /healthz (EFFECTIVELY_HEALTH_ADDR). Default
-	// 127.0.0.1:8081; empty string "off" disables it.
+	// HealthAddr serves GET /livez, /readyz (and /healthz, an alias of
+	// /livez) and the Prometheus metrics at /metrics
+	// (EFFECTIVELY_HEALTH_ADDR). Default 127.0.0.1:8081; "off" disables it.
 	HealthAddr string
+	// DrainTimeout bounds the graceful shutdown on SIGTERM or SIGINT: the
+	// intake stops, then the effects in flight (a provider call and its
+	// record) get this long to finish before the Temporal worker stops;
+	// whatever outlives it goes to the retry path
+	// (EFFECTIVELY_DRAIN_TIMEOUT). Default 20s: well inside the 30 s grace
+	// period orchestrators usually give before SIGKILL.
+	DrainTimeout time.Duration
 	// PprofAddr serves Go's profiles at /debug/pprof/ (EFFECTIVELY_PPROF_ADDR,
 	// e.g. 127.0.0.1:6060). Default off: profiles reveal internals, so bind
 	// it to loopback.
@@ -71,6 +92,33 @@ type Config struct {
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
 	// Default 1h.
 	PruneEvery time.Duration
+	// Temporal is the connection to Temporal. Temporal's envconfig fills
+	// its Options from TEMPORAL_ADDRESS (default localhost:7233),
+	// TEMPORAL_NAMESPACE (default "default"), TEMPORAL_API_KEY,
+	// TEMPORAL_TLS*, TEMPORAL_GRPC_META_*, TEMPORAL_PROFILE and the
+	// temporal.toml file (TEMPORAL_CONFIG_FILE);
+	// EFFECTIVELY_GRPC_COMPRESSION picks gzip (default) or none. Its Keys,
+	// the payload keyring (EFFECTIVELY_CODEC_KEYS or
+	// EFFECTIVELY_CODEC_KEY_FILE; default none: plaintext payloads), are
+	// loaded once here and are also the codec server's.
+	Temporal temporalclient.Config
+	// CodecServer is the worker's optional codec server for the Temporal UI
+	// (EFFECTIVELY_CODEC_SERVER_ADDR, default off;
+	// EFFECTIVELY_CODEC_CORS_ORIGINS; EFFECTIVELY_CODEC_TOKEN). It decrypts
+	// with Temporal.Keys, which it requires.
+	CodecServer codec.ServerConfig
+
+	// logLevelSet records whether LOG_LEVEL was given, for LogLevelOr.
+	logLevelSet bool
+}
+
+// LogLevelOr returns LogLevel when LOG_LEVEL is set and def otherwise: the
+// starter, whose output is its JSON lines, logs only warnings by default.
+func (c Config) LogLevelOr(def slog.Level) slog.Level {
+	if c.logLevelSet {
+		return c.LogLevel
+	}
+	return def
 }
 
 // NATS configures the broker side: the JetStream consumer the worker takes
@@ -112,16 +160,31 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 // DefaultRetention is how long records are kept when RETENTION is not set.
 const DefaultRetention = 30 * 24 * time.Hour
 
+// DefaultDrainTimeout bounds the graceful shutdown when
+// EFFECTIVELY_DRAIN_TIMEOUT is not set.
+const DefaultDrainTimeout = 20 * time.Second
+
 // DefaultDatabaseMaxConns is the worker's Postgres pool size.
 const DefaultDatabaseMaxConns = 32
 
 // FromEnv reads the configuration from the process environment.
-func FromEnv() (Config, error) { return Load(os.LookupEnv) }
+func FromEnv() (Config, error) { return LoadEnv(envconfig.EnvLookupOS) }
 
-// Load reads the configuration through env.
-func Load(env Lookup) (Config, error) {
+// Load reads the configuration through lookup. Temporal's
+// TEMPORAL_GRPC_META_* variables need the whole environment: use LoadEnv
+// for them.
+func Load(lookup Lookup) (Config, error) { return LoadEnv(lookupEnv(lookup)) }
+
+// lookupEnv is an Env that can look variables up but not list them.
+type lookupEnv Lookup
+
+func (l lookupEnv) LookupEnv(name string) (string, bool) { return l(name) }
+func (lookupEnv) Environ() []string                      { return nil }
+
+// LoadEnv reads the configuration from env.
+func LoadEnv(env Env) (Config, error) {
 	get := func(name, def string) string {
-		if v, ok := env(name); ok && strings.TrimSpace(v) != "" {
+		if v, ok := env.LookupEnv(name); ok && strings.TrimSpace(v) != "" {
 			return strings.TrimSpace(v)
 		}
 		return def
@@ -199,8 +262,9 @@ func Load(env Lookup) (Config, error) {
 			PaymentProcessingPoll:    dur("PAYMENT_PROCESSING_POLL"),
 			PaymentProcessingMaxWait: dur("PAYMENT_PROCESSING_MAX_WAIT"),
 		},
-		HealthAddr: get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
-		PprofAddr:  get("EFFECTIVELY_PPROF_ADDR", ""),
+		HealthAddr:   get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
+		DrainTimeout: durOr("EFFECTIVELY_DRAIN_TIMEOUT", DefaultDrainTimeout),
+		PprofAddr:    get("EFFECTIVELY_PPROF_ADDR", ""),
 		NATS: NATS{
 			URL: get("NATS_URL", DefaultNATSURL),
 			JetStream: intake.JetStreamConfig{
@@ -226,8 +290,12 @@ func Load(env Lookup) (Config, error) {
 	if c.NATS.URL == "off" {
 		c.NATS.URL = ""
 	}
+	c.logLevelSet = get("LOG_LEVEL", "") != ""
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: use debug, info, warn or error", get("LOG_LEVEL", "")))
+	}
+	if err := c.loadTemporal(env); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
@@ -235,9 +303,36 @@ func Load(env Lookup) (Config, error) {
 	return c, nil
 }
 
+// loadTemporal reads the Temporal connection, the payload keyring (once) and
+// the codec server's settings.
+func (c *Config) loadTemporal(env Env) error {
+	var errs []error
+	opts, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{EnvLookup: env})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("temporal client configuration (TEMPORAL_* variables, temporal.toml): %w", err))
+	}
+	v, _ := env.LookupEnv(temporalclient.EnvCompression)
+	if opts.ConnectionOptions.GrpcCompression, err = temporalclient.Compression(strings.TrimSpace(v)); err != nil {
+		errs = append(errs, err)
+	}
+	c.Temporal.Options = opts
+	if keys, on, err := codec.LoadKeyring(env.LookupEnv); err != nil {
+		errs = append(errs, err)
+	} else if on {
+		c.Temporal.Keys = keys
+	}
+	if c.CodecServer, err = codec.LoadServerConfig(env.LookupEnv); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // Validate checks what the worker needs, naming the variable at fault.
 func (c Config) Validate() error {
 	var errs []error
+	if c.CodecServer.Enabled() && c.Temporal.Keys == nil {
+		errs = append(errs, fmt.Errorf("%s needs %s or %s", codec.EnvServerAddr, codec.EnvKeys, codec.EnvKeyFile))
+	}
 	if c.Stripe.APIKey == "" {
 		errs = append(errs, errors.New("STRIPE_API_KEY is not set (use sk_test_… with STRIPE_BASE_URL pointing at the simulator for local runs)"))
 	}
@@ -251,6 +346,9 @@ func (c Config) Validate() error {
 	}
 	if c.DatabaseMaxConns < 4 || c.DatabaseMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("DATABASE_MAX_CONNS=%d: must be between 4 and 1000", c.DatabaseMaxConns))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EFFECTIVELY_DRAIN_TIMEOUT=%s: must be positive", c.DrainTimeout))
 	}
 	errs = append(errs, c.validateBroker()...)
 	if err := c.Workflows.Validate(); err != nil {
@@ -363,6 +461,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("sendgrid_api_key", set(c.Email.APIKey)),
 		slog.String("email_policy", string(c.EmailPolicy)),
 		slog.String("health_addr", c.HealthAddr),
+		slog.String("drain_timeout", c.DrainTimeout.String()),
 		slog.String("pprof_addr", base(c.PprofAddr, "off")),
 		slog.String("nats_url", base(redactURL(c.NATS.URL), "off")),
 		slog.String("nats_stream", c.NATS.JetStream.Stream),
@@ -371,5 +470,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("nats_handlers", c.NATS.JetStream.Handlers),
 		slog.Int("nats_starters", c.NATS.JetStream.Starters),
 		slog.String("retention", c.Retention.String()),
+		slog.String("temporal_address", base(c.Temporal.Options.HostPort, "localhost:7233")),
+		slog.String("temporal_namespace", base(c.Temporal.Options.Namespace, "default")),
+		slog.Bool("payload_encryption", c.Temporal.Keys != nil),
+		slog.String("codec_server_addr", base(c.CodecServer.Addr, "off")),
 	)
 }

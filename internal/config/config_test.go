@@ -14,7 +14,7 @@ func TestLoadDefaultsAndValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TaskQueue != "effectively" || c.Email.From != "receipts@effectively.local" || c.EmailPolicy != "at-least-once" {
+	if c.TaskQueue != "effectively" || c.Email.From != "receipts@effectively.local" || c.EmailPolicy != "at-least-once" || c.DrainTimeout != DefaultDrainTimeout {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -35,6 +35,7 @@ func TestValidateNamesTheVariable(t *testing.T) {
 		"local budget":  {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "23h", "LOCAL_START_TO_CLOSE": "1m"}, "local attempt"},
 		"poll past max": {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_PROCESSING_POLL": "2h", "PAYMENT_PROCESSING_MAX_WAIT": "1h"}, "PaymentProcessingPoll"},
 		"tiny pool":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "DATABASE_MAX_CONNS": "2"}, "DATABASE_MAX_CONNS"},
+		"bad drain":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EFFECTIVELY_DRAIN_TIMEOUT": "-1s"}, "EFFECTIVELY_DRAIN_TIMEOUT"},
 	}
 	for name, tt := range tests {
 		c, err := Load(env(tt.env))

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/sendgridsim"
 )
 
 const testKey = "SG.k3y-that-must-never-leak.Zx9"

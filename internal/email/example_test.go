@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/sendgridsim"
 )
 
 // Example sends a receipt through the SendGrid simulator, then shows that a

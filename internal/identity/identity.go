@@ -52,6 +52,9 @@ const (
 	// EffectEmail keys the receipt's ledger row; it travels to SendGrid in
 	// custom_args.
 	EffectEmail Effect = "email"
+	// EffectRefund is a Stripe Refund: "refund:<message id>" is its
+	// Idempotency-Key.
+	EffectRefund Effect = "refund"
 )
 
 // ErrInvalid is wrapped by every error this package returns.

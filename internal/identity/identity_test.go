@@ -43,6 +43,9 @@ func TestKey(t *testing.T) {
 	if k := MustKey(EffectEmail, "evt_91c2"); k != "email:evt_91c2" {
 		t.Fatalf("email key = %q", k)
 	}
+	if k := MustKey(EffectRefund, "evt_91c2"); k != "refund:evt_91c2" {
+		t.Fatalf("refund key = %q", k)
+	}
 	long := strings.Repeat("x", 255)
 	k, err := Key(EffectPayment, long)
 	if err != nil {
@@ -101,6 +104,9 @@ func FuzzIdentity(f *testing.F) {
 		}
 		if e1 := MustKey(EffectEmail, id1); e1 == p1 {
 			t.Fatalf("payment and email share key %q", e1)
+		}
+		if r1 := MustKey(EffectRefund, id1); r1 == p1 || r1 == MustKey(EffectEmail, id1) {
+			t.Fatalf("refund shares key %q", r1)
 		}
 		if ValidateMessageID(id2) != nil || id1 == id2 {
 			return

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/store"
 )
 
@@ -200,12 +199,9 @@ var errUnstartable = errors.New("recorded message cannot be started")
 // no longer decodes (a message type dropped since it was recorded) is
 // quarantined and reported as errUnstartable.
 func (in *Intake) startRecorded(ctx context.Context, p store.PendingMessage) (workflowID string, started bool, err error) {
-	m, derr := message.Decode(p.Payload)
+	m, derr := in.cfg.Routes.Decode(p.Payload)
 	if derr == nil && (m.Consumer != p.Consumer || m.ID != p.MessageID) {
 		derr = fmt.Errorf("recorded payload names %s/%s, the row %s/%s", m.Consumer, m.ID, p.Consumer, p.MessageID)
-	}
-	if derr == nil && m.OrderPlaced == nil {
-		derr = fmt.Errorf("no workflow handles type %q", m.Type)
 	}
 	if derr != nil {
 		if _, err := in.reject(ctx, p.Payload, "inbox", p.Consumer, p.MessageID, store.ReasonInvalid,

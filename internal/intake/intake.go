@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,33 +16,38 @@ import (
 
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/metrics"
+	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
 )
 
+// Status is what became of a received message.
+type Status string
+
 // Statuses of a received message, as Result reports them.
 const (
 	// StatusStarted: this copy started the message's workflow.
-	StatusStarted = "started"
+	StatusStarted Status = "started"
 	// StatusDuplicate: the message was already received; nothing started.
-	StatusDuplicate = "duplicate"
+	StatusDuplicate Status = "duplicate"
 	// StatusInvalid: the message cannot be processed; it is quarantined with
 	// the reason in Result.Error.
-	StatusInvalid = "invalid"
+	StatusInvalid Status = "invalid"
 	// StatusRecorded: the message is in the inbox and its workflow is left
 	// to the dispatcher (Record only).
-	StatusRecorded = "recorded"
+	StatusRecorded Status = "recorded"
 )
 
 // Result is the outcome of one received message.
 type Result struct {
 	MessageID  string `json:"message_id"`
 	WorkflowID string `json:"workflow_id,omitempty"`
-	Status     string `json:"status"`
+	Status     Status `json:"status"`
 	Error      string `json:"error,omitempty"`
 	// Reason is the quarantine reason of an invalid message
-	// (store.ReasonInvalid, store.ReasonPayloadMismatch or
-	// store.ReasonMaxDeliver).
+	// (store.ReasonInvalid, store.ReasonTooLarge, store.ReasonPayloadMismatch
+	// or store.ReasonMaxDeliver).
 	Reason       string `json:"reason,omitempty"`
 	QuarantineID int64  `json:"quarantine_id,omitempty"`
 }
@@ -64,6 +70,12 @@ type Config struct {
 	// message; when the worker has no free slot, or the server does not
 	// allow eager starts, the start is an ordinary one.
 	EagerStart bool
+	// Routes says, per message type, which consumer handles it and which
+	// workflow it starts. Default route.Default().
+	Routes *route.Registry
+	// Metrics counts the intake's decisions (started, duplicate, and the
+	// quarantine reasons). Nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Intake accepts messages from any source.
@@ -87,6 +99,9 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.StartRetries <= 0 {
 		cfg.StartRetries = 5
 	}
+	if cfg.Routes == nil {
+		cfg.Routes = route.Default()
+	}
 	return &Intake{store: st, tc: tc, cfg: cfg}, nil
 }
 
@@ -95,11 +110,28 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 // or Temporal unreachable): the caller must then not acknowledge it, so that
 // it comes again. Every settled outcome, bad input included, is a Result.
 func (in *Intake) Accept(ctx context.Context, raw []byte, source string) (Result, error) {
-	m, err := message.Decode(raw)
+	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
-		return in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
+		return in.RejectInvalid(ctx, raw, source, err)
 	}
 	return in.AcceptMessage(ctx, m, source)
+}
+
+// RejectInvalid quarantines a message that failed to decode with cause, as
+// message.Decode or message.DecodeStream reported it. A message over the
+// size limit is quarantined as store.ReasonTooLarge, by its size, the
+// SHA-256 of the whole and its first bytes (raw may then be nil: the whole
+// is not needed); any other as store.ReasonInvalid with raw as received.
+func (in *Intake) RejectInvalid(ctx context.Context, raw []byte, source string, cause error) (Result, error) {
+	var me *message.Error
+	if errors.As(cause, &me) && me.Oversized != nil {
+		o := me.Oversized
+		return in.quarantine(ctx, store.QuarantineEntry{
+			Source: source, Raw: o.Prefix, Size: o.Size, SHA256: hex.EncodeToString(o.SHA256[:]),
+			Reason: store.ReasonTooLarge, Detail: cause.Error(),
+		})
+	}
+	return in.reject(ctx, raw, source, "", "", store.ReasonInvalid, cause)
 }
 
 // AcceptMessage is Accept for a message already decoded.
@@ -161,9 +193,9 @@ type Recorded struct {
 // soon as it is recorded and leaves the start to the dispatcher. Like Accept,
 // it returns an error only when the message's fate is not settled.
 func (in *Intake) Record(ctx context.Context, raw []byte, source string) (Recorded, error) {
-	m, err := message.Decode(raw)
+	m, err := in.cfg.Routes.Decode(raw)
 	if err != nil {
-		res, err := in.reject(ctx, raw, source, "", "", store.ReasonInvalid, err)
+		res, err := in.RejectInvalid(ctx, raw, source, err)
 		return Recorded{Result: res}, err
 	}
 	return in.RecordMessage(ctx, m, source)
@@ -194,6 +226,9 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 		Pending: row.State == store.InboxPending,
 		New:     row.Inserted,
 	}
+	if !row.Inserted {
+		in.cfg.Metrics.IntakeDecision(m.Consumer, metrics.DecisionDuplicate)
+	}
 	if !rec.Pending {
 		in.cfg.Logger.Info("duplicate message", "message_id", m.ID, "consumer", m.Consumer, "source", source)
 		rec.Status = StatusDuplicate
@@ -206,14 +241,32 @@ func (in *Intake) reject(ctx context.Context, raw []byte, source, consumer, mess
 	if messageID == "" {
 		messageID = looseID(raw)
 	}
-	id, err := in.store.Quarantine(ctx, store.QuarantineEntry{
+	return in.quarantine(ctx, store.QuarantineEntry{
 		Source: source, Consumer: consumer, MessageID: messageID, Raw: raw, Reason: reason, Detail: cause.Error(),
 	})
+}
+
+// quarantine keeps q and reports it as an invalid message.
+func (in *Intake) quarantine(ctx context.Context, q store.QuarantineEntry) (Result, error) {
+	id, err := in.store.Quarantine(ctx, q)
 	if err != nil {
-		return Result{}, fmt.Errorf("quarantine message %q: %w", messageID, err)
+		return Result{}, fmt.Errorf("quarantine message %q: %w", q.MessageID, err)
 	}
-	in.cfg.Logger.Warn("message quarantined", "message_id", messageID, "reason", reason, "quarantine_id", id, "error", cause.Error())
-	return Result{MessageID: messageID, Status: StatusInvalid, Error: cause.Error(), Reason: reason, QuarantineID: id}, nil
+	in.cfg.Metrics.IntakeDecision(q.Consumer, quarantineDecision(q.Reason))
+	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "error", q.Detail)
+	return Result{MessageID: q.MessageID, Status: StatusInvalid, Error: q.Detail, Reason: q.Reason, QuarantineID: id}, nil
+}
+
+// quarantineDecision is the metrics decision of a quarantine reason.
+func quarantineDecision(reason string) metrics.Decision {
+	switch reason {
+	case store.ReasonPayloadMismatch:
+		return metrics.DecisionPayloadMismatch
+	case store.ReasonMaxDeliver:
+		return metrics.DecisionMaxDeliver
+	default:
+		return metrics.DecisionInvalid
+	}
 }
 
 // looseID returns the "id" of a message that failed validation, when it is a
@@ -232,7 +285,8 @@ func looseID(raw []byte) string {
 	return s
 }
 
-// StartOptions are the options every message's workflow is started with.
+// StartOptions are the options every message's workflow is started with,
+// with the search attributes and summary of its route.
 //
 // The policies are explicit because the defaults are wrong for messages:
 //   - WorkflowIDConflictPolicy FAIL: a copy arriving while the first run is
@@ -243,42 +297,35 @@ func looseID(raw []byte) string {
 //   - WorkflowExecutionErrorWhenAlreadyStarted: without it the Go SDK
 //     returns the existing run with a nil error, and a copy would look
 //     started.
-func StartOptions(taskQueue, workflowID string, m *message.Message) client.StartWorkflowOptions {
-	opts := client.StartWorkflowOptions{
-		ID:                                       workflowID,
+func StartOptions(taskQueue string, ws route.WorkflowStart) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       ws.ID,
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    ws.SearchAttributes,
+		StaticSummary:                            ws.Summary,
+		StaticDetails:                            ws.Details,
 	}
-	if m.OrderPlaced != nil {
-		opts.TypedSearchAttributes = workflows.SearchAttributes(m.Consumer, m.ID, m.OrderPlaced.OrderID)
-		opts.StaticSummary = fmt.Sprintf("Order %d from message %s", m.OrderPlaced.OrderID, m.ID)
-		opts.StaticDetails = fmt.Sprintf("Message `%s` (%s), consumer `%s`: charge order %d under key `%s`, then send its receipt under ledger key `%s`.",
-			m.ID, m.Type, m.Consumer, m.OrderPlaced.OrderID,
-			identity.MustKey(identity.EffectPayment, m.ID), identity.MustKey(identity.EffectEmail, m.ID))
-	}
-	return opts
 }
 
 // Start starts the workflow of m. It reports started=false, with a nil
 // error, when the workflow ID was already used (running or closed): that is
 // a duplicate, not a failure.
 func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, err error) {
-	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
+	ws, err := in.cfg.Routes.Start(m)
 	if err != nil {
 		return false, err
 	}
-	if m.OrderPlaced == nil {
-		return false, fmt.Errorf("message %s: no workflow handles type %q", m.ID, m.Type)
-	}
-	input := workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *m.OrderPlaced}
-	opts := StartOptions(in.cfg.TaskQueue, wfID, m)
+	wfID := ws.ID
+	opts := StartOptions(in.cfg.TaskQueue, ws)
 	opts.EnableEagerStart = in.cfg.EagerStart
 	backoff := 100 * time.Millisecond
 	for try := 0; ; try++ {
-		_, err = in.tc.ExecuteWorkflow(ctx, opts, workflows.OrderPlacedName, input)
+		_, err = in.tc.ExecuteWorkflow(ctx, opts, ws.Workflow, ws.Input)
 		if err == nil {
+			in.cfg.Metrics.IntakeDecision(m.Consumer, metrics.DecisionStarted)
 			return true, nil
 		}
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
@@ -296,6 +343,9 @@ func (in *Intake) Start(ctx context.Context, m *message.Message) (started bool, 
 		backoff *= 2
 	}
 }
+
+// Routes returns the registry the Intake decodes and starts messages with.
+func (in *Intake) Routes() *route.Registry { return in.cfg.Routes }
 
 // Store returns the store the Intake records in.
 func (in *Intake) Store() *store.Store { return in.store }

@@ -15,8 +15,8 @@ import (
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
-	"github.com/effectively/effectively/internal/testenv"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // fakeTemporal stands in for the Temporal client: the consumer's tests are

@@ -7,6 +7,7 @@ import (
 
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/retention"
+	"github.com/effectively/effectively/internal/route"
 )
 
 func TestPublishSubject(t *testing.T) {
@@ -34,7 +35,7 @@ func TestPublishSubject(t *testing.T) {
 
 func TestMsgIDSeparatesPayloads(t *testing.T) {
 	decode := func(s string) *message.Message {
-		m, err := message.Decode([]byte(s))
+		m, err := route.Default().Decode([]byte(s))
 		if err != nil {
 			t.Fatal(err)
 		}

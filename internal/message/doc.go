@@ -17,10 +17,13 @@
 //     identity.ValidateMessageID). Every redelivered copy of a message
 //     carries the same id; it is what makes the side effects happen once.
 //   - type: a string naming a known message type, which routes the message
-//     to its consumer (see ConsumerFor). The only type so far is
-//     "order.placed", handled by the consumer "order-placed".
+//     to its consumer. Which types exist is the caller's Types: the product's
+//     is the route registry (internal/route), which knows "order.placed"
+//     (consumer "order-placed") and "order.refund_requested" (consumer
+//     "order-refund").
 //   - data: an object whose fields depend on the type; for order.placed,
-//     see OrderPlaced.
+//     see OrderPlaced, for order.refund_requested, RefundRequested. Each
+//     type's Schema validates it into Message.Value.
 //
 // # Decisions
 //

@@ -1,6 +1,8 @@
 package message
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -49,6 +51,25 @@ type Error struct {
 	Problem string
 	// Code is one of the Code constants.
 	Code string
+	// Oversized describes the whole message when Code is CodeTooLarge: the
+	// message itself is not kept, so its size, digest and first bytes are
+	// what identifies it.
+	Oversized *Oversized
+}
+
+// OversizedPrefix is how many leading bytes of a message longer than
+// MaxSize are kept, for an operator to recognise it.
+const OversizedPrefix = 1024
+
+// Oversized identifies a message longer than MaxSize without keeping it.
+type Oversized struct {
+	// Size is the message's length in bytes (without a line terminator).
+	Size int64
+	// SHA256 is the digest of the whole message: two different oversized
+	// messages have different digests, two copies of one the same.
+	SHA256 [32]byte
+	// Prefix is the message's first OversizedPrefix bytes.
+	Prefix []byte
 }
 
 // Error returns "invalid message: <field>: <problem>", or
@@ -64,8 +85,15 @@ func newError(code, field, format string, args ...any) *Error {
 	return &Error{Field: field, Problem: fmt.Sprintf(format, args...), Code: code}
 }
 
-func tooLarge(size int64) *Error {
-	return newError(CodeTooLarge, "", "message is %d bytes, the limit is %d", size, MaxSize)
+func tooLarge(o *Oversized) *Error {
+	e := newError(CodeTooLarge, "", "message is %d bytes, the limit is %d", o.Size, MaxSize)
+	e.Oversized = o
+	return e
+}
+
+// oversized describes raw, a whole message longer than MaxSize.
+func oversized(raw []byte) *Oversized {
+	return &Oversized{Size: int64(len(raw)), SHA256: sha256.Sum256(raw), Prefix: bytes.Clone(raw[:min(len(raw), OversizedPrefix)])}
 }
 
 // maxEcho bounds how much of an input value is repeated in an error, so that

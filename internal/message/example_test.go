@@ -5,24 +5,25 @@ import (
 	"fmt"
 
 	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
 )
 
 func ExampleDecode() {
 	raw := []byte(`{"id": "evt_91c2", "type": "order.placed",
  "data": {"order_id": 42, "amount": 1999, "currency": "USD",
           "customer_email": "ada@example.com", "payment_method": "pm_card_visa"}}`)
-	m, err := message.Decode(raw)
+	m, err := message.Decode(raw, route.Default())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	o := m.OrderPlaced
+	o := m.Value.(*message.OrderPlaced)
 	fmt.Println(m.ID, m.Type, "->", m.Consumer)
 	fmt.Println(o.OrderID, o.Amount, o.Currency, o.CustomerEmail, o.PaymentMethod)
 
 	_, err = message.Decode([]byte(`{"id": "evt_91c3", "type": "order.placed",
  "data": {"order_id": 42, "amount": 19.99, "currency": "usd",
-          "customer_email": "ada@example.com", "payment_method": "pm_card_visa"}}`))
+          "customer_email": "ada@example.com", "payment_method": "pm_card_visa"}}`), route.Default())
 	var e *message.Error
 	if errors.As(err, &e) {
 		fmt.Println(e.Code, e.Field)

@@ -7,7 +7,7 @@ import (
 
 func mustDecode(t *testing.T, raw string) *Message {
 	t.Helper()
-	m, err := Decode([]byte(raw))
+	m, err := Decode([]byte(raw), testTypes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,3 +70,38 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// testTypes are the message types of this package, routed as the product
+// routes them (internal/route cannot be imported here: it imports message).
+var testTypes = typeTable{
+	TypeOrderPlaced:     {ConsumerOrderPlaced, OrderPlacedSchema},
+	TypeRefundRequested: {ConsumerRefundRequested, RefundRequestedSchema},
+}
+
+type typeTable map[string]struct {
+	consumer string
+	schema   Schema
+}
+
+func (t typeTable) Lookup(typ string) (string, Schema, bool) {
+	r, ok := t[typ]
+	return r.consumer, r.schema, ok
+}
+
+func (t typeTable) Names() []string {
+	names := make([]string, 0, len(t))
+	for n := range t {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// orderOf is the order.placed data of m, or nil.
+func orderOf(m *Message) *OrderPlaced {
+	o, _ := m.Value.(*OrderPlaced)
+	return o
+}
+
+// orderPlacedOnly routes order.placed alone, for the fuzz test's round trip.
+var orderPlacedOnly = typeTable{TypeOrderPlaced: testTypes[TypeOrderPlaced]}

@@ -3,7 +3,6 @@ package message
 import (
 	"bytes"
 	"encoding/json"
-	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -13,16 +12,6 @@ import (
 // MaxSize is the largest message accepted, in bytes. Larger payloads are
 // rejected before any parsing.
 const MaxSize = 64 << 10
-
-// Message types and the consumers that handle them.
-const (
-	// TypeOrderPlaced is the type of a message announcing a placed order,
-	// whose data is an OrderPlaced.
-	TypeOrderPlaced = "order.placed"
-	// ConsumerOrderPlaced is the consumer name that handles order.placed.
-	// It is a valid identity consumer name.
-	ConsumerOrderPlaced = "order-placed"
-)
 
 // Message is a decoded and validated message.
 type Message struct {
@@ -39,42 +28,36 @@ type Message struct {
 	// and for quarantine.
 	Raw []byte
 
-	// OrderPlaced is the validated data when Type is TypeOrderPlaced.
-	OrderPlaced *OrderPlaced
+	// Value is the validated data, as the type's Schema returns it: an
+	// *OrderPlaced for order.placed, a *RefundRequested for
+	// order.refund_requested.
+	Value any
 }
 
-// route says how a message type is handled.
-type route struct {
-	consumer string
-	decode   func(m *Message, data *object) *Error
+// Schema validates the data object of one message type and returns it as a
+// typed value. The schemas live in this package, one file per type, because
+// they read the strict parse tree that Decode builds; which types exist, and
+// which consumer handles each, is the business of Types.
+type Schema struct {
+	typ    string
+	decode func(data *object) (any, *Error)
 }
 
-var routes = map[string]route{
-	TypeOrderPlaced: {
-		consumer: ConsumerOrderPlaced,
-		decode: func(m *Message, data *object) *Error {
-			op, err := decodeOrderPlaced(data)
-			m.OrderPlaced = op
-			return err
-		},
-	},
-}
+// Type is the message type the schema validates.
+func (s Schema) Type() string { return s.typ }
 
-// knownTypes lists the routed types, sorted, for error messages.
-var knownTypes = func() string {
-	types := make([]string, 0, len(routes))
-	for t := range routes {
-		types = append(types, t)
-	}
-	sort.Strings(types)
-	return strings.Join(types, ", ")
-}()
+// Valid reports whether s is a schema of this package rather than the zero
+// value.
+func (s Schema) Valid() bool { return s.decode != nil }
 
-// ConsumerFor returns the consumer that handles messages of type typ, and
-// false if typ is not a known type.
-func ConsumerFor(typ string) (string, bool) {
-	r, ok := routes[typ]
-	return r.consumer, ok
+// Types tells Decode which message types exist. The product's is the route
+// registry (internal/route): the one place that names every message type.
+type Types interface {
+	// Lookup returns the consumer that handles typ and the schema of its
+	// data; ok is false for an unknown type.
+	Lookup(typ string) (consumer string, schema Schema, ok bool)
+	// Names returns the known types, sorted, for error messages.
+	Names() []string
 }
 
 // topFields are the fields a message may have.
@@ -83,16 +66,16 @@ var topFields = []string{"id", "type", "data"}
 // utf8BOM is the UTF-8 encoding of U+FEFF.
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
-// Decode parses and validates one message. Every bad input is reported as an
-// *Error naming the offending field; Decode never panics. raw is not
-// retained: the returned Message holds a copy.
+// Decode parses and validates one message of one of types. Every bad input
+// is reported as an *Error naming the offending field; Decode never panics.
+// raw is not retained: the returned Message holds a copy.
 //
 // See the package documentation for the accepted format.
-func Decode(raw []byte) (*Message, error) {
+func Decode(raw []byte, types Types) (*Message, error) {
 	if len(raw) > MaxSize {
-		return nil, tooLarge(int64(len(raw)))
+		return nil, tooLarge(oversized(raw))
 	}
-	m, err := decode(bytes.Clone(raw))
+	m, err := decode(bytes.Clone(raw), types)
 	if err != nil {
 		return nil, err
 	}
@@ -100,9 +83,9 @@ func Decode(raw []byte) (*Message, error) {
 }
 
 // decode is Decode for a raw it may keep, of at most MaxSize bytes.
-func decode(raw []byte) (*Message, *Error) {
+func decode(raw []byte, types Types) (*Message, *Error) {
 	if len(raw) > MaxSize {
-		return nil, tooLarge(int64(len(raw)))
+		return nil, tooLarge(oversized(raw))
 	}
 	if bytes.HasPrefix(raw, utf8BOM) {
 		return nil, newError(CodeEncoding, "", "message starts with a UTF-8 byte order mark, which is not accepted")
@@ -134,11 +117,11 @@ func decode(raw []byte) (*Message, *Error) {
 	if m.Type, err = stringField(top, "", "type"); err != nil {
 		return nil, err
 	}
-	r, known := routes[m.Type]
-	if !known {
-		return nil, newError(CodeUnknownType, "type", "unknown type %s; known types are %s", quote(m.Type), knownTypes)
+	consumer, schema, known := types.Lookup(m.Type)
+	if !known || !schema.Valid() {
+		return nil, newError(CodeUnknownType, "type", "unknown type %s; known types are %s", quote(m.Type), strings.Join(types.Names(), ", "))
 	}
-	m.Consumer = r.consumer
+	m.Consumer = consumer
 
 	v, err := required(top, "", "data")
 	if err != nil {
@@ -149,9 +132,11 @@ func decode(raw []byte) (*Message, *Error) {
 		return nil, newError(CodeType, "data", "must be an object, got %s", describe(v))
 	}
 	m.Data = json.RawMessage(top.find("data").raw)
-	if err := r.decode(m, data); err != nil {
-		return nil, err
+	v, derr := schema.decode(data)
+	if derr != nil {
+		return nil, derr
 	}
+	m.Value = v
 	return m, nil
 }
 

@@ -135,7 +135,7 @@ func TestDecodeRejects(t *testing.T) {
 		}
 		seen[tt.in] = true
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := Decode([]byte(tt.in))
+			m, err := Decode([]byte(tt.in), testTypes)
 			if err == nil {
 				t.Fatalf("Decode succeeded: %+v", m)
 			}
@@ -187,7 +187,7 @@ func TestDecodeErrorText(t *testing.T) {
 		{order(map[string]string{"payment_method": `"pm_\u0000"`}), `invalid message: data.payment_method: contains control character '\x00' at byte 3`},
 	}
 	for _, tt := range tests {
-		_, err := Decode([]byte(tt.in))
+		_, err := Decode([]byte(tt.in), testTypes)
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 			t.Errorf("Decode(%.60q) error = %v, want prefix %q", tt.in, err, tt.want)
 		}
@@ -220,15 +220,15 @@ func TestDecodeAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := Decode([]byte(tt.in))
+			m, err := Decode([]byte(tt.in), testTypes)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if m.ID != "evt_91c2" || m.Type != TypeOrderPlaced || m.Consumer != ConsumerOrderPlaced {
 				t.Errorf("got ID %q Type %q Consumer %q", m.ID, m.Type, m.Consumer)
 			}
-			if m.OrderPlaced == nil || *m.OrderPlaced != tt.want {
-				t.Errorf("OrderPlaced = %+v, want %+v", m.OrderPlaced, tt.want)
+			if orderOf(m) == nil || *orderOf(m) != tt.want {
+				t.Errorf("OrderPlaced = %+v, want %+v", orderOf(m), tt.want)
 			}
 			if string(m.Raw) != tt.in {
 				t.Errorf("Raw = %q, want the input", m.Raw)
@@ -242,7 +242,7 @@ func TestDecodeAccepts(t *testing.T) {
 }
 
 func TestDecodeData(t *testing.T) {
-	m, err := Decode([]byte(validMessage))
+	m, err := Decode([]byte(validMessage), testTypes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestDecodeData(t *testing.T) {
 
 func TestDecodeCopiesInput(t *testing.T) {
 	in := []byte(order(map[string]string{"currency": `"USD"`}))
-	m, err := Decode(in)
+	m, err := Decode(in, testTypes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,21 +268,6 @@ func TestDecodeCopiesInput(t *testing.T) {
 	}
 	if !bytes.Contains(m.Data, []byte(`"USD"`)) {
 		t.Errorf("Data = %q, want the currency as sent", m.Data)
-	}
-}
-
-func TestConsumerFor(t *testing.T) {
-	c, ok := ConsumerFor(TypeOrderPlaced)
-	if !ok || c != ConsumerOrderPlaced {
-		t.Errorf("ConsumerFor(%q) = %q, %v", TypeOrderPlaced, c, ok)
-	}
-	if c, ok := ConsumerFor("order.cancelled"); ok || c != "" {
-		t.Errorf("ConsumerFor(unknown) = %q, %v", c, ok)
-	}
-	for typ, r := range routes {
-		if err := identity.ValidateConsumer(r.consumer); err != nil {
-			t.Errorf("consumer of %q: %v", typ, err)
-		}
 	}
 }
 

@@ -7,6 +7,25 @@ import (
 	"strings"
 )
 
+// The order.placed type and the consumer that handles it.
+const (
+	// TypeOrderPlaced is the type of a message announcing a placed order,
+	// whose data is an OrderPlaced.
+	TypeOrderPlaced = "order.placed"
+	// ConsumerOrderPlaced is the consumer name that handles order.placed.
+	// It is a valid identity consumer name.
+	ConsumerOrderPlaced = "order-placed"
+)
+
+// OrderPlacedSchema validates order.placed data into an *OrderPlaced.
+var OrderPlacedSchema = Schema{typ: TypeOrderPlaced, decode: func(data *object) (any, *Error) {
+	o, err := decodeOrderPlaced(data)
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}}
+
 // OrderPlaced is the data of an order.placed message: a customer placed an
 // order, to be charged and sent a receipt.
 type OrderPlaced struct {

@@ -3,12 +3,14 @@ package message
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 )
 
-// DecodeStream decodes the messages read from r and calls fn for each, in
+// DecodeStream decodes the messages of types read from r and calls fn for each, in
 // order. The input is either one JSON message, possibly pretty-printed over
 // many lines, or JSON lines: one message per line, with blank lines skipped.
 // The first non-blank line decides which: if it opens an object or array
@@ -20,11 +22,12 @@ import (
 // either the decoded message or the *Error that Decode would return for it.
 // A message that fails to decode, including one longer than MaxSize, is
 // reported to fn and decoding carries on with the next line; for a message
-// longer than MaxSize raw is nil, as it is not kept.
+// longer than MaxSize raw is nil, as it is not kept: its *Error's Oversized
+// gives its size, the SHA-256 of the whole and its first bytes.
 //
 // DecodeStream returns nil at the end of the input, the first error returned
 // by fn, or an error from reading r.
-func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err error) error) error {
+func DecodeStream(r io.Reader, types Types, fn func(line int, raw []byte, m *Message, err error) error) error {
 	lr := &lineReader{br: bufio.NewReaderSize(r, MaxSize+2)}
 	multi := false // whether the format is decided: JSON lines
 	lineNo := 0
@@ -37,7 +40,7 @@ func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err err
 			return fmt.Errorf("message: reading line %d: %w", lineNo+1, err)
 		}
 		lineNo++
-		if over > 0 {
+		if over != nil {
 			multi = true
 			if err := fn(lineNo, nil, nil, tooLarge(over)); err != nil {
 				return err
@@ -49,10 +52,10 @@ func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err err
 			continue
 		}
 		if !multi && opensMultiline(content) {
-			return decodeDocument(lr.br, line, lineNo, fn)
+			return decodeDocument(lr.br, line, lineNo, types, fn)
 		}
 		multi = true
-		if err := report(fn, lineNo, content); err != nil {
+		if err := report(fn, lineNo, content, types); err != nil {
 			return err
 		}
 	}
@@ -60,7 +63,7 @@ func DecodeStream(r io.Reader, fn func(line int, raw []byte, m *Message, err err
 
 // decodeDocument decodes the rest of the input as a single message whose
 // first line, with its terminator, is first.
-func decodeDocument(br *bufio.Reader, first []byte, lineNo int, fn func(int, []byte, *Message, error) error) error {
+func decodeDocument(br *bufio.Reader, first []byte, lineNo int, types Types, fn func(int, []byte, *Message, error) error) error {
 	buf := first
 	rest, err := io.ReadAll(io.LimitReader(br, int64(MaxSize+1-len(buf))))
 	if err != nil {
@@ -68,19 +71,20 @@ func decodeDocument(br *bufio.Reader, first []byte, lineNo int, fn func(int, []b
 	}
 	buf = append(buf, rest...)
 	if len(buf) > MaxSize {
-		n, err := io.Copy(io.Discard, br)
-		if err != nil {
+		d := newDigest()
+		d.write(buf)
+		if _, err := io.Copy(d, br); err != nil {
 			return fmt.Errorf("message: reading the message starting on line %d: %w", lineNo, err)
 		}
-		return fn(lineNo, nil, nil, tooLarge(int64(len(buf))+n))
+		return fn(lineNo, nil, nil, tooLarge(d.result()))
 	}
-	return report(fn, lineNo, bytes.TrimRight(buf, " \t\r\n"))
+	return report(fn, lineNo, bytes.TrimRight(buf, " \t\r\n"), types)
 }
 
 // report decodes raw, which it owns, and passes the result to fn.
-func report(fn func(int, []byte, *Message, error) error, lineNo int, raw []byte) error {
+func report(fn func(int, []byte, *Message, error) error, lineNo int, raw []byte, types Types) error {
 	raw = raw[:len(raw):len(raw)]
-	m, err := decode(raw)
+	m, err := decode(raw, types)
 	if err != nil {
 		return fn(lineNo, raw, nil, err)
 	}
@@ -128,29 +132,35 @@ type lineReader struct {
 }
 
 // next returns the next line with its terminator, as a fresh slice. For a
-// line too long to be a message it returns instead the line's length without
-// terminator, having skipped it. At the end of the input it returns io.EOF.
-func (lr *lineReader) next() (line []byte, over int64, err error) {
+// line too long to be a message it returns instead a description of the
+// line without its terminator (size, digest, first bytes), having skipped
+// it. At the end of the input it returns io.EOF.
+func (lr *lineReader) next() (line []byte, over *Oversized, err error) {
 	b, err := lr.br.ReadSlice('\n')
 	if !errors.Is(err, bufio.ErrBufferFull) {
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		if len(b) == 0 { // only at the end of the input
-			return nil, 0, io.EOF
+			return nil, nil, io.EOF
 		}
-		return bytes.Clone(b), 0, nil
+		return bytes.Clone(b), nil, nil
 	}
-	// Too long: skip to the end of the line, counting.
-	var prev, last byte // the line's last two bytes
+	// Too long: digest to the end of the line. The last two bytes seen are
+	// held back until the line ends, as they may be its terminator.
+	d := newDigest()
+	held := make([]byte, 0, 2)
 	for {
-		n := len(b)
-		over += int64(n)
-		switch {
+		switch n := len(b); {
 		case n >= 2:
-			prev, last = b[n-2], b[n-1]
-		case n == 1:
-			prev, last = last, b[0]
+			d.write(held)
+			d.write(b[:n-2])
+			held = append(held[:0], b[n-2:]...)
+		case n == 1 && len(held) == 2:
+			d.write(held[:1])
+			held = append(held[:0], held[1], b[0])
+		default:
+			held = append(held, b...)
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			break
@@ -158,13 +168,40 @@ func (lr *lineReader) next() (line []byte, over int64, err error) {
 		b, err = lr.br.ReadSlice('\n')
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	if last == '\n' {
-		over--
-		if prev == '\r' {
-			over--
-		}
+	if h, ok := bytes.CutSuffix(held, []byte("\n")); ok {
+		held = bytes.TrimSuffix(h, []byte("\r"))
 	}
-	return nil, over, nil
+	d.write(held)
+	return nil, d.result(), nil
+}
+
+// digest computes an Oversized description of a message read in pieces.
+type digest struct {
+	h      hash.Hash
+	size   int64
+	prefix []byte
+}
+
+func newDigest() *digest { return &digest{h: sha256.New()} }
+
+func (d *digest) write(p []byte) {
+	if room := OversizedPrefix - len(d.prefix); room > 0 {
+		d.prefix = append(d.prefix, p[:min(room, len(p))]...)
+	}
+	d.size += int64(len(p))
+	d.h.Write(p)
+}
+
+// Write makes a digest an io.Writer, for io.Copy.
+func (d *digest) Write(p []byte) (int, error) {
+	d.write(p)
+	return len(p), nil
+}
+
+func (d *digest) result() *Oversized {
+	o := &Oversized{Size: d.size, Prefix: d.prefix}
+	d.h.Sum(o.SHA256[:0])
+	return o
 }

@@ -1,6 +1,7 @@
 package message
 
 import (
+	"crypto/sha256"
 	"errors"
 	"io"
 	"strconv"
@@ -20,7 +21,7 @@ type result struct {
 func collect(t *testing.T, r io.Reader) []result {
 	t.Helper()
 	var got []result
-	err := DecodeStream(r, func(line int, raw []byte, m *Message, err error) error {
+	err := DecodeStream(r, testTypes, func(line int, raw []byte, m *Message, err error) error {
 		res := result{line: line, raw: string(raw)}
 		switch {
 		case m != nil && err != nil:
@@ -150,7 +151,7 @@ func TestDecodeStreamTooLargeReportsSize(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var msgs []string
-			err := DecodeStream(strings.NewReader(tt.in), func(_ int, _ []byte, _ *Message, err error) error {
+			err := DecodeStream(strings.NewReader(tt.in), testTypes, func(_ int, _ []byte, _ *Message, err error) error {
 				if err != nil {
 					msgs = append(msgs, err.Error())
 				}
@@ -179,7 +180,7 @@ func TestDecodeStreamStopsOnCallbackError(t *testing.T) {
 	stop := errors.New("stop")
 	calls := 0
 	in := withID("a") + "\n" + withID("b") + "\n" + withID("c") + "\n"
-	err := DecodeStream(strings.NewReader(in), func(line int, _ []byte, _ *Message, _ error) error {
+	err := DecodeStream(strings.NewReader(in), testTypes, func(line int, _ []byte, _ *Message, _ error) error {
 		calls++
 		if line == 2 {
 			return stop
@@ -195,7 +196,7 @@ func TestDecodeStreamReadError(t *testing.T) {
 	boom := errors.New("boom")
 	in := io.MultiReader(strings.NewReader(withID("a")+"\n"+withID("b")), iotest.ErrReader(boom))
 	var ids []string
-	err := DecodeStream(in, func(_ int, _ []byte, m *Message, _ error) error {
+	err := DecodeStream(in, testTypes, func(_ int, _ []byte, m *Message, _ error) error {
 		if m != nil {
 			ids = append(ids, m.ID)
 		}
@@ -210,7 +211,7 @@ func TestDecodeStreamReadError(t *testing.T) {
 
 	// In a pretty-printed document.
 	in = io.MultiReader(strings.NewReader("{\n"), iotest.ErrReader(boom))
-	err = DecodeStream(in, func(int, []byte, *Message, error) error {
+	err = DecodeStream(in, testTypes, func(int, []byte, *Message, error) error {
 		t.Error("callback called")
 		return nil
 	})
@@ -245,5 +246,71 @@ func TestOpensMultiline(t *testing.T) {
 		if got := opensMultiline([]byte(in)); got != want {
 			t.Errorf("opensMultiline(%q) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+// An oversized message is not kept, but its *Error identifies it: the size,
+// the SHA-256 of the whole (without the line terminator) and its first
+// OversizedPrefix bytes, so that two different oversized messages can be
+// told apart and two copies of one recognised.
+func TestDecodeStreamTooLargeIdentifiesTheMessage(t *testing.T) {
+	a := `{"id":"a","pad":"` + strings.Repeat("a", 2*MaxSize) + `"}`
+	b := `{"id":"b","pad":"` + strings.Repeat("b", MaxSize) + `"}`
+	doc := "{\n" + strings.Repeat(" ", 2*MaxSize) + "}\n"
+	for _, tt := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"lines", a + "\r\n" + b + "\n" + a, []string{a, b, a}},
+		{"small reads", a + "\n" + b + "\r\n", []string{a, b}},
+		{"document", doc, []string{doc}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var r io.Reader = strings.NewReader(tt.in)
+			if tt.name == "small reads" {
+				r = smallReads{r}
+			}
+			var got []*Oversized
+			err := DecodeStream(r, testTypes, func(_ int, raw []byte, _ *Message, err error) error {
+				var me *Error
+				if !errors.As(err, &me) || me.Code != CodeTooLarge || me.Oversized == nil {
+					t.Fatalf("error %v, want a too_large *Error with Oversized", err)
+				}
+				if raw != nil {
+					t.Error("raw of an oversized message is kept")
+				}
+				got = append(got, me.Oversized)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d oversized messages, want %d", len(got), len(tt.want))
+			}
+			for i, w := range tt.want {
+				if got[i].Size != int64(len(w)) {
+					t.Errorf("message %d: size %d, want %d", i, got[i].Size, len(w))
+				}
+				if got[i].SHA256 != sha256.Sum256([]byte(w)) {
+					t.Errorf("message %d: digest is not the SHA-256 of the whole message", i)
+				}
+				if string(got[i].Prefix) != w[:OversizedPrefix] {
+					t.Errorf("message %d: prefix %.40q…, want the first %d bytes", i, got[i].Prefix, OversizedPrefix)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeTooLargeIdentifiesTheMessage(t *testing.T) {
+	raw := []byte(`{"id":"a","pad":"` + strings.Repeat("a", MaxSize) + `"}`)
+	_, err := Decode(raw, testTypes)
+	var me *Error
+	if !errors.As(err, &me) || me.Oversized == nil {
+		t.Fatalf("error %v, want a too_large *Error with Oversized", err)
+	}
+	if me.Oversized.Size != int64(len(raw)) || me.Oversized.SHA256 != sha256.Sum256(raw) || string(me.Oversized.Prefix) != string(raw[:OversizedPrefix]) {
+		t.Errorf("Oversized = size %d, prefix %d bytes; want size %d and the digest and first bytes of the message", me.Oversized.Size, len(me.Oversized.Prefix), len(raw))
 	}
 }

@@ -67,7 +67,7 @@
 // during incidents. ErrNotFound from it shortly after a write proves
 // nothing, so effectively never uses it for read-after-write; it is kept
 // for looking up data older than that lag. The simulator in
-// internal/sim/stripesim lags by Options.SearchLag (a minute by default).
+// sim/stripesim lags by Options.SearchLag (a minute by default).
 //
 // # Configuration
 //

@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/sim/stripesim"
+	"github.com/effectively/effectively/sim/stripesim"
 )
 
 // A message delivered twice is charged once: both deliveries use the same

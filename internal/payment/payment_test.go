@@ -16,7 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/form"
 
-	"github.com/effectively/effectively/internal/sim/stripesim"
+	"github.com/effectively/effectively/sim/stripesim"
 )
 
 const testKey = "sk_test_effectively_secret_4242"

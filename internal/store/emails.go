@@ -26,8 +26,10 @@ const (
 
 // EmailClaim asks to send one email.
 type EmailClaim struct {
-	Consumer    string
-	MessageID   string
+	Consumer  string
+	MessageID string
+	// OrderID is the order whose receipt_status follows the mail; 0 for a
+	// mail that is not the order's receipt (a refund receipt).
 	OrderID     int64
 	Key         string // "email:<message id>"
 	RequestHash string

@@ -9,10 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// InboxState is inbox.state.
+type InboxState string
+
 // Inbox states.
 const (
-	InboxPending    = "pending"
-	InboxDispatched = "dispatched"
+	InboxPending    InboxState = "pending"
+	InboxDispatched InboxState = "dispatched"
 )
 
 // InboxEntry is a message to record in the inbox.
@@ -29,7 +32,7 @@ type InboxResult struct {
 	// Inserted is true when this call created the row: the message is new.
 	Inserted bool
 	// State of the row after the call (InboxPending or InboxDispatched).
-	State string
+	State InboxState
 	// PayloadHash of the row as first recorded.
 	PayloadHash string
 	// WorkflowID, once dispatched.
@@ -105,7 +108,7 @@ type InboxRow struct {
 	MessageID    string     `json:"message_id"`
 	PayloadHash  string     `json:"payload_sha256"`
 	Source       string     `json:"source"`
-	State        string     `json:"state"`
+	State        InboxState `json:"state"`
 	WorkflowID   string     `json:"workflow_id,omitempty"`
 	ReceivedAt   time.Time  `json:"received_at"`
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`

@@ -10,41 +10,52 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// EffectKind is effects.kind.
+type EffectKind string
+
 // Effect kinds, as stored in effects.kind.
 const (
-	KindPayment = "payment"
-	KindEmail   = "email"
+	KindPayment EffectKind = "payment"
+	KindEmail   EffectKind = "email"
+	KindRefund  EffectKind = "refund"
 )
+
+// EffectState is effects.state.
+type EffectState string
 
 // Effect states. A row moves claimed → in_flight → succeeded | failed |
 // unknown; the three last are terminal.
 const (
-	StateClaimed   = "claimed"
-	StateInFlight  = "in_flight"
-	StateSucceeded = "succeeded"
-	StateFailed    = "failed"
-	StateUnknown   = "unknown"
+	StateClaimed   EffectState = "claimed"
+	StateInFlight  EffectState = "in_flight"
+	StateSucceeded EffectState = "succeeded"
+	StateFailed    EffectState = "failed"
+	StateUnknown   EffectState = "unknown"
+	// StateProcessing and StateUnexpected are a payment's open cases:
+	// Stripe is processing it, or left it in a status nobody asked for.
+	StateProcessing EffectState = "processing"
+	StateUnexpected EffectState = "unexpected"
 )
 
 // EffectClaim asks for ownership of one effect's ledger row.
 type EffectClaim struct {
 	Key         string // idempotency key, e.g. "payment:evt_91c2"
-	Kind        string // KindPayment or KindEmail
+	Kind        EffectKind
 	Consumer    string
 	MessageID   string
 	RequestHash string // hash of the request the key stands for
 	// State is the state to claim into: StateClaimed, or StateInFlight for an
 	// effect that is recorded as in flight before the call (at-most-once).
-	State string
+	State EffectState
 }
 
 // Effect is one ledger row.
 type Effect struct {
-	Key       string `json:"key"`
-	Kind      string `json:"kind"`
-	Consumer  string `json:"consumer"`
-	MessageID string `json:"message_id"`
-	State     string `json:"state"`
+	Key       string      `json:"key"`
+	Kind      EffectKind  `json:"kind"`
+	Consumer  string      `json:"consumer"`
+	MessageID string      `json:"message_id"`
+	State     EffectState `json:"state"`
 	// Claim is the fencing token: the number of the claim that owns the
 	// row, counted by the database (1 for the first claim).
 	Claim       int32           `json:"claim"`
@@ -132,7 +143,7 @@ func encodeResult(key string, result any) ([]byte, error) {
 
 // settledBefore explains a settle that matched no row: the same outcome
 // already recorded (already=true), or ErrFenced.
-func (s *Store) settledBefore(ctx context.Context, key string, claim int32, state, providerRef string) (already bool, err error) {
+func (s *Store) settledBefore(ctx context.Context, key string, claim int32, state EffectState, providerRef string) (already bool, err error) {
 	e, err := scanEffect(s.pool.QueryRow(ctx, `SELECT `+effectColumns+` FROM effects WHERE key = $1`, key))
 	if err != nil {
 		return false, fmt.Errorf("read effect %s: %w", key, err)
@@ -159,7 +170,7 @@ const settleCTE = `
 // settleAnd runs a statement made of settleCTE, further CTEs (which must
 // test EXISTS (SELECT FROM settled)) and the final "SELECT count(*) FROM
 // settled", with args appended after the settle's six.
-func (s *Store) settleAnd(ctx context.Context, stmt, key string, claim int32, state, providerRef string, result any, errText string, args ...any) (already bool, err error) {
+func (s *Store) settleAnd(ctx context.Context, stmt, key string, claim int32, state EffectState, providerRef string, result any, errText string, args ...any) (already bool, err error) {
 	res, err := encodeResult(key, result)
 	if err != nil {
 		return false, err

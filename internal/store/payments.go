@@ -9,29 +9,38 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// OrderStatus is orders.status.
+type OrderStatus string
+
 // Order statuses.
 const (
-	OrderPending       = "pending"
-	OrderPaid          = "paid"
-	OrderPaymentFailed = "payment_failed"
+	OrderPending       OrderStatus = "pending"
+	OrderPaid          OrderStatus = "paid"
+	OrderPaymentFailed OrderStatus = "payment_failed"
 )
+
+// Outcome is processed_messages.outcome: how a message's processing ended.
+type Outcome string
 
 // Outcomes recorded in processed_messages.
 const (
-	OutcomePaid              = "paid"
-	OutcomePaymentFailed     = "payment_failed"
-	OutcomeBusinessDuplicate = "business_duplicate"
+	OutcomePaid              Outcome = "paid"
+	OutcomePaymentFailed     Outcome = "payment_failed"
+	OutcomeBusinessDuplicate Outcome = "business_duplicate"
 )
 
-// Payment states. succeeded and failed are final; processing, unknown and
-// unexpected are open cases (see OpenPayments).
+// PaymentState is payments.state. succeeded and failed are final;
+// processing, unknown and unexpected are open cases (see OpenPayments).
+type PaymentState string
+
+// Payment states.
 const (
-	PaymentClaimed    = "claimed"
-	PaymentProcessing = "processing"
-	PaymentSucceeded  = "succeeded"
-	PaymentFailed     = "failed"
-	PaymentUnknown    = "unknown"
-	PaymentUnexpected = "unexpected"
+	PaymentClaimed    PaymentState = "claimed"
+	PaymentProcessing PaymentState = "processing"
+	PaymentSucceeded  PaymentState = "succeeded"
+	PaymentFailed     PaymentState = "failed"
+	PaymentUnknown    PaymentState = "unknown"
+	PaymentUnexpected PaymentState = "unexpected"
 )
 
 // PaymentClaim asks to claim an order's payment for one message.
@@ -61,18 +70,18 @@ const (
 
 // Payment is a payments row.
 type Payment struct {
-	OrderID         int64  `json:"order_id"`
-	Consumer        string `json:"consumer"`
-	MessageID       string `json:"message_id"`
-	Key             string `json:"idempotency_key"`
-	State           string `json:"state"`
-	Amount          int64  `json:"amount"`
-	Currency        string `json:"currency"`
-	PaymentIntentID string `json:"payment_intent_id,omitempty"`
-	ChargeID        string `json:"charge_id,omitempty"`
-	FailureCode     string `json:"failure_code,omitempty"`
-	DeclineCode     string `json:"decline_code,omitempty"`
-	FailureMessage  string `json:"failure_message,omitempty"`
+	OrderID         int64        `json:"order_id"`
+	Consumer        string       `json:"consumer"`
+	MessageID       string       `json:"message_id"`
+	Key             string       `json:"idempotency_key"`
+	State           PaymentState `json:"state"`
+	Amount          int64        `json:"amount"`
+	Currency        string       `json:"currency"`
+	PaymentIntentID string       `json:"payment_intent_id,omitempty"`
+	ChargeID        string       `json:"charge_id,omitempty"`
+	FailureCode     string       `json:"failure_code,omitempty"`
+	DeclineCode     string       `json:"decline_code,omitempty"`
+	FailureMessage  string       `json:"failure_message,omitempty"`
 	// StripeStatus is the PaymentIntent's last status seen at Stripe.
 	StripeStatus string    `json:"stripe_status,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
@@ -322,12 +331,12 @@ var refusedSQL = `, refused AS (
 // orderOutcomeCTEs sets the order's ($9) status to outcome and inserts the
 // message's ($7 consumer, $8 message ID) processed row with that outcome,
 // when the ledger row was settled.
-func orderOutcomeCTEs(outcome string) string {
+func orderOutcomeCTEs(outcome Outcome) string {
 	return `, ord AS (
-		UPDATE orders SET status = '` + outcome + `', updated_at = now() WHERE id = $9 AND EXISTS (SELECT FROM settled)
+		UPDATE orders SET status = '` + string(outcome) + `', updated_at = now() WHERE id = $9 AND EXISTS (SELECT FROM settled)
 	), processed AS (
 		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
-		SELECT $7::text, $8::text, '` + outcome + `', $9::bigint WHERE EXISTS (SELECT FROM settled)
+		SELECT $7::text, $8::text, '` + string(outcome) + `', $9::bigint WHERE EXISTS (SELECT FROM settled)
 	)`
 }
 

@@ -13,16 +13,26 @@ const (
 	ReasonInvalid         = "invalid"
 	ReasonPayloadMismatch = "payload_mismatch"
 	ReasonMaxDeliver      = "max_deliver"
+	// ReasonTooLarge: the message is longer than message.MaxSize. Only its
+	// first bytes are kept (Raw), with its Size and the SHA-256 of the
+	// whole, so it cannot be sent again from the quarantine.
+	ReasonTooLarge = "too_large"
 )
 
 // QuarantineEntry is a message that could not be processed, kept with its
 // reason.
 type QuarantineEntry struct {
-	ID         int64      `json:"id"`
-	Source     string     `json:"source"`
-	Consumer   string     `json:"consumer,omitempty"`
-	MessageID  string     `json:"message_id,omitempty"`
-	Raw        []byte     `json:"-"`
+	ID        int64  `json:"id"`
+	Source    string `json:"source"`
+	Consumer  string `json:"consumer,omitempty"`
+	MessageID string `json:"message_id,omitempty"`
+	Raw       []byte `json:"-"`
+	// Size is the message's length in bytes. It exceeds len(Raw) when only
+	// a prefix was kept (ReasonTooLarge). Default len(Raw).
+	Size int64 `json:"size"`
+	// SHA256 is the hex SHA-256 of the whole message, the row's identity
+	// with Reason. Default the digest of Raw; set it when Raw is a prefix.
+	SHA256     string     `json:"raw_sha256"`
 	Reason     string     `json:"reason"`
 	Detail     string     `json:"detail"`
 	ReceivedAt time.Time  `json:"received_at"`
@@ -31,28 +41,38 @@ type QuarantineEntry struct {
 	Copies     int        `json:"copies"`
 }
 
-// Quarantine keeps q and returns its ID. The raw bytes are kept as received;
-// the same bytes quarantined again for the same reason return the existing
-// entry's ID and count one more copy.
+// Truncated reports whether Raw is only the beginning of the message.
+func (q QuarantineEntry) Truncated() bool { return q.Size > int64(len(q.Raw)) }
+
+// Quarantine keeps q and returns its ID. The raw bytes are kept as received
+// (or their prefix, with SHA256 and Size describing the whole); the same
+// message quarantined again for the same reason returns the existing entry's
+// ID and counts one more copy.
 func (s *Store) Quarantine(ctx context.Context, q QuarantineEntry) (int64, error) {
 	if q.Raw == nil {
 		q.Raw = []byte{}
 	}
-	sum := sha256.Sum256(q.Raw)
+	if q.SHA256 == "" {
+		sum := sha256.Sum256(q.Raw)
+		q.SHA256 = hex.EncodeToString(sum[:])
+	}
+	if q.Size == 0 {
+		q.Size = int64(len(q.Raw))
+	}
 	var id int64
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO quarantine (source, consumer, message_id, raw, raw_sha256, reason, detail)
-		VALUES ($1, nullif($2, ''), nullif($3, ''), $4, $5, $6, $7)
+		INSERT INTO quarantine (source, consumer, message_id, raw, raw_sha256, size, reason, detail)
+		VALUES ($1, nullif($2, ''), nullif($3, ''), $4, $5, $6, $7, $8)
 		ON CONFLICT (reason, raw_sha256) DO UPDATE
 		   SET copies = quarantine.copies + 1, last_seen_at = now()
-		RETURNING id`, q.Source, q.Consumer, q.MessageID, q.Raw, hex.EncodeToString(sum[:]), q.Reason, q.Detail).Scan(&id)
+		RETURNING id`, q.Source, q.Consumer, q.MessageID, q.Raw, q.SHA256, q.Size, q.Reason, q.Detail).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("quarantine message %q (%s): %w", q.MessageID, q.Reason, translate(err))
 	}
 	return id, nil
 }
 
-const quarantineColumns = `id, source, coalesce(consumer, ''), coalesce(message_id, ''), raw, reason, detail, received_at, retried_at, retry_count, copies`
+const quarantineColumns = `id, source, coalesce(consumer, ''), coalesce(message_id, ''), raw, coalesce(size, octet_length(raw)), raw_sha256, reason, detail, received_at, retried_at, retry_count, copies`
 
 // QuarantineList returns up to limit entries, newest first.
 func (s *Store) QuarantineList(ctx context.Context, limit int) ([]QuarantineEntry, error) {
@@ -64,7 +84,7 @@ func (s *Store) QuarantineList(ctx context.Context, limit int) ([]QuarantineEntr
 	var out []QuarantineEntry
 	for rows.Next() {
 		var q QuarantineEntry
-		if err := rows.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies); err != nil {
+		if err := rows.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Size, &q.SHA256, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies); err != nil {
 			return nil, fmt.Errorf("scan quarantine: %w", err)
 		}
 		out = append(out, q)
@@ -79,7 +99,7 @@ func (s *Store) QuarantineList(ctx context.Context, limit int) ([]QuarantineEntr
 func (s *Store) QuarantineGet(ctx context.Context, id int64) (QuarantineEntry, error) {
 	var q QuarantineEntry
 	err := s.pool.QueryRow(ctx, `SELECT `+quarantineColumns+` FROM quarantine WHERE id = $1`, id).
-		Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies)
+		Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Size, &q.SHA256, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies)
 	if err != nil {
 		return QuarantineEntry{}, fmt.Errorf("quarantine entry %d: %w", id, translate(err))
 	}

@@ -70,9 +70,9 @@ func (s *Store) RecordPaymentUnexpected(ctx context.Context, p PaymentOpen) (alr
 	return s.recordOpen(ctx, PaymentUnexpected, p)
 }
 
-func (s *Store) recordOpen(ctx context.Context, state string, p PaymentOpen) (bool, error) {
+func (s *Store) recordOpen(ctx context.Context, state PaymentState, p PaymentOpen) (bool, error) {
 	result := map[string]any{"payment_intent_id": p.PaymentIntentID, "status": p.StripeStatus}
-	already, err := s.settleAnd(ctx, settleCTE+openSQL, p.Key, p.Claim, state, p.PaymentIntentID, result, p.Reason,
+	already, err := s.settleAnd(ctx, settleCTE+openSQL, p.Key, p.Claim, EffectState(state), p.PaymentIntentID, result, p.Reason,
 		p.Consumer, p.MessageID, p.StripeStatus)
 	if err != nil {
 		return false, fmt.Errorf("record payment of %s as %s: %w", p.MessageID, state, err)
@@ -96,7 +96,7 @@ type Settlement struct {
 	Payment Payment // the payments row as read (consumer, message, order, key, amount, currency)
 	// State is PaymentSucceeded, PaymentFailed, PaymentProcessing or
 	// PaymentUnexpected.
-	State           string
+	State           PaymentState
 	PaymentIntentID string
 	ChargeID        string
 	StripeStatus    string
@@ -143,7 +143,7 @@ func (s *Store) SettlePayment(ctx context.Context, st Settlement) (already bool,
 			p.Consumer, p.MessageID, p.OrderID, st.FailureCode, st.DeclineCode, st.StripeStatus)
 	case PaymentProcessing, PaymentUnexpected:
 		result := map[string]any{"payment_intent_id": st.PaymentIntentID, "status": st.StripeStatus}
-		already, err = s.settleAnd(ctx, settleOpenCTE+openSQL, p.Key, 0, st.State, st.PaymentIntentID, result, st.Message,
+		already, err = s.settleAnd(ctx, settleOpenCTE+openSQL, p.Key, 0, EffectState(st.State), st.PaymentIntentID, result, st.Message,
 			p.Consumer, p.MessageID, st.StripeStatus)
 	default:
 		return false, fmt.Errorf("settle payment of %s: state %q cannot be settled", p.MessageID, st.State)
@@ -156,11 +156,11 @@ func (s *Store) SettlePayment(ctx context.Context, st Settlement) (already bool,
 
 // OpenPaymentStates are the states OpenPayments lists: cases that wait for
 // Stripe or for an operator.
-var OpenPaymentStates = []string{PaymentProcessing, PaymentUnknown, PaymentUnexpected}
+var OpenPaymentStates = []PaymentState{PaymentProcessing, PaymentUnknown, PaymentUnexpected}
 
 // OpenPayments lists the payments in state (one of OpenPaymentStates),
 // oldest first, at most limit.
-func (s *Store) OpenPayments(ctx context.Context, state string, limit int) ([]Payment, error) {
+func (s *Store) OpenPayments(ctx context.Context, state PaymentState, limit int) ([]Payment, error) {
 	if !slices.Contains(OpenPaymentStates, state) {
 		return nil, fmt.Errorf("open payments: state %q is not one of %v", state, OpenPaymentStates)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
+	"github.com/effectively/effectively/tools/storetest"
 )
 
 // TestProcessingSettlesOnceAndFinalNeverMoves: create, record, confirm

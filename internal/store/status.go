@@ -9,19 +9,19 @@ import (
 
 // Order is an orders row.
 type Order struct {
-	ID            int64     `json:"id"`
-	Status        string    `json:"status"`
-	Amount        int64     `json:"amount"`
-	Currency      string    `json:"currency"`
-	MessageID     string    `json:"message_id"`
-	ReceiptStatus string    `json:"receipt_status"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	ID            int64       `json:"id"`
+	Status        OrderStatus `json:"status"`
+	Amount        int64       `json:"amount"`
+	Currency      string      `json:"currency"`
+	MessageID     string      `json:"message_id"`
+	ReceiptStatus string      `json:"receipt_status"`
+	CreatedAt     time.Time   `json:"created_at"`
+	UpdatedAt     time.Time   `json:"updated_at"`
 }
 
 // Processed is a processed_messages row.
 type Processed struct {
-	Outcome     string    `json:"outcome"`
+	Outcome     Outcome   `json:"outcome"`
 	OrderID     *int64    `json:"order_id,omitempty"`
 	ProcessedAt time.Time `json:"processed_at"`
 }
@@ -34,13 +34,14 @@ type MessageStatus struct {
 	Processed  *Processed        `json:"processed,omitempty"`
 	Order      *Order            `json:"order,omitempty"`
 	Payment    *Payment          `json:"payment,omitempty"`
+	Refund     *Refund           `json:"refund,omitempty"`
 	Effects    []Effect          `json:"effects"`
 	Quarantine []QuarantineEntry `json:"quarantine,omitempty"`
 }
 
 // Known reports whether any record of the message exists.
 func (m MessageStatus) Known() bool {
-	return m.Inbox != nil || m.Processed != nil || m.Payment != nil || len(m.Effects) > 0 || len(m.Quarantine) > 0
+	return m.Inbox != nil || m.Processed != nil || m.Payment != nil || m.Refund != nil || len(m.Effects) > 0 || len(m.Quarantine) > 0
 }
 
 // Status gathers the records of message (consumer, messageID). A message with
@@ -72,6 +73,14 @@ func (s *Store) Status(ctx context.Context, consumer, messageID string) (Message
 	switch {
 	case err == nil:
 		st.Payment = &p
+	case !errors.Is(err, ErrNotFound):
+		return st, fmt.Errorf("status of %s: %w", messageID, err)
+	}
+
+	r, err := s.RefundOf(ctx, consumer, messageID)
+	switch {
+	case err == nil:
+		st.Refund = &r
 	case !errors.Is(err, ErrNotFound):
 		return st, fmt.Errorf("status of %s: %w", messageID, err)
 	}

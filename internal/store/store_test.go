@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/store/storetest"
+	"github.com/effectively/effectively/tools/storetest"
 )
 
 func claim(msg string, order int64) store.PaymentClaim {

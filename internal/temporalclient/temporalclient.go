@@ -1,46 +1,45 @@
-// Package temporalclient connects to Temporal the same way in every binary:
-// the connection comes from Temporal's envconfig (TEMPORAL_ADDRESS,
-// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and
-// the temporal.toml config file), so a local dev server, a self-hosted
-// cluster and Temporal Cloud need no code change.
+// Package temporalclient connects to Temporal the same way in every binary.
+// It reads no environment: internal/config loads the connection through
+// Temporal's envconfig (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+// TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and the temporal.toml
+// config file), so a local dev server, a self-hosted cluster and Temporal
+// Cloud need no code change, and hands it here as a Config.
 package temporalclient
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/contrib/envconfig"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/effectively/effectively/internal/codec"
 )
 
-// Options loads the client options from the environment and sets logger.
-// When payload encryption keys are configured (EFFECTIVELY_CODEC_KEYS or
-// EFFECTIVELY_CODEC_KEY_FILE, see internal/codec), every payload and
-// failure message the client writes is encrypted; every process of a
-// deployment needs the same keys.
-func Options(logger *slog.Logger) (client.Options, error) {
-	opts, err := envconfig.LoadDefaultClientOptions()
-	if err != nil {
-		return client.Options{}, fmt.Errorf("temporal client configuration: %w", err)
-	}
+// Config is the connection to Temporal, as internal/config loads it.
+type Config struct {
+	// Options are the client options from Temporal's envconfig, with the
+	// gRPC compression chosen by EnvCompression. Logger, DataConverter and
+	// FailureConverter are set by Options.
+	Options client.Options
+	// Keys encrypt every payload and failure message the client writes
+	// (EFFECTIVELY_CODEC_KEYS or EFFECTIVELY_CODEC_KEY_FILE, see
+	// internal/codec); nil leaves payloads in plaintext. Every process of a
+	// deployment needs the same keys.
+	Keys *codec.Keyring
+}
+
+// Options returns the client options of cfg with logger and, when keys are
+// configured, the encrypting data and failure converters.
+func Options(cfg Config, logger *slog.Logger) client.Options {
+	opts := cfg.Options
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
-	if opts.ConnectionOptions.GrpcCompression, err = compression(os.LookupEnv); err != nil {
-		return client.Options{}, err
-	}
-	keys, on, err := codec.LoadKeyring(os.LookupEnv)
-	if err != nil {
-		return client.Options{}, err
-	}
-	if on {
+	if keys := cfg.Keys; keys != nil {
 		dc := codec.NewDataConverter(keys)
 		opts.DataConverter = dc
 		opts.FailureConverter = codec.NewFailureConverter(dc)
@@ -50,7 +49,7 @@ func Options(logger *slog.Logger) (client.Options, error) {
 	} else if logger != nil {
 		logger.Info("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
 	}
-	return opts, nil
+	return opts
 }
 
 // EnvCompression names the variable that chooses the gRPC compression of
@@ -60,8 +59,9 @@ func Options(logger *slog.Logger) (client.Options, error) {
 // is the better trade-off on a local network.
 const EnvCompression = "EFFECTIVELY_GRPC_COMPRESSION"
 
-func compression(lookup func(string) (string, bool)) (client.GrpcCompression, error) {
-	switch v, _ := lookup(EnvCompression); v {
+// Compression parses the value of EnvCompression ("" is gzip).
+func Compression(v string) (client.GrpcCompression, error) {
+	switch v {
 	case "", "gzip":
 		return &client.GrpcCompressionGzip{}, nil
 	case "none":
@@ -71,13 +71,16 @@ func compression(lookup func(string) (string, bool)) (client.GrpcCompression, er
 	}
 }
 
-// Dial connects with the options from the environment and returns the
-// client and its namespace.
-func Dial(ctx context.Context, logger *slog.Logger) (client.Client, string, error) {
-	opts, err := Options(logger)
-	if err != nil {
-		return nil, "", err
-	}
+// Dial connects with the options of cfg and returns the client and its
+// namespace.
+func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, string, error) {
+	return DialWithMetrics(ctx, cfg, logger, nil)
+}
+
+// DialWithMetrics is Dial with the SDK's metrics reported to mh (nil: none).
+func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh client.MetricsHandler) (client.Client, string, error) {
+	opts := Options(cfg, logger)
+	opts.MetricsHandler = mh
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort

@@ -8,25 +8,17 @@ import (
 )
 
 func TestCompression(t *testing.T) {
-	env := func(v string, set bool) func(string) (string, bool) {
-		return func(name string) (string, bool) {
-			if name == EnvCompression && set {
-				return v, true
-			}
-			return "", false
-		}
-	}
-	if c, err := compression(env("", false)); err != nil {
+	if c, err := Compression(""); err != nil {
 		t.Fatal(err)
 	} else if _, ok := c.(*client.GrpcCompressionGzip); !ok {
 		t.Errorf("unset: %T, want gzip (the SDK's default)", c)
 	}
-	if c, err := compression(env("none", true)); err != nil {
+	if c, err := Compression("none"); err != nil {
 		t.Fatal(err)
 	} else if _, ok := c.(*client.GrpcCompressionNone); !ok {
 		t.Errorf("none: %T", c)
 	}
-	if _, err := compression(env("zstd", true)); err == nil || !strings.Contains(err.Error(), EnvCompression) {
+	if _, err := Compression("zstd"); err == nil || !strings.Contains(err.Error(), EnvCompression) {
 		t.Errorf("zstd: err = %v, want one naming %s", err, EnvCompression)
 	}
 }

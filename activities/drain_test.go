@@ -1,0 +1,145 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/sim/sendgridsim"
+)
+
+func receipt(id string, order int64) activities.ReceiptInput {
+	return activities.ReceiptInput{Consumer: "order-placed", MessageID: id, OrderID: order, Amount: 1999, Currency: "usd", To: "a@example.com", PaymentIntentID: "pi_x"}
+}
+
+// TestDrainFinishesAnEffectWhoseActivityIsCancelled: the SDK cancels a
+// local activity's context the moment the worker stops. With a Drainer the
+// send goes on, the receipt is recorded, and Wait returns once it is; a
+// retry then finds it in the ledger instead of sending it again.
+func TestDrainFinishesAnEffectWhoseActivityIsCancelled(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultDelay, Delay: 800 * time.Millisecond})
+	in := receipt("evt_drain_cancel", 71)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.acts.SendReceipt(ctx, in)
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the send is at SendGrid now
+	if n := f.acts.Drain.InFlight(); n != 1 {
+		t.Fatalf("in flight = %d, want 1", n)
+	}
+	cancel() // "worker stopping"
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if left, err := f.acts.Drain.Wait(wctx); err != nil {
+		t.Fatalf("drain: %d left: %v", left, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the cancelled send did not finish: %v", err)
+	}
+	e, err := f.db.Effect(context.Background(), "email:"+in.MessageID)
+	if err != nil || e.State != store.StateSucceeded {
+		t.Fatalf("ledger = %+v, %v; want succeeded", e, err)
+	}
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:"+in.MessageID]; n != 1 {
+		t.Fatalf("deliveries = %d, want 1", n)
+	}
+}
+
+// TestDrainRefusesNewEffects: once the worker drains, an effect fails
+// retryably before it claims anything, so the attempt runs elsewhere.
+func TestDrainRefusesNewEffects(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	f.acts.Drain.Close()
+	in := receipt("evt_drain_refused", 72)
+	_, err := run(t, f, f.acts.SendReceipt, in)
+	if !isType(err, activities.ErrTypeDraining) {
+		t.Fatalf("err = %v, want type %s", err, activities.ErrTypeDraining)
+	}
+	if _, err := f.db.Effect(context.Background(), "email:"+in.MessageID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused effect claimed its ledger row: %v", err)
+	}
+	if n := f.sims.SendGrid.Stats().Deliveries; n != 0 {
+		t.Fatalf("deliveries = %d, want 0", n)
+	}
+}
+
+// TestDrainWaitIsBounded: what outlives the drain timeout is reported, not
+// waited for.
+func TestDrainWaitIsBounded(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultDelay, Delay: 3 * time.Second})
+	go func() { _, _ = f.acts.SendReceipt(context.Background(), receipt("evt_drain_slow", 73)) }()
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	left, err := f.acts.Drain.Wait(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || left != 1 {
+		t.Fatalf("wait = %d, %v; want 1 left after the deadline", left, err)
+	}
+}
+
+// TestSlowEffectHeartbeats: a regular activity heartbeats while its
+// provider call runs, so the HeartbeatTimeout the workflows set (10s)
+// notices a dead worker and never a slow provider.
+func TestSlowEffectHeartbeats(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultDelay, Delay: 4500 * time.Millisecond})
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	var beats atomic.Int32
+	// The SDK batches heartbeats on their way to the server; the
+	// interceptor sees every call.
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&beatCounter{n: &beats}}})
+	env.RegisterActivity(f.acts)
+	if _, err := env.ExecuteActivity(f.acts.SendReceipt, receipt("evt_drain_beat", 74)); err != nil {
+		t.Fatal(err)
+	}
+	// One at the start, then one every 2s of the 4.5s call.
+	if n := beats.Load(); n < 3 {
+		t.Fatalf("heartbeats = %d, want at least 3", n)
+	}
+}
+
+type beatCounter struct {
+	interceptor.WorkerInterceptorBase
+	n *atomic.Int32
+}
+
+func (b *beatCounter) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	return &beatInbound{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}, n: b.n}
+}
+
+type beatInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	n *atomic.Int32
+}
+
+func (b *beatInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
+	return b.Next.Init(&beatOutbound{ActivityOutboundInterceptorBase: interceptor.ActivityOutboundInterceptorBase{Next: outbound}, n: b.n})
+}
+
+type beatOutbound struct {
+	interceptor.ActivityOutboundInterceptorBase
+	n *atomic.Int32
+}
+
+func (b *beatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+	b.n.Add(1)
+	b.Next.RecordHeartbeat(ctx, details...)
+}

@@ -1,0 +1,129 @@
+package intake_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/route"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// oversizedMsg is a message over message.MaxSize whose bytes differ with id.
+func oversizedMsg(id string) string {
+	return `{"id":"` + id + `","type":"order.placed","data":{"pad":"` + strings.Repeat(id, message.MaxSize/len(id)) + `"}}`
+}
+
+// quarantineRow is what an operator sees of one quarantine row.
+type quarantineRow struct {
+	Reason, SHA256 string
+	Size           int64
+	Raw            []byte
+	Copies         int
+}
+
+func (h *harness) quarantineRows(tb testing.TB) map[string]quarantineRow {
+	tb.Helper()
+	rows, err := h.db.Query(context.Background(), `SELECT reason, raw_sha256, size, raw, copies FROM quarantine`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]quarantineRow{}
+	for rows.Next() {
+		var r quarantineRow
+		if err := rows.Scan(&r.Reason, &r.SHA256, &r.Size, &r.Raw, &r.Copies); err != nil {
+			tb.Fatal(err)
+		}
+		out[r.SHA256] = r
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// checkOversizedRows asserts one too_large row per distinct message of msgs,
+// each with its size, the SHA-256 of the whole, a bounded prefix and the
+// number of copies received.
+func (h *harness) checkOversizedRows(tb testing.TB, msgs []string) {
+	tb.Helper()
+	copies := map[string]int{}
+	for _, m := range msgs {
+		copies[m]++
+	}
+	got := h.quarantineRows(tb)
+	if len(got) != len(copies) {
+		tb.Errorf("%d quarantine rows, want %d (one per distinct oversized message): %+v", len(got), len(copies), got)
+	}
+	for m, n := range copies {
+		sum := sha256.Sum256([]byte(m))
+		r, ok := got[hex.EncodeToString(sum[:])]
+		if !ok {
+			tb.Errorf("no quarantine row with the SHA-256 of the %d-byte message %.20q…", len(m), m)
+			continue
+		}
+		if r.Reason != store.ReasonTooLarge || r.Size != int64(len(m)) || r.Copies != n {
+			tb.Errorf("row: reason %s, size %d, copies %d; want %s, %d, %d", r.Reason, r.Size, r.Copies, store.ReasonTooLarge, len(m), n)
+		}
+		if string(r.Raw) != m[:message.OversizedPrefix] {
+			tb.Errorf("row keeps %d bytes %.20q…, want the first %d bytes of the message", len(r.Raw), r.Raw, message.OversizedPrefix)
+		}
+	}
+}
+
+// TestOversizedLinesStayDistinct feeds JSON lines over the size limit
+// through the path `starter send` takes (DecodeStream, then RejectInvalid
+// with the decode error): each distinct message is its own too_large row,
+// and a copy counts on its row.
+func TestOversizedLinesStayDistinct(t *testing.T) {
+	h := newHarness(t, nil)
+	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
+	ctx := context.Background()
+	err := route.Default().DecodeStream(strings.NewReader(strings.Join(msgs, "\n")+"\n"), func(_ int, raw []byte, _ *message.Message, derr error) error {
+		res, err := h.in.RejectInvalid(ctx, raw, "starter", derr)
+		if err != nil {
+			return err
+		}
+		if res.Status != intake.StatusInvalid || res.Reason != store.ReasonTooLarge || !strings.Contains(res.Error, "the limit is 65536") {
+			t.Errorf("result %+v, want invalid, reason too_large, with the size in the error", res)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.checkOversizedRows(t, msgs)
+}
+
+// TestConsumerQuarantinesOversizedMessages publishes oversized messages to
+// JetStream (the broker takes up to 1 MB): the consumer quarantines each as
+// too_large without keeping the whole, acks it, and starts nothing.
+func TestConsumerQuarantinesOversizedMessages(t *testing.T) {
+	h := newHarness(t, nil)
+	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
+	for _, m := range msgs {
+		h.j.Publish(t, []byte(m), "")
+	}
+	cfg := h.j.ConsumerConfig(t, 30*time.Second, 5)
+	cons, err := intake.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, cons)
+	testenv.Eventually(t, 30*time.Second, "every oversized message quarantined and acked", func() bool {
+		ackPending, pending, _ := h.consumerInfo(t, cfg.Durable)
+		return h.count(t, `SELECT coalesce(sum(copies), 0) FROM quarantine`) == int64(len(msgs)) && ackPending == 0 && pending == 0
+	})
+	stop()
+	h.checkOversizedRows(t, msgs)
+	if n := len(h.tc.starts()); n != 0 {
+		t.Errorf("%d workflows started for oversized messages", n)
+	}
+}

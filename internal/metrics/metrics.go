@@ -1,0 +1,150 @@
+// Package metrics is the worker's Prometheus instrumentation: the decisions
+// the intake and the activities already make, counted; the provider calls,
+// timed; the backlog Postgres holds, read at scrape time; and the Temporal
+// SDK's own metrics, all on one registry served at /metrics.
+//
+// Labels carry only bounded, non-personal values: consumer names, decision
+// and result names, provider and operation names, HTTP status classes,
+// quarantine reasons and payment states. Never a message ID, an order ID,
+// an email address or a payment method.
+//
+// A nil *Metrics is valid and counts nothing, so code paths and tests that
+// do not care about metrics need not build one.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names. H4's dashboard and alert rules refer to them: never rename.
+const (
+	NameIntakeDecisions   = "effectively_intake_decisions_total"
+	NameEffectOutcomes    = "effectively_effect_outcomes_total"
+	NameProviderDuration  = "effectively_provider_request_duration_seconds"
+	NameInboxPending      = "effectively_inbox_pending"
+	NameInboxOldestAge    = "effectively_inbox_oldest_pending_age_seconds"
+	NameOutboxPending     = "effectively_outbox_unpublished"
+	NameOutboxOldestAge   = "effectively_outbox_oldest_unpublished_age_seconds"
+	NameQuarantineRows    = "effectively_quarantine_rows"
+	NamePaymentsOpen      = "effectively_payments_open"
+	NameRetentionHeadroom = "effectively_retention_headroom_seconds"
+)
+
+// Decision is the value of the decision label of NameIntakeDecisions.
+type Decision string
+
+// The intake's decisions about a received message.
+const (
+	// DecisionStarted: this process started the message's workflow.
+	DecisionStarted Decision = "started"
+	// DecisionDuplicate: a copy of a message already in the inbox (same
+	// payload): counted and acknowledged, nothing started.
+	DecisionDuplicate Decision = "duplicate"
+	// DecisionBusinessDuplicate: another message already holds the order;
+	// nothing charged (decided by the payment activity's claim).
+	DecisionBusinessDuplicate Decision = "business_duplicate"
+	// DecisionPayloadMismatch: a known message ID with a different payload,
+	// quarantined.
+	DecisionPayloadMismatch Decision = "payload_mismatch"
+	// DecisionInvalid: a message that does not decode or validate,
+	// quarantined.
+	DecisionInvalid Decision = "invalid"
+	// DecisionMaxDeliver: a message the inbox could not take within the
+	// broker's deliveries, quarantined with its raw bytes.
+	DecisionMaxDeliver Decision = "max_deliver"
+)
+
+// Effect is the value of the effect label of NameEffectOutcomes.
+type Effect string
+
+// The effects.
+const (
+	EffectPayment Effect = "payment"
+	EffectReceipt Effect = "receipt"
+)
+
+// Result is the value of the result label of NameEffectOutcomes.
+type Result string
+
+// Results of the payment effect.
+const (
+	// ResultPaid: charged now, Stripe's first answer.
+	ResultPaid Result = "paid"
+	// ResultDeclined: refused by Stripe (decline or invalid request), recorded.
+	ResultDeclined Result = "declined"
+	// ResultReplayed: the outcome came from Stripe's idempotency layer or
+	// from the Postgres record: no new charge.
+	ResultReplayed Result = "replayed"
+	// ResultReconciled: an ambiguous answer settled by looking the payment up.
+	ResultReconciled Result = "reconciled"
+	// ResultUnknown: the outcome could not be established; an operator must
+	// resolve it.
+	ResultUnknown Result = "unknown"
+	// ResultFenced: a later claim owns the ledger row; this attempt's
+	// result was discarded.
+	ResultFenced Result = "fenced"
+	// ResultProcessing: Stripe answered processing; the workflow waits.
+	ResultProcessing Result = "processing"
+	// ResultUnexpected: Stripe answered a status the code does not expect.
+	ResultUnexpected Result = "unexpected"
+)
+
+// Results of the receipt effect (ResultReplayed too: a send already in the
+// ledger, not sent again).
+const (
+	// ResultSent: SendGrid accepted the receipt now.
+	ResultSent Result = "sent"
+	// ResultFailed: SendGrid refused the receipt for good.
+	ResultFailed Result = "failed"
+)
+
+// Metrics holds the worker's own collectors. Build it once per process
+// with New.
+type Metrics struct {
+	intakeDecisions  *prometheus.CounterVec
+	effectOutcomes   *prometheus.CounterVec
+	providerDuration *prometheus.HistogramVec
+}
+
+// New creates the worker's collectors and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		intakeDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameIntakeDecisions,
+			Help: "Messages by the intake's decision: started, duplicate, business_duplicate, payload_mismatch, invalid, max_deliver.",
+		}, []string{"consumer", "decision"}),
+		effectOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameEffectOutcomes,
+			Help: "Effect attempts by outcome: payment paid, declined, replayed, reconciled, unknown, fenced, processing, unexpected; receipt sent, replayed, failed, unknown.",
+		}, []string{"effect", "result"}),
+		providerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: NameProviderDuration,
+			Help: "Duration of HTTP requests to Stripe and SendGrid, by operation and status class (2xx, 4xx, 5xx, error for no answer).",
+			// From a fast simulator answer to a provider at its timeout.
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"provider", "operation", "status_class"}),
+	}
+	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration)
+	return m
+}
+
+// IntakeDecision counts one decision of the intake about a message of
+// consumer (a consumer name, never a message's content; "" is counted as
+// "unknown": a message too broken to name its consumer).
+func (m *Metrics) IntakeDecision(consumer string, d Decision) {
+	if m == nil {
+		return
+	}
+	if consumer == "" {
+		consumer = "unknown"
+	}
+	m.intakeDecisions.WithLabelValues(consumer, string(d)).Inc()
+}
+
+// EffectOutcome counts one outcome of an effect attempt.
+func (m *Metrics) EffectOutcome(e Effect, r Result) {
+	if m == nil {
+		return
+	}
+	m.effectOutcomes.WithLabelValues(string(e), string(r)).Inc()
+}

@@ -1,0 +1,140 @@
+package payment
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+// RefundRequest describes one refund of a PaymentIntent.
+type RefundRequest struct {
+	// IdempotencyKey is sent as the Idempotency-Key header ("refund:<message
+	// id>"). Required; the same key for every attempt at the same refund.
+	IdempotencyKey string
+	// MessageID is stored as metadata[message_id]; FindRefund matches on it.
+	// Required.
+	MessageID string
+	// OrderID is stored as metadata[order_id] unless it is zero.
+	OrderID int64
+	// PaymentIntentID is the PaymentIntent to refund, pi_... Required.
+	PaymentIntentID string
+	// Amount is in the currency's smallest unit; the currency is the
+	// PaymentIntent's.
+	Amount int64
+	// Reason is Stripe's reason: duplicate, fraudulent or
+	// requested_by_customer.
+	Reason string
+}
+
+func (r RefundRequest) validate() error {
+	if err := (ChargeRequest{IdempotencyKey: r.IdempotencyKey, MessageID: r.MessageID}).validate(); err != nil {
+		return err
+	}
+	if r.PaymentIntentID == "" {
+		return localError("PaymentIntentID is required")
+	}
+	return nil
+}
+
+// Refund is a Stripe Refund.
+type Refund struct {
+	// ID is the Refund's ID, re_...
+	ID string
+	// Status is the Refund's status: succeeded, pending, requires_action,
+	// failed or canceled.
+	Status string
+	// Amount and Currency are what was refunded.
+	Amount   int64
+	Currency string
+	// PaymentIntentID is the refunded PaymentIntent.
+	PaymentIntentID string
+	// MessageID is the Refund's metadata[message_id].
+	MessageID string
+	// Replayed reports that Stripe answered from its idempotency layer.
+	Replayed bool
+}
+
+// Failed reports whether the refund did not and will not move money back.
+func (r *Refund) Failed() bool {
+	return r.Status == string(stripe.RefundStatusFailed) || r.Status == string(stripe.RefundStatusCanceled)
+}
+
+// Refund creates a Stripe Refund of req.PaymentIntentID under
+// req.IdempotencyKey. Stripe answers a repeat of the key with the first
+// answer (Replayed), so a retried refund never refunds twice. Errors wrap an
+// *Error, classified like Charge's: a refusal (the amount is more than
+// what remains, the charge was disputed) is ClassInvalid.
+func (c *Client) Refund(ctx context.Context, req RefundRequest) (*Refund, error) {
+	if err := req.validate(); err != nil {
+		return nil, fmt.Errorf("payment: refund: %w", err)
+	}
+	params := refundParams(req)
+	params.Context = ctx
+	r, err := c.api.Refunds.New(params)
+	if err != nil {
+		return nil, fmt.Errorf("payment: refund message %s: %w", req.MessageID, c.newError(err))
+	}
+	return toRefund(r), nil
+}
+
+// refundParams builds the Refund parameters for req. They depend on req
+// alone, so every attempt sends the same request.
+func refundParams(req RefundRequest) *stripe.RefundParams {
+	params := &stripe.RefundParams{
+		PaymentIntent: stripe.String(req.PaymentIntentID),
+		Amount:        stripe.Int64(req.Amount),
+	}
+	if req.Reason != "" {
+		params.Reason = stripe.String(req.Reason)
+	}
+	params.AddMetadata("message_id", req.MessageID)
+	if req.OrderID != 0 {
+		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
+	}
+	params.SetIdempotencyKey(req.IdempotencyKey)
+	return params
+}
+
+// maxListedRefunds bounds how many refunds of one PaymentIntent FindRefund
+// examines.
+const maxListedRefunds = 100
+
+// FindRefund looks for the refund a message made of a PaymentIntent, by
+// listing the PaymentIntent's refunds: unlike search, the list API is
+// strongly consistent, so "not found" right after an ambiguous answer means
+// no refund was created. It returns an error wrapping ErrNotFound when there
+// is none.
+func (c *Client) FindRefund(ctx context.Context, paymentIntentID, messageID string) (*Refund, error) {
+	if paymentIntentID == "" || messageID == "" {
+		return nil, fmt.Errorf("payment: find refund: %w", localError("payment intent ID and message ID are required"))
+	}
+	params := &stripe.RefundListParams{PaymentIntent: stripe.String(paymentIntentID)}
+	params.Context = ctx
+	params.Limit = stripe.Int64(maxListedRefunds)
+	it := c.api.Refunds.List(params)
+	for n := 0; n < maxListedRefunds && it.Next(); n++ {
+		if r := it.Refund(); r.Metadata["message_id"] == messageID {
+			return toRefund(r), nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("payment: find refund of message %s: %w", messageID, c.newError(err))
+	}
+	return nil, fmt.Errorf("payment: no refund of %s for message %s: %w", paymentIntentID, messageID, ErrNotFound)
+}
+
+func toRefund(r *stripe.Refund) *Refund {
+	out := &Refund{
+		ID: r.ID, Status: string(r.Status), Amount: r.Amount, Currency: string(r.Currency),
+		MessageID: r.Metadata["message_id"],
+	}
+	if r.PaymentIntent != nil {
+		out.PaymentIntentID = r.PaymentIntent.ID
+	}
+	if r.LastResponse != nil {
+		out.Replayed = r.LastResponse.Header.Get("Idempotent-Replayed") == "true"
+	}
+	return out
+}

@@ -1,0 +1,357 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Outcomes of refund messages, recorded in processed_messages.
+const (
+	// OutcomeRefunded: Stripe created the refund.
+	OutcomeRefunded Outcome = "refunded"
+	// OutcomeRefundFailed: Stripe refused the refund; its amount was given
+	// back to the payment.
+	OutcomeRefundFailed Outcome = "refund_failed"
+	// OutcomeRefundExceedsPayment: the refund is more than what remains of
+	// the payment; Stripe was not called.
+	OutcomeRefundExceedsPayment Outcome = "refund_exceeds_payment"
+	// OutcomeOrderNotPaid: the order has no payment that succeeded; Stripe
+	// was not called.
+	OutcomeOrderNotPaid Outcome = "order_not_paid"
+)
+
+// RefundState is refunds.state.
+type RefundState string
+
+// Refund states. A claimed or succeeded refund counts against its payment;
+// a failed one does not.
+const (
+	RefundClaimed   RefundState = "claimed"
+	RefundSucceeded RefundState = "succeeded"
+	RefundFailed    RefundState = "failed"
+)
+
+// Refund is a refunds row.
+type Refund struct {
+	Consumer        string      `json:"consumer"`
+	MessageID       string      `json:"message_id"`
+	OrderID         int64       `json:"order_id"`
+	Key             string      `json:"idempotency_key"`
+	State           RefundState `json:"state"`
+	Amount          int64       `json:"amount"`
+	Currency        string      `json:"currency"`
+	Reason          string      `json:"reason"`
+	PaymentIntentID string      `json:"payment_intent_id"`
+	RefundID        string      `json:"refund_id,omitempty"`
+	RefundStatus    string      `json:"refund_status,omitempty"`
+	FailureCode     string      `json:"failure_code,omitempty"`
+	FailureMessage  string      `json:"failure_message,omitempty"`
+	CreatedAt       time.Time   `json:"created_at"`
+	UpdatedAt       time.Time   `json:"updated_at"`
+}
+
+const refundColumns = `consumer, message_id, order_id, idempotency_key, state, amount, currency, reason, payment_intent_id,
+	coalesce(refund_id, ''), coalesce(refund_status, ''), coalesce(failure_code, ''), coalesce(failure_message, ''), created_at, updated_at`
+
+func scanRefund(row pgx.Row) (Refund, error) {
+	var r Refund
+	err := row.Scan(&r.Consumer, &r.MessageID, &r.OrderID, &r.Key, &r.State, &r.Amount, &r.Currency, &r.Reason, &r.PaymentIntentID,
+		&r.RefundID, &r.RefundStatus, &r.FailureCode, &r.FailureMessage, &r.CreatedAt, &r.UpdatedAt)
+	return r, translate(err)
+}
+
+// RefundClaim asks to refund part of an order's payment for one message.
+type RefundClaim struct {
+	Consumer    string
+	MessageID   string
+	OrderID     int64
+	Amount      int64
+	Reason      string
+	Key         string // "refund:<message id>"
+	RequestHash string // hash of the refund request
+}
+
+// RefundDecision says what the refund activity should do next.
+type RefundDecision string
+
+// Refund decisions.
+const (
+	// RefundOwned: the amount is reserved against the payment and this
+	// claim owns the refund's ledger row; calling Stripe with the key is safe.
+	RefundOwned RefundDecision = "owned"
+	// RefundDone: the refund's outcome is already recorded.
+	RefundDone RefundDecision = "done"
+	// RefundExceedsPayment: the amount is more than what remains of the
+	// payment. Recorded as the message's outcome; do not call Stripe.
+	RefundExceedsPayment RefundDecision = "refund_exceeds_payment"
+	// RefundOrderNotPaid: the order has no succeeded payment. Recorded as
+	// the message's outcome; do not call Stripe.
+	RefundOrderNotPaid RefundDecision = "order_not_paid"
+	// RefundPaymentPending: the order's payment has no final outcome yet
+	// (being charged, or waiting for an operator). Nothing is recorded:
+	// decide again once it settles.
+	RefundPaymentPending RefundDecision = "payment_pending"
+)
+
+// RefundClaimResult is what ClaimRefund found or did.
+type RefundClaimResult struct {
+	Decision RefundDecision
+	// Refund is the message's refunds row, for RefundOwned and a RefundDone
+	// that got past the rule.
+	Refund Refund
+	// Claim is the fencing token of a RefundOwned (see ClaimResult.Claim).
+	Claim int32
+	// PaymentState is the order's payment state, when it has a payment.
+	PaymentState PaymentState
+	// Paid and Refunded are the payment's amount and what its refunds
+	// already hold, for RefundExceedsPayment.
+	Paid, Refunded int64
+}
+
+// ClaimRefund decides a refund in one transaction, before any call to
+// Stripe. The order's payment row is locked (FOR UPDATE), so the refunds of
+// one payment are decided one at a time: a refund that fits in what remains
+// adds its amount to payments.refunded_amount and inserts its refunds row
+// and ledger row; one that does not, or whose order was never paid, records
+// that outcome with the message's processed row. The CHECK on
+// refunded_amount makes the rule hold even against a statement that forgot
+// it. A repeat of the same message replays the recorded decision.
+func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResult, error) {
+	var res RefundClaimResult
+	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		res = RefundClaimResult{}
+		// Lock the payment: every refund of the order queues here.
+		var p Payment
+		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, '')
+			  FROM payments WHERE order_id = $1 FOR UPDATE`, c.OrderID).
+			Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID)
+		noPayment := errors.Is(translate(err), ErrNotFound)
+		if err != nil && !noPayment {
+			return fmt.Errorf("lock payment of order %d: %w", c.OrderID, translate(err))
+		}
+		res.PaymentState, res.Paid = p.State, p.Amount
+
+		// A refusal already recorded for this message stands.
+		var outcome Outcome
+		err = tx.QueryRow(ctx, `SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`,
+			c.Consumer, c.MessageID).Scan(&outcome)
+		switch err = translate(err); {
+		case err == nil && outcome == OutcomeRefundExceedsPayment:
+			res.Decision = RefundExceedsPayment
+			return nil
+		case err == nil && outcome == OutcomeOrderNotPaid:
+			res.Decision = RefundOrderNotPaid
+			return nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
+		}
+		if noPayment {
+			res.Decision = RefundOrderNotPaid
+			return recordRefundDecision(ctx, tx, c, OutcomeOrderNotPaid)
+		}
+
+		// This message's refund already got past the rule: take its ledger
+		// row again, or replay its outcome.
+		r, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE consumer = $1 AND message_id = $2`,
+			c.Consumer, c.MessageID))
+		switch {
+		case err == nil:
+			return claimRefundEffect(ctx, tx, c, r, &res)
+		case !errors.Is(err, ErrNotFound):
+			return fmt.Errorf("read refund of %s: %w", c.MessageID, err)
+		}
+
+		// Every state but succeeded and failed (claimed, unknown, …) is still
+		// waiting for its outcome.
+		switch p.State {
+		case PaymentSucceeded:
+		case PaymentFailed:
+			res.Decision = RefundOrderNotPaid
+			return recordRefundDecision(ctx, tx, c, OutcomeOrderNotPaid)
+		default:
+			res.Decision = RefundPaymentPending
+			return nil
+		}
+
+		// The rule. The WHERE decides; the CHECK backs it.
+		var refunded int64
+		err = tx.QueryRow(ctx, `UPDATE payments SET refunded_amount = refunded_amount + $2, updated_at = now()
+			 WHERE order_id = $1 AND refunded_amount + $2 <= amount
+			RETURNING refunded_amount`, c.OrderID, c.Amount).Scan(&refunded)
+		switch err = translate(err); {
+		case errors.Is(err, ErrNotFound):
+			res.Decision = RefundExceedsPayment
+			return recordRefundDecision(ctx, tx, c, OutcomeRefundExceedsPayment)
+		case err != nil:
+			return fmt.Errorf("reserve refund of order %d: %w", c.OrderID, err)
+		}
+		r, err = scanRefund(tx.QueryRow(ctx, `
+			INSERT INTO refunds (consumer, message_id, order_id, idempotency_key, amount, currency, reason, payment_intent_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			RETURNING `+refundColumns,
+			c.Consumer, c.MessageID, c.OrderID, c.Key, c.Amount, p.Currency, c.Reason, p.PaymentIntentID))
+		if err != nil {
+			return fmt.Errorf("insert refund of %s: %w", c.MessageID, err)
+		}
+		return claimRefundEffect(ctx, tx, c, r, &res)
+	})
+	if err != nil {
+		return RefundClaimResult{}, fmt.Errorf("claim %s: %w", c.Key, err)
+	}
+	return res, nil
+}
+
+// claimRefundEffect takes the refund's ledger row for c: RefundOwned with
+// its fencing token, or RefundDone when the outcome is recorded.
+func claimRefundEffect(ctx context.Context, tx pgx.Tx, c RefundClaim, r Refund, res *RefundClaimResult) error {
+	res.Refund = r
+	if r.State != RefundClaimed {
+		res.Decision = RefundDone
+		return nil
+	}
+	e, owned, err := claimEffect(ctx, tx, EffectClaim{
+		Key: c.Key, Kind: KindRefund, Consumer: c.Consumer, MessageID: c.MessageID,
+		RequestHash: c.RequestHash, State: StateClaimed,
+	})
+	if err != nil {
+		return err
+	}
+	if !owned {
+		res.Decision = RefundDone
+		return nil
+	}
+	res.Decision, res.Claim = RefundOwned, e.Claim
+	return nil
+}
+
+// recordRefundDecision records a refund the rule refused as the message's
+// outcome.
+func recordRefundDecision(ctx context.Context, tx pgx.Tx, c RefundClaim, outcome Outcome) error {
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT DO NOTHING`, c.Consumer, c.MessageID, outcome, c.OrderID); err != nil {
+		return fmt.Errorf("record %s for %s: %w", outcome, c.MessageID, translate(err))
+	}
+	return nil
+}
+
+// RefundSuccess records a refund Stripe created.
+type RefundSuccess struct {
+	Consumer  string
+	MessageID string
+	OrderID   int64
+	Key       string
+	Claim     int32 // the fencing token ClaimRefund returned
+	RefundID  string
+	// Status is the Refund's status at Stripe (succeeded, pending).
+	Status string
+}
+
+// RecordRefundSucceeded settles the refund's ledger row, records the
+// Stripe Refund and inserts the message's processed row, in one statement.
+// Idempotent; ErrFenced for a superseded claim.
+func (s *Store) RecordRefundSucceeded(ctx context.Context, r RefundSuccess) (already bool, err error) {
+	already, err = s.settleAnd(ctx, recordRefundedSQL, r.Key, r.Claim, StateSucceeded, r.RefundID,
+		map[string]any{"refund_id": r.RefundID, "status": r.Status}, "",
+		r.Consumer, r.MessageID, r.OrderID, r.Status)
+	if err != nil {
+		return false, fmt.Errorf("record refund of order %d: %w", r.OrderID, err)
+	}
+	return already, nil
+}
+
+// recordRefundedSQL settles the ledger row and, in the same statement,
+// marks the refund ($7 consumer, $8 message ID) succeeded with its Stripe
+// ID ($4) and status ($10) and inserts the processed row (order $9).
+const recordRefundedSQL = settleCTE + `, refunded AS (
+		UPDATE refunds SET state = 'succeeded', refund_id = $4, refund_status = nullif($10::text, ''), updated_at = now()
+		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
+	), processed AS (
+		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
+		SELECT $7::text, $8::text, 'refunded', $9::bigint WHERE EXISTS (SELECT FROM settled)
+	)
+	SELECT count(*) FROM settled`
+
+// RefundFailure records a refund Stripe refused.
+type RefundFailure struct {
+	Consumer  string
+	MessageID string
+	OrderID   int64
+	Key       string
+	Claim     int32
+	Code      string
+	Message   string
+}
+
+// RecordRefundFailed settles the ledger row as failed, marks the refund
+// failed, gives its amount back to the payment and inserts the processed
+// row, in one statement. Idempotent; ErrFenced for a superseded claim.
+func (s *Store) RecordRefundFailed(ctx context.Context, f RefundFailure) (already bool, err error) {
+	already, err = s.settleAnd(ctx, recordRefundFailedSQL, f.Key, f.Claim, StateFailed, "",
+		map[string]any{"code": f.Code}, f.Message,
+		f.Consumer, f.MessageID, f.OrderID, f.Code)
+	if err != nil {
+		return false, fmt.Errorf("record failed refund of order %d: %w", f.OrderID, err)
+	}
+	return already, nil
+}
+
+// recordRefundFailedSQL settles the ledger row as failed and, in the same
+// statement, marks the refund ($7, $8) failed with its code ($10) and
+// message ($6), gives its amount back to the payment of order $9 and
+// inserts the processed row.
+const recordRefundFailedSQL = settleCTE + `, failed AS (
+		UPDATE refunds SET state = 'failed', failure_code = nullif($10::text, ''), failure_message = nullif($6::text, ''), updated_at = now()
+		 WHERE consumer = $7 AND message_id = $8 AND state = 'claimed' AND EXISTS (SELECT FROM settled)
+		RETURNING order_id, amount
+	), released AS (
+		UPDATE payments p SET refunded_amount = p.refunded_amount - failed.amount, updated_at = now()
+		  FROM failed WHERE p.order_id = failed.order_id
+	), processed AS (
+		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
+		SELECT $7::text, $8::text, 'refund_failed', $9::bigint WHERE EXISTS (SELECT FROM settled)
+	)
+	SELECT count(*) FROM settled`
+
+// RefundOf returns the refunds row of message (consumer, messageID).
+func (s *Store) RefundOf(ctx context.Context, consumer, messageID string) (Refund, error) {
+	r, err := scanRefund(s.pool.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE consumer = $1 AND message_id = $2`, consumer, messageID))
+	if err != nil {
+		return Refund{}, fmt.Errorf("refund of %s: %w", messageID, err)
+	}
+	return r, nil
+}
+
+// RefundedAmount returns what the refunds of order orderID hold against its
+// payment (payments.refunded_amount) and the payment's amount.
+func (s *Store) RefundedAmount(ctx context.Context, orderID int64) (refunded, paid int64, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT refunded_amount, amount FROM payments WHERE order_id = $1`, orderID).Scan(&refunded, &paid)
+	if err = translate(err); err != nil {
+		return 0, 0, fmt.Errorf("refunded amount of order %d: %w", orderID, err)
+	}
+	return refunded, paid, nil
+}
+
+// ReceiptAddress returns the address the order's receipt went to, read from
+// the inbox row of the message that paid it: effectively keeps no other copy
+// of a customer's address, so once that row is pruned (RETENTION) the
+// address is gone, and ErrNotFound says so.
+func (s *Store) ReceiptAddress(ctx context.Context, orderID int64) (string, error) {
+	var addr *string
+	err := s.pool.QueryRow(ctx, `
+		SELECT convert_from(i.payload, 'UTF8')::jsonb -> 'data' ->> 'customer_email'
+		  FROM payments p JOIN inbox i ON i.consumer = p.consumer AND i.message_id = p.message_id
+		 WHERE p.order_id = $1`, orderID).Scan(&addr)
+	if err = translate(err); err != nil {
+		return "", fmt.Errorf("receipt address of order %d: %w", orderID, err)
+	}
+	if addr == nil || *addr == "" {
+		return "", fmt.Errorf("receipt address of order %d: %w", orderID, ErrNotFound)
+	}
+	return *addr, nil
+}

@@ -1,0 +1,192 @@
+package stripesim
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+)
+
+// Refund statuses.
+const refundSucceeded = "succeeded"
+
+// Stripe's error codes for refunds.
+const (
+	codeChargeAlreadyRefunded = "charge_already_refunded"
+	codeChargeNotRefundable   = "charge_not_refundable"
+)
+
+// refundReasons are the reasons Stripe accepts.
+var refundReasons = map[string]bool{"duplicate": true, "fraudulent": true, "requested_by_customer": true}
+
+// refund is the simulator's Refund, in Stripe's JSON shape.
+type refund struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Charge        *string           `json:"charge"`
+	Created       int64             `json:"created"`
+	Currency      string            `json:"currency"`
+	Metadata      map[string]string `json:"metadata"`
+	PaymentIntent string            `json:"payment_intent"`
+	Reason        *string           `json:"reason"`
+	Status        string            `json:"status"`
+}
+
+var (
+	refundPath = regexp.MustCompile(`^/v1/refunds/([^/]+)$`)
+
+	refundParams   = map[string]bool{"payment_intent": true, "amount": true, "reason": true}
+	refundPrefixes = []string{"metadata[", "expand["}
+	listParams     = map[string]bool{"payment_intent": true, "limit": true}
+)
+
+// routeRefunds returns the operation of a Refunds API request, and false
+// when the request is not one.
+func (s *Server) routeRefunds(method, path string, form url.Values) (operation, *apiError, bool) {
+	switch {
+	case method == http.MethodPost && path == "/v1/refunds":
+		op, e := s.createRefund(form)
+		return op, e, true
+	case method == http.MethodGet && path == "/v1/refunds":
+		op, e := s.listRefunds(form)
+		return op, e, true
+	case method == http.MethodGet && refundPath.MatchString(path):
+		op, e := s.retrieveRefund(refundPath.FindStringSubmatch(path)[1], form)
+		return op, e, true
+	}
+	return nil, nil, false
+}
+
+// createRefund validates a refund request. Like Stripe, it refunds only a
+// succeeded PaymentIntent, and never more than what remains of its charge:
+// a refund above it is refused (400 amount_too_large, or
+// charge_already_refunded when nothing remains), and the refusal is saved
+// under the idempotency key like any answer of an executed request.
+func (s *Server) createRefund(form url.Values) (operation, *apiError) {
+	if e := checkKnown(form, refundParams, refundPrefixes); e != nil {
+		return nil, e
+	}
+	piID := form.Get("payment_intent")
+	if piID == "" {
+		return nil, invalidRequest("payment_intent", codeParameterMissing,
+			"One of the following params should be provided for this request: payment_intent or charge. (The simulator supports payment_intent only.)")
+	}
+	var amount int64
+	if form.Has("amount") {
+		a, e := parseAmount(form)
+		if e != nil {
+			return nil, e
+		}
+		amount = a
+	}
+	reason := form.Get("reason")
+	if form.Has("reason") && !refundReasons[reason] {
+		return nil, invalidRequest("reason", "", "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer")
+	}
+	md, e := parseMetadata(form)
+	if e != nil {
+		return nil, e
+	}
+	return func(requestID string) response {
+		pi, ok := s.intents[piID]
+		if !ok {
+			return errorResponse(noSuchIntent(piID), requestID)
+		}
+		if pi.Status != statusSucceeded || pi.LatestCharge == nil {
+			return errorResponse(invalidRequest("payment_intent", codeChargeNotRefundable,
+				"This PaymentIntent (%s) does not have a successful charge to refund.", pi.ID), requestID)
+		}
+		remaining := pi.AmountReceived - s.refunded[pi.ID]
+		if amount == 0 {
+			amount = remaining
+		}
+		switch {
+		case remaining <= 0:
+			s.stats.RefundsRefused++
+			return errorResponse(invalidRequest("", codeChargeAlreadyRefunded,
+				"Charge %s has already been refunded.", *pi.LatestCharge), requestID)
+		case amount > remaining:
+			s.stats.RefundsRefused++
+			return errorResponse(invalidRequest("amount", codeAmountTooLarge,
+				"Refund amount (%s) is greater than unrefunded amount on charge (%s)",
+				formatMinor(amount, pi.Currency), formatMinor(remaining, pi.Currency)), requestID)
+		}
+		r := &refund{
+			ID: s.nextIDLocked("re"), Object: "refund", Amount: amount, Charge: pi.LatestCharge,
+			Created: s.now().Unix(), Currency: pi.Currency, Metadata: md, PaymentIntent: pi.ID,
+			Reason: optional(reason), Status: refundSucceeded,
+		}
+		s.refunds[r.ID] = r
+		s.refundOrder = append(s.refundOrder, r)
+		s.refunded[pi.ID] += amount
+		s.stats.Refunds++
+		s.stats.RefundedAmount += amount
+		if msg := md["message_id"]; msg != "" {
+			s.stats.RefundsByMessage[msg]++
+		}
+		return jsonResponse(http.StatusOK, r)
+	}, nil
+}
+
+func (s *Server) retrieveRefund(id string, form url.Values) (operation, *apiError) {
+	if e := checkKnown(form, nil, readPrefixes); e != nil {
+		return nil, e
+	}
+	return func(requestID string) response {
+		r, ok := s.refunds[id]
+		if !ok {
+			e := invalidRequest("id", codeResourceMissing, "No such refund: '%s'", id)
+			e.status = http.StatusNotFound
+			return errorResponse(e, requestID)
+		}
+		return jsonResponse(http.StatusOK, r)
+	}, nil
+}
+
+// listRefunds lists refunds, newest first, optionally of one PaymentIntent.
+// Unlike search, the list is strongly consistent: a refund is listed as
+// soon as it is created.
+func (s *Server) listRefunds(form url.Values) (operation, *apiError) {
+	if e := checkKnown(form, listParams, readPrefixes); e != nil {
+		return nil, e
+	}
+	limit := 10
+	if form.Has("limit") {
+		n, err := strconv.Atoi(form.Get("limit"))
+		if err != nil || n < 1 || n > 100 {
+			return nil, invalidRequest("limit", "", "Invalid limit: must be an integer between 1 and 100")
+		}
+		limit = n
+	}
+	piID := form.Get("payment_intent")
+	return func(string) response {
+		res := struct {
+			Object  string    `json:"object"`
+			Data    []*refund `json:"data"`
+			HasMore bool      `json:"has_more"`
+			URL     string    `json:"url"`
+		}{Object: "list", Data: []*refund{}, URL: "/v1/refunds"}
+		for i := len(s.refundOrder) - 1; i >= 0; i-- {
+			r := s.refundOrder[i]
+			if piID != "" && r.PaymentIntent != piID {
+				continue
+			}
+			if len(res.Data) == limit {
+				res.HasMore = true
+				break
+			}
+			res.Data = append(res.Data, r)
+		}
+		return jsonResponse(http.StatusOK, res)
+	}, nil
+}
+
+// formatMinor renders an amount the way Stripe's refund errors do ($19.99).
+func formatMinor(minor int64, currency string) string {
+	if currency == "usd" {
+		return fmt.Sprintf("$%d.%02d", minor/100, minor%100)
+	}
+	return fmt.Sprintf("%d %s", minor, currency)
+}

@@ -1,0 +1,509 @@
+package stripesim
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/effectively/effectively/sim/simfault"
+)
+
+// DefaultKeyTTL is how long idempotency keys are kept when Options.KeyTTL is
+// zero. Stripe keeps them for at least 24 hours.
+const DefaultKeyTTL = 24 * time.Hour
+
+// MaxIdempotencyKeyLen is the longest Idempotency-Key Stripe accepts.
+const MaxIdempotencyKeyLen = 255
+
+// maxBodyBytes bounds request bodies.
+const maxBodyBytes = 1 << 20
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Latency is added to every API request before it is handled. It can be
+	// changed later with SetLatency.
+	Latency time.Duration
+	// Logger receives one line per API request. Nil discards them.
+	Logger *slog.Logger
+	// Now is the clock used for created timestamps and key expiry. Nil means
+	// time.Now.
+	Now func() time.Time
+	// KeyTTL is how long an idempotency key's saved response is replayed.
+	// Zero means DefaultKeyTTL.
+	KeyTTL time.Duration
+	// SearchLag is how long a new PaymentIntent stays invisible to Search,
+	// which Stripe documents as eventually consistent; retrieve and list see
+	// it at once. Zero means DefaultSearchLag (a minute); NoSearchLag makes
+	// Search see it at once.
+	SearchLag time.Duration
+	// ProcessingDelay is how long a PaymentIntent confirmed with
+	// pm_card_processing (or pm_card_processingDeclined) stays processing
+	// before it settles by itself, seen at the next read of it. Zero means
+	// it stays processing until SettleProcessing.
+	ProcessingDelay time.Duration
+}
+
+// Stats counts what the simulator has seen and done since it was created or
+// last reset.
+type Stats struct {
+	// Charges counts PaymentIntents that reached status succeeded.
+	Charges int `json:"charges"`
+	// ChargesByMessage counts charges by their metadata[message_id]; charges
+	// without one are not listed.
+	ChargesByMessage map[string]int `json:"charges_by_message"`
+	// Requests counts API requests (not control API requests) received.
+	Requests int `json:"requests"`
+	// Replays counts saved responses replayed for a reused idempotency key.
+	Replays int `json:"replays"`
+	// IdempotencyErrors counts 400 idempotency_error answers: a key reused
+	// with different parameters.
+	IdempotencyErrors int `json:"idempotency_errors"`
+	// Conflicts counts 409 answers: a key reused while its first request was
+	// still in flight.
+	Conflicts int `json:"conflicts"`
+	// Declines counts confirmations that were declined.
+	Declines int `json:"declines"`
+	// Refunds counts refunds created, and RefundedAmount their sum.
+	Refunds        int   `json:"refunds"`
+	RefundedAmount int64 `json:"refunded_amount"`
+	// RefundsByMessage counts refunds by their metadata[message_id].
+	RefundsByMessage map[string]int `json:"refunds_by_message"`
+	// RefundsRefused counts refunds refused for asking more than what
+	// remains of the charge.
+	RefundsRefused int `json:"refunds_refused"`
+	// Processing counts confirmations that answered status processing.
+	Processing int `json:"processing"`
+	// RequestsByOperation counts API requests by operation: create,
+	// confirm, retrieve, list, search.
+	RequestsByOperation map[string]int `json:"requests_by_operation"`
+}
+
+// Server simulates the Stripe PaymentIntents and Refunds APIs. It is an http.Handler and
+// is safe for concurrent use. Create one with New.
+type Server struct {
+	now    func() time.Time
+	log    *slog.Logger
+	keyTTL time.Duration
+	// processingDelay is Options.ProcessingDelay.
+	processingDelay time.Duration
+	idStem          string
+	control         *http.ServeMux
+
+	mu        sync.Mutex
+	latency   time.Duration
+	searchLag time.Duration
+	seq       uint64
+	faults    simfault.List[Match] // locks itself
+	intents   map[string]*paymentIntent
+	order     []*paymentIntent // creation order
+	keys      map[string]*keyEntry
+	reserved  int // reservations since the last sweep of expired keys
+	// Refunds: by ID, in creation order, and the amount refunded per
+	// PaymentIntent.
+	refunds     map[string]*refund
+	refundOrder []*refund
+	refunded    map[string]int64
+	stats       Stats
+}
+
+// keyEntry is the idempotency layer's record of one key.
+type keyEntry struct {
+	hash      [sha256.Size]byte
+	inFlight  bool
+	resp      response
+	requestID string
+	created   time.Time
+}
+
+// New returns a Server configured by opts.
+func New(opts Options) *Server {
+	s := &Server{
+		now:     opts.Now,
+		log:     opts.Logger,
+		keyTTL:  opts.KeyTTL,
+		idStem:  randomStem(),
+		latency: opts.Latency,
+
+		processingDelay: opts.ProcessingDelay,
+		searchLag:       opts.SearchLag,
+	}
+	switch {
+	case s.searchLag == 0:
+		s.searchLag = DefaultSearchLag
+	case s.searchLag < 0:
+		s.searchLag = 0
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.keyTTL <= 0 {
+		s.keyTTL = DefaultKeyTTL
+	}
+	s.resetLocked()
+	s.control = s.controlMux()
+	return s
+}
+
+// randomStem returns a few random characters that make the IDs of one Server
+// unlike those of another.
+func randomStem() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 6)
+	rand.Read(b) // never fails (crypto/rand panics instead)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+// nextIDLocked returns a new object ID with the given prefix, like
+// pi_Q3xZ9a000000000017. s.mu must be held.
+func (s *Server) nextIDLocked(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s_%s%014d", prefix, s.idStem, s.seq)
+}
+
+// Reset forgets every PaymentIntent, idempotency key, statistic and fault.
+// The latency is kept, and IDs are never reused.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resetLocked()
+}
+
+func (s *Server) resetLocked() {
+	s.faults.Clear()
+	s.intents = make(map[string]*paymentIntent)
+	s.order = nil
+	s.keys = make(map[string]*keyEntry)
+	s.reserved = 0
+	s.refunds = make(map[string]*refund)
+	s.refundOrder = nil
+	s.refunded = make(map[string]int64)
+	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int), RequestsByOperation: make(map[string]int)}
+}
+
+// Stats returns a copy of the current statistics.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.ChargesByMessage = maps.Clone(s.stats.ChargesByMessage)
+	st.RefundsByMessage = maps.Clone(s.stats.RefundsByMessage)
+	st.RequestsByOperation = maps.Clone(s.stats.RequestsByOperation)
+	return st
+}
+
+// SetLatency sets the latency added to every API request.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = max(d, 0)
+}
+
+// ServeHTTP serves the Stripe API under /v1/ and the control API under
+// /_sim/.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/_sim/") {
+		s.control.ServeHTTP(w, r)
+		return
+	}
+	s.serveAPI(w, r)
+}
+
+// outcome records how an API request was answered, for the log.
+type outcome struct {
+	status   int
+	replayed bool
+	dropped  bool
+	aborted  bool
+	fault    FaultKind
+}
+
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	s.mu.Lock()
+	s.stats.Requests++
+	s.stats.RequestsByOperation[operationOf(r.Method, r.URL.Path)]++
+	latency := s.latency
+	requestID := s.nextIDLocked("req")
+	s.mu.Unlock()
+
+	key := r.Header.Get("Idempotency-Key")
+	h := w.Header()
+	h.Set("Request-Id", requestID)
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
+	if v := r.Header.Get("Stripe-Version"); v != "" {
+		h.Set("Stripe-Version", v)
+	}
+
+	out := s.handleAPI(w, r, requestID, key, latency)
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "stripesim request",
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("request_id", requestID),
+		slog.String("idempotency_key", key),
+		slog.Int("status", out.status),
+		slog.Bool("replayed", out.replayed),
+		slog.Bool("dropped", out.dropped),
+		slog.Bool("aborted", out.aborted),
+		slog.String("fault", string(out.fault)),
+		slog.Duration("elapsed", time.Since(start)),
+	)
+}
+
+// handleAPI runs the request pipeline: latency, authentication, parsing,
+// early faults, validation, the idempotency layer, delay faults, execution,
+// late faults, saving and answering.
+func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, key string, latency time.Duration) outcome {
+	ctx := r.Context()
+	if !simfault.Sleep(ctx, latency) {
+		return outcome{aborted: true}
+	}
+	if e := authenticate(r); e != nil {
+		return write(w, errorResponse(e, requestID))
+	}
+	form, e := parseForm(w, r)
+	if e != nil {
+		return write(w, errorResponse(e, requestID))
+	}
+	info := requestInfo{messageID: form.Get("metadata[message_id]"), key: key, path: r.URL.Path}
+	if m := confirmPath.FindStringSubmatch(r.URL.Path); m != nil && r.Method == http.MethodPost {
+		info.messageID = s.messageOf(m[1]) // a confirm carries no metadata: use its PaymentIntent's
+	}
+
+	if f, ok := s.takeFault(info, FaultErrorBefore, FaultRateLimit); ok {
+		e := rateLimitError()
+		if f.Kind == FaultErrorBefore {
+			e = serverError(f.ErrorStatus())
+		}
+		out := write(w, errorResponse(e, requestID))
+		out.fault = f.Kind
+		return out
+	}
+	if len(key) > MaxIdempotencyKeyLen {
+		return write(w, errorResponse(invalidRequest("", "",
+			"Idempotency-Key must be at most %d characters long; yours is %d.", MaxIdempotencyKeyLen, len(key)), requestID))
+	}
+	op, e := s.route(r.Method, r.URL.Path, form)
+	if e != nil {
+		return write(w, errorResponse(e, requestID))
+	}
+
+	idempotent := r.Method == http.MethodPost && key != ""
+	if idempotent {
+		saved, e := s.reserve(key, fingerprint(r.Method, r.URL.Path, form), requestID)
+		if e != nil {
+			return write(w, errorResponse(e, requestID))
+		}
+		if saved != nil {
+			if f, ok := s.takeFault(info, FaultDelay); ok && !simfault.Sleep(ctx, f.Delay) {
+				return outcome{aborted: true, fault: f.Kind}
+			}
+			h := w.Header()
+			h.Set("Idempotent-Replayed", "true")
+			h.Set("Original-Request", saved.requestID)
+			out := write(w, saved.resp)
+			out.replayed = true
+			return out
+		}
+	}
+
+	if f, ok := s.takeFault(info, FaultDelay); ok && !simfault.Sleep(ctx, f.Delay) {
+		if idempotent {
+			s.release(key)
+		}
+		return outcome{aborted: true, fault: f.Kind}
+	}
+
+	s.mu.Lock()
+	resp := op(requestID)
+	late, hasLate := s.takeFault(info, FaultErrorAfter, FaultLostAfter)
+	if hasLate && late.Kind == FaultErrorAfter {
+		resp = errorResponse(serverError(late.ErrorStatus()), requestID)
+	}
+	if idempotent {
+		s.saveLocked(key, resp)
+	}
+	s.mu.Unlock()
+
+	if hasLate && late.Kind == FaultLostAfter {
+		simfault.DropConnection(w)
+		return outcome{dropped: true, fault: late.Kind}
+	}
+	out := write(w, resp)
+	if hasLate {
+		out.fault = late.Kind
+	}
+	return out
+}
+
+// reserve consults the idempotency layer for key. It returns the saved entry
+// to replay, or an error to answer with, or neither when the key is now
+// reserved for this request.
+func (s *Server) reserve(key string, hash [sha256.Size]byte, requestID string) (*keyEntry, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if entry, ok := s.keys[key]; ok && !entry.inFlight && now.Sub(entry.created) > s.keyTTL {
+		delete(s.keys, key)
+	}
+	entry, ok := s.keys[key]
+	switch {
+	case !ok:
+		s.keys[key] = &keyEntry{hash: hash, inFlight: true, requestID: requestID, created: now}
+		s.reserved++
+		if s.reserved >= 256 {
+			s.sweepLocked(now)
+		}
+		return nil, nil
+	case entry.hash != hash:
+		s.stats.IdempotencyErrors++
+		return nil, &apiError{
+			status: http.StatusBadRequest,
+			Type:   typeIdempotency,
+			Message: fmt.Sprintf("Keys for idempotent requests can only be used with the same parameters they were first used with. "+
+				"Try using a key other than '%s' if you meant to execute a different request.", key),
+		}
+	case entry.inFlight:
+		s.stats.Conflicts++
+		return nil, &apiError{
+			status: http.StatusConflict,
+			Type:   typeIdempotency,
+			Code:   codeIdempotencyKeyInUse,
+			Message: "There is currently another in-progress request using this Stripe-Idempotency-Key " +
+				"(that probably means you submitted twice, and the other request is still going through). Please try again later.",
+		}
+	default:
+		s.stats.Replays++
+		saved := *entry
+		return &saved, nil
+	}
+}
+
+// release forgets a reservation whose request gave up before executing.
+func (s *Server) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if entry, ok := s.keys[key]; ok && entry.inFlight {
+		delete(s.keys, key)
+	}
+}
+
+// saveLocked records resp as the answer for the reserved key. s.mu must be
+// held.
+func (s *Server) saveLocked(key string, resp response) {
+	entry, ok := s.keys[key]
+	if !ok {
+		return // reset while the request was executing
+	}
+	entry.inFlight = false
+	entry.resp = resp
+	entry.created = s.now()
+}
+
+// sweepLocked drops expired keys. s.mu must be held.
+func (s *Server) sweepLocked(now time.Time) {
+	s.reserved = 0
+	for key, entry := range s.keys {
+		if !entry.inFlight && now.Sub(entry.created) > s.keyTTL {
+			delete(s.keys, key)
+		}
+	}
+}
+
+// fingerprint is a canonical hash of a request's method, path and
+// parameters, independent of the order in which parameters were sent.
+func fingerprint(method, path string, form url.Values) [sha256.Size]byte {
+	var b strings.Builder
+	b.WriteString(method)
+	b.WriteByte(' ')
+	b.WriteString(path)
+	for _, k := range slices.Sorted(maps.Keys(form)) {
+		for _, v := range form[k] {
+			b.WriteByte('\n')
+			b.WriteString(url.QueryEscape(k))
+			b.WriteByte('=')
+			b.WriteString(url.QueryEscape(v))
+		}
+	}
+	return sha256.Sum256([]byte(b.String()))
+}
+
+// authenticate checks for a test secret or restricted key, sent as a bearer
+// token or as the basic-auth user name.
+func authenticate(r *http.Request) *apiError {
+	var key string
+	if user, _, ok := r.BasicAuth(); ok {
+		key = user
+	} else if auth := r.Header.Get("Authorization"); auth != "" {
+		scheme, token, _ := strings.Cut(auth, " ")
+		if strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(token)
+		}
+	}
+	if key == "" {
+		return &apiError{
+			status: http.StatusUnauthorized,
+			Type:   typeAuthentication,
+			Message: "You did not provide an API key. You need to provide your API key in the Authorization header, " +
+				"using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY').",
+		}
+	}
+	for _, prefix := range []string{"sk_test_", "rk_test_"} {
+		if strings.HasPrefix(key, prefix) && len(key) > len(prefix) {
+			return nil
+		}
+	}
+	return &apiError{
+		status:  http.StatusUnauthorized,
+		Type:    typeAuthentication,
+		Message: "Invalid API Key provided: " + maskKey(key),
+	}
+}
+
+// maskKey shows at most the prefix and the last four characters of a key.
+func maskKey(key string) string {
+	prefix, _, found := strings.Cut(key, "_")
+	if len(key) <= 12 || !found {
+		return strings.Repeat("*", min(len(key), 8))
+	}
+	if i := strings.Index(key[len(prefix)+1:], "_"); i >= 0 {
+		prefix = key[:len(prefix)+1+i]
+	}
+	return prefix + "_" + strings.Repeat("*", 8) + key[len(key)-4:]
+}
+
+// parseForm returns a POST's form body or a GET's query parameters.
+func parseForm(w http.ResponseWriter, r *http.Request) (url.Values, *apiError) {
+	if r.Method != http.MethodPost {
+		return r.URL.Query(), nil
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		return nil, invalidRequest("", "", "Invalid request body: %v", err)
+	}
+	return r.PostForm, nil
+}
+
+// write sends resp.
+func write(w http.ResponseWriter, resp response) outcome {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache, no-store")
+	w.WriteHeader(resp.status)
+	_, _ = w.Write(resp.body) // the client may be gone; nothing to do about it
+	return outcome{status: resp.status}
+}

@@ -1,0 +1,515 @@
+// Package bench measures what effectively costs, honestly and side by side:
+// the end-to-end path (messages published to JetStream, consumed by one real
+// worker process, charged and receipted through the provider simulators,
+// recorded in Postgres) against three reference points measured in the same
+// run on the same dev server and Postgres — Temporal's floor (eager start +
+// two no-op local activities), a naive layout (two regular activities,
+// started from a separate client) and a plain transactional consumer with no
+// Temporal at all — plus a sweep of in-flight limits that shows where latency
+// bends.
+//
+// It is a benchmark, not a test: Run reports what it measured and checks only
+// that nothing was charged twice. The command is tools/bench/cmd/bench.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// Config sizes a run. Zero fields take the defaults noted.
+type Config struct {
+	// Messages is how many messages the end-to-end run publishes,
+	// duplicates included. Default 5000.
+	Messages int `json:"messages"`
+	// DuplicateRatio is the share of publishes that repeat an earlier
+	// message, without Nats-Msg-Id so the broker lets them through.
+	// Default 0.3; negative means none.
+	DuplicateRatio float64 `json:"duplicate_ratio"`
+	// DeclineRatio is the share of unique messages whose card is declined
+	// (no receipt). Default 0.05; negative means none.
+	DeclineRatio float64 `json:"decline_ratio"`
+	// InFlight bounds the unique messages published and not yet recorded in
+	// the end-to-end run, and the workflows in flight of the floor and the
+	// naive layout. Default 128.
+	InFlight int `json:"in_flight"`
+	// Sweep lists the in-flight limits of the sweep. Default 8, 32, 128,
+	// 256; an empty non-nil slice skips the sweep (and the half-rate point).
+	Sweep []int `json:"sweep"`
+	// SweepMessages is how many messages each sweep point publishes,
+	// duplicates included. Default 1000.
+	SweepMessages int `json:"sweep_messages"`
+	// Latency is the provider simulators' answer time. Default 3ms;
+	// negative means none.
+	Latency time.Duration `json:"latency"`
+	// FloorWorkflows and NaiveWorkflows size the Temporal reference points.
+	// Defaults 2000 and 1000.
+	FloorWorkflows int `json:"floor_workflows"`
+	NaiveWorkflows int `json:"naive_workflows"`
+	// PlainMessages sizes the plain consumer run (duplicates included, at
+	// DuplicateRatio). Default Messages.
+	PlainMessages int `json:"plain_messages"`
+	// PlainClients is the plain consumer's concurrency. Default 8.
+	PlainClients int `json:"plain_clients"`
+	// DuplicateBurst is how many copies of already recorded messages are
+	// published at once to measure the suppression rate. Default the
+	// duplicates of the end-to-end run, at least 1000.
+	DuplicateBurst int `json:"duplicate_burst"`
+	// Warmup is how many messages (and reference workflows) run before each
+	// measured path, not counted. Default 20.
+	Warmup int `json:"warmup"`
+	// Poll is the interval of the completion query. Default 50ms.
+	Poll time.Duration `json:"poll"`
+	// Stall fails a phase that makes no progress for this long. Default 60s.
+	Stall time.Duration `json:"stall"`
+	// GrpcCompression is the gRPC compression of every Temporal client of
+	// the run, the worker's (EFFECTIVELY_GRPC_COMPRESSION) and the
+	// reference points': gzip (the SDK's default) or none. Default gzip.
+	GrpcCompression string `json:"grpc_compression"`
+	// ProfileSeconds is how long the worker's CPU profile runs, from the
+	// start of the e2e run; 0 takes the default 20, negative takes none.
+	ProfileSeconds int `json:"profile_seconds"`
+	// Timeout bounds the whole run. Default 30m.
+	Timeout time.Duration `json:"timeout"`
+	// Seed makes the message plan repeatable. Default: the time.
+	Seed uint64 `json:"seed"`
+
+	// TemporalAddress is a running server to use; empty starts a dev server
+	// from TemporalCLI ($TEMPORAL_CLI, bin/temporal, temporal on PATH).
+	TemporalAddress string `json:"temporal_address,omitempty"`
+	TemporalCLI     string `json:"-"`
+	// PostgresURL is the maintenance database a fresh database is created
+	// from. Default $TEST_DATABASE_URL, else the local server.
+	PostgresURL string `json:"-"`
+	// NATSURL is the JetStream server. Default $TEST_NATS_URL, else local.
+	NATSURL string `json:"-"`
+	// RepoRoot is where ./worker is built from. Default this repository.
+	RepoRoot string `json:"-"`
+	// WorkerBin is a prebuilt worker binary; empty builds one.
+	WorkerBin string `json:"-"`
+	// WorkerEnv is appended to the worker's environment (NAME=value), e.g.
+	// to try a tuning. It is printed in the report.
+	WorkerEnv []string `json:"worker_env,omitempty"`
+	// Logf receives progress lines. Default: none.
+	Logf func(format string, args ...any) `json:"-"`
+}
+
+// QuickConfig is a small run for a quick look (the command's -quick).
+func QuickConfig() Config {
+	return Config{
+		Messages: 600, Sweep: []int{8, 64}, SweepMessages: 300,
+		FloorWorkflows: 300, NaiveWorkflows: 200, PlainMessages: 2000, DuplicateBurst: 500, ProfileSeconds: 4,
+	}
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Messages, 5000)
+	switch {
+	case c.DuplicateRatio == 0:
+		c.DuplicateRatio = 0.3
+	case c.DuplicateRatio < 0:
+		c.DuplicateRatio = 0
+	}
+	c.DuplicateRatio = math.Min(c.DuplicateRatio, 0.9)
+	switch {
+	case c.DeclineRatio == 0:
+		c.DeclineRatio = 0.05
+	case c.DeclineRatio < 0:
+		c.DeclineRatio = 0
+	}
+	def(&c.InFlight, 128)
+	if c.Sweep == nil {
+		c.Sweep = []int{8, 32, 128, 256}
+	}
+	def(&c.SweepMessages, 1000)
+	switch {
+	case c.Latency == 0:
+		c.Latency = 3 * time.Millisecond
+	case c.Latency < 0:
+		c.Latency = 0
+	}
+	def(&c.FloorWorkflows, 2000)
+	def(&c.NaiveWorkflows, 1000)
+	def(&c.PlainMessages, c.Messages)
+	def(&c.PlainClients, 8)
+	def(&c.DuplicateBurst, max(1000, int(float64(c.Messages)*c.DuplicateRatio)))
+	def(&c.Warmup, 20)
+	if c.Poll <= 0 {
+		c.Poll = 50 * time.Millisecond
+	}
+	if c.Stall <= 0 {
+		c.Stall = 60 * time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Minute
+	}
+	if c.GrpcCompression == "" {
+		c.GrpcCompression = "gzip"
+	}
+	if c.ProfileSeconds == 0 {
+		c.ProfileSeconds = 20
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.PostgresURL == "" {
+		c.PostgresURL = storetest.AdminURL()
+	}
+	if c.NATSURL == "" {
+		c.NATSURL = testenv.NATSURL()
+	}
+	if c.RepoRoot == "" {
+		c.RepoRoot = testenv.RepoRoot()
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// Latency summarises a set of per-message latencies.
+type Latency struct {
+	N   int           `json:"n"`
+	P50 time.Duration `json:"p50"`
+	P90 time.Duration `json:"p90"`
+	P99 time.Duration `json:"p99"`
+	Max time.Duration `json:"max"`
+}
+
+// Result is one measured path.
+type Result struct {
+	// Name says which path it is.
+	Name string `json:"name"`
+	// InFlight is the concurrency limit it ran at (0: open loop).
+	InFlight int `json:"in_flight"`
+	// TargetRate is the paced rate of an open-loop run (unique/s), else 0.
+	TargetRate float64 `json:"target_rate,omitempty"`
+	// Messages counts what was sent, duplicates included; Unique the
+	// distinct messages; Duplicates the copies sent.
+	Messages   int `json:"messages"`
+	Unique     int `json:"unique"`
+	Duplicates int `json:"duplicates"`
+	// Suppressed counts the copies the system recognised (the inbox's
+	// duplicates counter, or the plain consumer's conflicts).
+	Suppressed int `json:"suppressed"`
+	// Elapsed runs from the first send to the last completion.
+	Elapsed time.Duration `json:"elapsed"`
+	// Throughput is unique messages (workflows) completed per second. For
+	// the plain consumer it is every message handled (one transaction each,
+	// duplicates included) per second: its insert rate.
+	Throughput float64 `json:"throughput"`
+	// DuplicateRate is suppressed copies per second over Elapsed.
+	DuplicateRate float64 `json:"duplicate_rate"`
+	// Latency runs from just before the publish (or start) to the effects
+	// being recorded (or the workflow's result).
+	Latency Latency `json:"latency"`
+	// Stages splits an e2e message's latency at the inbox row's timestamps:
+	// publish to the inbox insert (Intake), the insert to the row marked
+	// dispatched after its start (Start), and that mark to the last effect
+	// recorded (Effects; the workflow runs while the mark is made, so this
+	// one can be 0). Nil for the reference points.
+	Stages *Stages `json:"stages,omitempty"`
+	// CPU is what the phase cost each process.
+	CPU CPU `json:"cpu"`
+}
+
+// Stages are the latencies of the parts of the e2e path.
+type Stages struct {
+	// Publish is the publish call alone (until JetStream's ack), which
+	// Intake includes.
+	Publish Latency `json:"publish"`
+	Intake  Latency `json:"intake"`
+	Start   Latency `json:"start"`
+	Effects Latency `json:"effects"`
+}
+
+// Burst is the duplicate-suppression measurement: copies of recorded
+// messages published back to back through the broker.
+type Burst struct {
+	Copies     int           `json:"copies"`
+	Suppressed int           `json:"suppressed"`
+	Elapsed    time.Duration `json:"elapsed"`
+	Rate       float64       `json:"rate"`
+	CPU        CPU           `json:"cpu"`
+}
+
+// Target is one of the issue's targets and whether this run met it.
+type Target struct {
+	What     string  `json:"what"`
+	Want     string  `json:"want"`
+	Measured string  `json:"measured"`
+	Value    float64 `json:"value"`
+	Met      bool    `json:"met"`
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Started     time.Time   `json:"started"`
+	Environment Environment `json:"environment"`
+	Config      Config      `json:"config"`
+	E2E         Result      `json:"e2e"`
+	Burst       Burst       `json:"duplicate_burst"`
+	Sweep       []Result    `json:"sweep"`
+	HalfRate    *Result     `json:"half_rate,omitempty"`
+	Floor       Result      `json:"floor"`
+	// FloorEnd is the floor measured again after the e2e runs.
+	FloorEnd Result `json:"floor_end"`
+	Naive    Result `json:"naive"`
+	Plain    Result `json:"plain"`
+	// WorkerPeakRSSMB is the worker process's VmHWM at the end of the run.
+	WorkerPeakRSSMB float64 `json:"worker_peak_rss_mb"`
+	// Charges and Emails are the simulators' counts over the whole run;
+	// DoubleCharges counts messages charged more than once (must be 0);
+	// DuplicateEmails counts receipts sent beyond one per message.
+	Charges         int `json:"charges"`
+	DoubleCharges   int `json:"double_charges"`
+	Emails          int `json:"emails"`
+	DuplicateEmails int `json:"duplicate_emails"`
+	// Ratios against the reference points.
+	E2EOverFloor   float64  `json:"e2e_over_floor"`
+	E2EOverNaive   float64  `json:"e2e_over_naive"`
+	BurstOverPlain float64  `json:"burst_over_plain"`
+	MaxRate        float64  `json:"max_rate"`
+	Targets        []Target `json:"targets"`
+	// WorkerWarnings counts the worker's WARN and ERROR log lines by
+	// message, over the whole run.
+	WorkerWarnings []LogCount `json:"worker_warnings"`
+	// WorkerProfile is the worker's CPU profile during the e2e run (written
+	// beside the report, not into the JSON); WorkerProfileWhat says how it
+	// was taken, WorkerProfileFile and WorkerProfileTop are set by
+	// WriteFiles.
+	WorkerProfile     []byte        `json:"-"`
+	WorkerProfileWhat string        `json:"worker_profile,omitempty"`
+	WorkerProfileFile string        `json:"worker_profile_file,omitempty"`
+	WorkerProfileTop  string        `json:"worker_profile_top,omitempty"`
+	Notes             []string      `json:"notes"`
+	Elapsed           time.Duration `json:"elapsed"`
+}
+
+// LogCount is how often the worker logged one message at one level.
+type LogCount struct {
+	Level   string `json:"level"`
+	Msg     string `json:"msg"`
+	Count   int    `json:"count"`
+	Example string `json:"example"` // the first such line's error or attributes
+}
+
+// warnings groups the WARN and ERROR lines of the worker's JSON log.
+func warnings(logs string) []LogCount {
+	idx := map[string]int{}
+	var out []LogCount
+	for line := range strings.SplitSeq(logs, "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		level, _ := l["level"].(string)
+		if level != "WARN" && level != "ERROR" {
+			continue
+		}
+		msg, _ := l["msg"].(string)
+		k := level + "\x00" + msg
+		i, ok := idx[k]
+		if !ok {
+			ex, _ := l["error"].(string)
+			if ex == "" {
+				delete(l, "time")
+				b, _ := json.Marshal(l)
+				ex = string(b)
+			}
+			i = len(out)
+			idx[k] = i
+			out = append(out, LogCount{Level: level, Msg: msg, Example: ex})
+		}
+		out[i].Count++
+	}
+	return out
+}
+
+// ErrDoubleCharge is returned with the report when a message was charged
+// more than once.
+var ErrDoubleCharge = errors.New("bench: a message was charged more than once")
+
+// Run measures every path and returns the report. The error reports a run
+// that could not be carried out, or ErrDoubleCharge (with a full report).
+// Everything Run starts is stopped before it returns.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.setDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	rep := Report{Started: time.Now(), Environment: hostEnvironment(), Config: cfg}
+	logf := cfg.Logf
+	rep.Environment.BackgroundBusy = backgroundBusy(2 * time.Second)
+	if rep.Environment.BackgroundBusy > 0.15 {
+		logf("bench: warning: the machine was %.0f%% busy before the run started (load average %s): other work will share the CPUs and lower every figure",
+			rep.Environment.BackgroundBusy*100, rep.Environment.LoadAverage)
+	}
+
+	logf("bench: starting the stack (dev server, Postgres database, JetStream streams, simulators at %s, worker build)", cfg.Latency)
+	s, err := startStack(ctx, cfg)
+	if err != nil {
+		return rep, err
+	}
+	defer s.close()
+	rep.Environment.Postgres, rep.Environment.NATS, rep.Environment.Temporal = s.versions(ctx)
+	planner := newPlanner(cfg.Seed)
+
+	// The Temporal reference points first, on the fresh server: the
+	// in-memory dev server may slow down as workflows accumulate, so
+	// measuring them first keeps the e2e ratios conservative.
+	logf("bench: Temporal floor: %d workflows, eager start + 2 no-op local activities, in-flight %d", cfg.FloorWorkflows, cfg.InFlight)
+	if rep.Floor, err = s.runFloor(ctx, cfg); err != nil {
+		return rep, fmt.Errorf("floor: %w", err)
+	}
+	logf("bench: floor: %s", rep.Floor.short())
+	logf("bench: naive layout: %d workflows, 2 regular activities, separate client, in-flight %d", cfg.NaiveWorkflows, cfg.InFlight)
+	if rep.Naive, err = s.runNaive(ctx, cfg, planner); err != nil {
+		return rep, fmt.Errorf("naive: %w", err)
+	}
+	logf("bench: naive: %s", rep.Naive.short())
+
+	// The end-to-end path, warmed up first.
+	if _, err := s.runE2E(ctx, cfg, planner.plan("warm", cfg.Warmup, 0, 0), e2eMode{inFlight: cfg.InFlight}); err != nil {
+		return rep, fmt.Errorf("warm-up: %w", err)
+	}
+	logf("bench: e2e: %d messages (%.0f%% duplicates), in-flight %d", cfg.Messages, cfg.DuplicateRatio*100, cfg.InFlight)
+	main := planner.plan("e2e", cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
+	prof := s.profileWorker(ctx, cfg.ProfileSeconds)
+	if rep.E2E, err = s.runE2E(ctx, cfg, main, e2eMode{inFlight: cfg.InFlight}); err != nil {
+		return rep, fmt.Errorf("e2e: %w", err)
+	}
+	if p := <-prof; p.err != nil {
+		logf("bench: worker profile: %v", p.err)
+	} else {
+		rep.WorkerProfile = p.data
+		rep.WorkerProfileWhat = fmt.Sprintf("%d s of the worker's CPU profile (`/debug/pprof/profile`, `EFFECTIVELY_PPROF_ADDR`)", cfg.ProfileSeconds)
+	}
+	rep.E2E.Name = "e2e"
+	logf("bench: e2e: %s", rep.E2E.short())
+
+	logf("bench: duplicate burst: %d copies of recorded messages", cfg.DuplicateBurst)
+	if rep.Burst, err = s.runBurst(ctx, cfg, main, cfg.DuplicateBurst); err != nil {
+		return rep, fmt.Errorf("duplicate burst: %w", err)
+	}
+	logf("bench: duplicate burst: %d suppressed in %s: %.0f/s", rep.Burst.Suppressed, rep.Burst.Elapsed.Round(time.Millisecond), rep.Burst.Rate)
+
+	rep.MaxRate = rep.E2E.Throughput
+	for i, n := range cfg.Sweep {
+		p := planner.plan(fmt.Sprintf("sweep%d", i), cfg.SweepMessages, cfg.DuplicateRatio, cfg.DeclineRatio)
+		r, err := s.runE2E(ctx, cfg, p, e2eMode{inFlight: n})
+		if err != nil {
+			return rep, fmt.Errorf("sweep at in-flight %d: %w", n, err)
+		}
+		r.Name = fmt.Sprintf("sweep in-flight %d", n)
+		rep.Sweep = append(rep.Sweep, r)
+		rep.MaxRate = math.Max(rep.MaxRate, r.Throughput)
+		logf("bench: %s: %s", r.Name, r.short())
+	}
+	if len(cfg.Sweep) > 0 && rep.MaxRate > 0 {
+		half := rep.MaxRate / 2
+		p := planner.plan("half", cfg.SweepMessages, cfg.DuplicateRatio, cfg.DeclineRatio)
+		r, err := s.runE2E(ctx, cfg, p, e2eMode{rate: half, inFlight: 4096})
+		if err != nil {
+			return rep, fmt.Errorf("half-rate point: %w", err)
+		}
+		r.Name = "e2e at half the max rate"
+		rep.HalfRate = &r
+		logf("bench: %s (%.0f/s paced): %s", r.Name, half, r.short())
+	}
+
+	// The floor again, on the same server after every workflow of the run,
+	// to bracket any drift of the dev server.
+	logf("bench: Temporal floor again, after the e2e runs")
+	if rep.FloorEnd, err = s.runFloor(ctx, cfg); err != nil {
+		return rep, fmt.Errorf("floor at the end: %w", err)
+	}
+	rep.FloorEnd.Name = "Temporal floor, at the end"
+	logf("bench: floor at the end: %s", rep.FloorEnd.short())
+	logf("bench: plain consumer: %d messages, %d connections", cfg.PlainMessages, cfg.PlainClients)
+	if rep.Plain, err = s.runPlain(ctx, cfg, planner); err != nil {
+		return rep, fmt.Errorf("plain consumer: %w", err)
+	}
+	logf("bench: plain: %s", rep.Plain.short())
+
+	rep.WorkerPeakRSSMB = peakRSSMB(s.worker.Pid())
+	rep.WorkerWarnings = warnings(s.worker.Logs())
+	for _, w := range rep.WorkerWarnings {
+		logf("bench: worker %s ×%d: %s (e.g. %s)", w.Level, w.Count, w.Msg, w.Example)
+	}
+	st, sg := s.stripe.Stats(), s.sendgrid.Stats()
+	rep.Charges, rep.Emails = st.Charges, sg.Deliveries
+	for _, n := range st.ChargesByMessage {
+		if n > 1 {
+			rep.DoubleCharges++
+		}
+	}
+	for k, n := range sg.DeliveriesByKey {
+		if k != "" && n > 1 {
+			rep.DuplicateEmails += n - 1
+		}
+	}
+	rep.evaluate()
+	rep.Elapsed = time.Since(rep.Started)
+	if rep.DoubleCharges > 0 {
+		return rep, ErrDoubleCharge
+	}
+	return rep, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// evaluate computes the ratios and checks the issue's targets.
+func (r *Report) evaluate() {
+	r.E2EOverFloor = ratio(r.E2E.Throughput, r.Floor.Throughput)
+	r.E2EOverNaive = ratio(r.E2E.Throughput, r.Naive.Throughput)
+	r.BurstOverPlain = ratio(r.Burst.Rate, r.Plain.Throughput)
+	r.Targets = []Target{
+		{What: "end-to-end throughput", Want: "≥ 250 msg/s", Value: r.E2E.Throughput, Met: r.E2E.Throughput >= 250,
+			Measured: fmt.Sprintf("%.1f msg/s", r.E2E.Throughput)},
+		{What: "end-to-end / Temporal floor", Want: "≥ 0.8×", Value: r.E2EOverFloor, Met: r.E2EOverFloor >= 0.8,
+			Measured: fmt.Sprintf("%.2f× (%.1f / %.1f)", r.E2EOverFloor, r.E2E.Throughput, r.Floor.Throughput)},
+		{What: "end-to-end / naive layout", Want: "≥ 4×", Value: r.E2EOverNaive, Met: r.E2EOverNaive >= 4,
+			Measured: fmt.Sprintf("%.2f× (%.1f / %.1f)", r.E2EOverNaive, r.E2E.Throughput, r.Naive.Throughput)},
+		{What: "duplicates suppressed / plain consumer insert rate", Want: "≥ 0.8×", Value: r.BurstOverPlain, Met: r.BurstOverPlain >= 0.8,
+			Measured: fmt.Sprintf("%.2f× (%.0f / %.0f per s)", r.BurstOverPlain, r.Burst.Rate, r.Plain.Throughput)},
+	}
+	if r.HalfRate != nil {
+		p99 := r.HalfRate.Latency.P99
+		r.Targets = append(r.Targets, Target{What: "p99 at half the max rate", Want: "≤ 250 ms", Value: ms(p99), Met: p99 <= 250*time.Millisecond && p99 > 0,
+			Measured: fmt.Sprintf("%.0f ms at %.1f msg/s paced (max %.1f)", ms(p99), r.HalfRate.TargetRate, r.MaxRate)})
+	} else {
+		r.Targets = append(r.Targets, Target{What: "p99 at half the max rate", Want: "≤ 250 ms", Measured: "not measured (no sweep)"})
+	}
+	r.Targets = append(r.Targets, Target{What: "worker peak RSS", Want: "≤ 150 MB", Value: r.WorkerPeakRSSMB, Met: r.WorkerPeakRSSMB > 0 && r.WorkerPeakRSSMB <= 150,
+		Measured: fmt.Sprintf("%.1f MB", r.WorkerPeakRSSMB)})
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r Result) short() string {
+	s := fmt.Sprintf("%d unique in %s: %.1f/s, dup %.1f/s, p50 %.0fms p99 %.0fms max %.0fms, worker CPU %.1fs",
+		r.Unique, r.Elapsed.Round(time.Millisecond), r.Throughput, r.DuplicateRate,
+		ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max), r.CPU.Worker)
+	if st := r.Stages; st != nil {
+		s += fmt.Sprintf(" (p50/p99/max ms: publish %.0f/%.0f/%.0f, intake %.0f/%.0f/%.0f, start %.0f/%.0f, effects %.0f/%.0f)",
+			ms(st.Publish.P50), ms(st.Publish.P99), ms(st.Publish.Max), ms(st.Intake.P50), ms(st.Intake.P99), ms(st.Intake.Max), ms(st.Start.P50), ms(st.Start.P99), ms(st.Effects.P50), ms(st.Effects.P99))
+	}
+	return s
+}

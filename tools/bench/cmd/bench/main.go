@@ -1,0 +1,186 @@
+// Command bench runs effectively's benchmark (tools/bench): the
+// end-to-end path through JetStream and one real worker process, Temporal's
+// floor, a naive layout and a plain transactional consumer, all in one run
+// on the same dev server and Postgres, plus a sweep of in-flight limits. It
+// prints a table and writes results/bench-<timestamp>.md, .png and .json.
+//
+//	go run ./tools/bench/cmd/bench                 # the defaults: 5000 messages, 30% copies
+//	go run ./tools/bench/cmd/bench -quick          # a small run
+//	go run ./tools/bench/cmd/bench -n 2000 -sweep 8,64 -latency 10ms
+//
+// It needs Postgres (TEST_DATABASE_URL), NATS with JetStream (TEST_NATS_URL)
+// and the Temporal CLI (bin/temporal or TEMPORAL_CLI). Exit codes: 0 the run
+// completed (targets met or not: see the report), 1 the run could not be
+// carried out, 2 usage, 3 a message was charged twice.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/effectively/effectively/tools/bench"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var (
+		quick     = fs.Bool("quick", false, "a small run (600 messages, sweep 8,64, small reference points); explicit flags still apply")
+		n         = fs.Int("n", 0, "messages published in the e2e run, copies included (default 5000)")
+		dup       = fs.Float64("dup", -1, "share of copies among them, 0 to 0.9 (default 0.3)")
+		inflight  = fs.Int("inflight", 0, "in-flight limit of the e2e run and the Temporal reference points (default 128)")
+		sweep     = fs.String("sweep", "", `in-flight limits of the sweep, comma separated, or "none" (default 8,32,128,256)`)
+		latency   = fs.Duration("latency", -1, "provider simulator latency (default 3ms)")
+		sweepN    = fs.Int("sweep-n", 0, "messages per sweep point (default 1000)")
+		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
+		workerBin = fs.String("worker-bin", "", "a prebuilt worker binary to measure (default: build ./worker from this checkout)")
+		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20)")
+		out       = fs.String("out", "results", "folder for the markdown report, the PNG chart and the JSON")
+		temporal  = fs.String("temporal", "", "address of a running Temporal server (default: start a dev server from bin/temporal)")
+		seed      = fs.Uint64("seed", 0, "seed of the message plan (default: the time)")
+		quiet     = fs.Bool("q", false, "no progress lines on stderr")
+		fromJSON  = fs.String("from-json", "", "render the table, report and chart again from a run's JSON, without running anything")
+		workerEnv multiFlag
+	)
+	fs.Var(&workerEnv, "worker-env", "NAME=value added to the worker's environment (repeatable)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	if *fromJSON != "" {
+		return rerender(*fromJSON, *out)
+	}
+	cfg := bench.Config{}
+	if *quick {
+		cfg = bench.QuickConfig()
+	}
+	if *n > 0 {
+		cfg.Messages = *n
+	}
+	switch {
+	case *dup == 0:
+		cfg.DuplicateRatio = -1 // none
+	case *dup > 0:
+		cfg.DuplicateRatio = *dup
+	}
+	if *inflight > 0 {
+		cfg.InFlight = *inflight
+	}
+	if *sweep != "" {
+		s, err := parseSweep(*sweep)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -sweep:", err)
+			return 2
+		}
+		cfg.Sweep = s
+	}
+	switch {
+	case *latency == 0:
+		cfg.Latency = -1 // none
+	case *latency > 0:
+		cfg.Latency = *latency
+	}
+	if *sweepN > 0 {
+		cfg.SweepMessages = *sweepN
+	}
+	switch *compress {
+	case "", "gzip", "none":
+		cfg.GrpcCompression = *compress
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -grpc-compression %q: use gzip or none\n", *compress)
+		return 2
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "profile" {
+			cfg.ProfileSeconds = *profile
+			if *profile == 0 {
+				cfg.ProfileSeconds = -1 // none
+			}
+		}
+	})
+	cfg.TemporalAddress, cfg.Seed, cfg.WorkerEnv, cfg.WorkerBin = *temporal, *seed, workerEnv, *workerBin
+	if !*quiet {
+		cfg.Logf = func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil && !errors.Is(err, bench.ErrDoubleCharge) {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	rep.WriteTable(os.Stdout)
+	md, werr := rep.WriteFiles(*out)
+	if werr != nil {
+		fmt.Fprintln(os.Stderr, "bench: write the report:", werr)
+		return 1
+	}
+	fmt.Printf("\nreport: %s (chart and JSON beside it)\n", md)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 3
+	}
+	return 0
+}
+
+func rerender(path, out string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", path, err)
+		return 1
+	}
+	rep.WriteTable(os.Stdout)
+	md, err := rep.WriteFiles(out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: write the report:", err)
+		return 1
+	}
+	fmt.Printf("\nreport: %s (chart and JSON beside it)\n", md)
+	return 0
+}
+
+func parseSweep(s string) ([]int, error) {
+	if s == "none" {
+		return []int{}, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, " ") }
+
+func (m *multiFlag) Set(v string) error {
+	if !strings.Contains(v, "=") {
+		return fmt.Errorf("%q: want NAME=value", v)
+	}
+	*m = append(*m, v)
+	return nil
+}

@@ -1,0 +1,428 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/workerproc"
+	"github.com/effectively/effectively/workflows"
+)
+
+// stack is every real component of one run. close undoes what was started,
+// in reverse order, each step bounded.
+type stack struct {
+	temporal     client.Client // the dev server's client (or a dialled one)
+	temporalAddr string
+	devServer    *testsuite.DevServer
+	devServerPID int
+
+	dbURL string
+	pool  *pgxpool.Pool
+
+	pprofAddr string // the worker's EFFECTIVELY_PPROF_ADDR
+	// compression is the gRPC compression of every client of the run,
+	// the worker's and the reference points' alike.
+	compression string
+
+	nc           *nats.Conn
+	js           jetstream.JetStream
+	stream       string
+	subject      string // the publish subject of order.placed
+	filter       string
+	eventsStream string
+	eventsPrefix string
+
+	stripe      *stripesim.Server
+	sendgrid    *sendgridsim.Server
+	stripeURL   string
+	sendgridURL string
+
+	worker    *workerproc.Proc
+	workerBin string
+	taskQueue string
+
+	cleanups []func()
+}
+
+func (s *stack) onClose(f func()) { s.cleanups = append(s.cleanups, f) }
+
+func (s *stack) close() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+	s.cleanups = nil
+}
+
+func randomTag(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// temporalCLI finds the Temporal CLI: cfg, $TEMPORAL_CLI, bin/temporal in
+// the repository, temporal on PATH.
+func temporalCLI(cfg Config) (string, error) {
+	if cfg.TemporalCLI != "" {
+		return cfg.TemporalCLI, nil
+	}
+	if p := os.Getenv("TEMPORAL_CLI"); p != "" {
+		return p, nil
+	}
+	if p := filepath.Join(cfg.RepoRoot, "bin", "temporal"); fileExists(p) {
+		return p, nil
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("the Temporal CLI is required: build it with `make bin/temporal` or set TEMPORAL_CLI")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// startStack brings up everything the run needs. On error, what was started
+// is stopped before it returns.
+func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
+	s := &stack{taskQueue: "effectively-bench-" + randomTag(4), compression: cfg.GrpcCompression}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+
+	// Temporal.
+	if cfg.TemporalAddress != "" {
+		c, err := client.Dial(client.Options{HostPort: cfg.TemporalAddress, Logger: quietLogger()})
+		if err != nil {
+			return nil, fmt.Errorf("dial Temporal at %s: %w", cfg.TemporalAddress, err)
+		}
+		s.onClose(c.Close)
+		s.temporal, s.temporalAddr = c, cfg.TemporalAddress
+	} else {
+		cli, err := temporalCLI(cfg)
+		if err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		srv, err := testsuite.StartDevServer(sctx, testsuite.DevServerOptions{
+			ExistingPath:     cli,
+			LogLevel:         "error",
+			SearchAttributes: workflows.SearchAttributes("x", "x", 0),
+			ClientOptions:    &client.Options{Logger: quietLogger()},
+			ExtraArgs: []string{
+				"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+				"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+				"--dynamic-config-value", "system.enableEagerWorkflowStart=true",
+			},
+			Stdout: io.Discard,
+			Stderr: io.Discard,
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("start the Temporal dev server (%s): %w", cli, err)
+		}
+		s.onClose(func() { _ = srv.Stop() })
+		s.devServer, s.temporal, s.temporalAddr = srv, srv.Client(), srv.FrontendHostPort()
+		s.devServerPID = childPID(os.Getpid(), "temporal")
+	}
+
+	// Postgres: a fresh, migrated database, dropped at the end.
+	if s.dbURL, err = newDatabase(ctx, cfg.PostgresURL, s); err != nil {
+		return nil, err
+	}
+	if s.pool, err = store.Open(ctx, s.dbURL, store.PoolConfig{MaxConns: int32(max(16, cfg.PlainClients+4))}); err != nil { //nolint:gosec // small config value
+		return nil, err
+	}
+	s.onClose(s.pool.Close)
+
+	// JetStream: a uniquely named stream pair, deleted at the end.
+	if s.nc, err = nats.Connect(cfg.NATSURL, nats.Name("effectively-bench")); err != nil {
+		return nil, fmt.Errorf("NATS with JetStream is required at %s: %w", cfg.NATSURL, err)
+	}
+	s.onClose(s.nc.Close)
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		return nil, err
+	}
+	tag := "b" + randomTag(5)
+	s.stream, s.filter = "BENCH_"+strings.ToUpper(tag), tag+".messages.>"
+	s.eventsStream, s.eventsPrefix = s.stream+"_EVENTS", tag+".events"
+	for _, spec := range []intake.StreamSpec{
+		{Name: s.stream, Subjects: []string{s.filter}, MaxAge: time.Hour},
+		{Name: s.eventsStream, Subjects: []string{s.eventsPrefix + ".>"}, MaxAge: time.Hour},
+	} {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, created, err := intake.EnsureStream(sctx, s.js, spec)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("create stream %s: %w", spec.Name, err)
+		}
+		if !created {
+			return nil, fmt.Errorf("stream %s already existed", spec.Name)
+		}
+		s.onClose(func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.js.DeleteStream(dctx, spec.Name)
+		})
+	}
+	if s.subject, err = intake.PublishSubject(s.filter, "order.placed"); err != nil {
+		return nil, err
+	}
+
+	// The provider simulators, in this process, with their latency.
+	s.stripe = stripesim.New(stripesim.Options{Latency: cfg.Latency})
+	s.sendgrid = sendgridsim.New(sendgridsim.Options{Latency: cfg.Latency})
+	st, sg := httptest.NewServer(s.stripe), httptest.NewServer(s.sendgrid)
+	s.onClose(st.Close)
+	s.onClose(sg.Close)
+	s.stripeURL, s.sendgridURL = st.URL, sg.URL
+
+	// One real worker process, with its profiles on a free loopback port.
+	if s.pprofAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	s.workerBin = cfg.WorkerBin
+	if s.workerBin == "" {
+		dir, err := os.MkdirTemp("", "effectively-bench-")
+		if err != nil {
+			return nil, err
+		}
+		s.onClose(func() { _ = os.RemoveAll(dir) })
+		bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		s.workerBin, err = workerproc.Build(bctx, cfg.RepoRoot, dir)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	env := workerproc.Env(workerproc.Config{
+		DatabaseURL: s.dbURL, TemporalAddress: s.temporalAddr, TaskQueue: s.taskQueue,
+		StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: cfg.NATSURL,
+		Extra: append([]string{
+			"LOG_LEVEL=warn",
+			// The worker's defaults, not workerproc's short test timeouts:
+			// nothing is killed here.
+			"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m",
+			"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
+			"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
+			"EFFECTIVELY_PPROF_ADDR=" + s.pprofAddr,
+			temporalclient.EnvCompression + "=" + cfg.GrpcCompression,
+		}, cfg.WorkerEnv...),
+	})
+	if s.worker, err = workerproc.Start(s.workerBin, env); err != nil {
+		return nil, err
+	}
+	s.onClose(func() { s.worker.Stop(15 * time.Second) })
+	if err := s.waitWorkerReady(ctx, 90*time.Second); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitWorkerReady waits until the worker polls its task queue and its
+// durable consumer exists, or the process exits, or timeout passes.
+func (s *stack) waitWorkerReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-s.worker.Done():
+			return fmt.Errorf("the worker exited during start: %w\n%s", s.worker.Err(), tail(s.worker.Logs(), 4000))
+		default:
+		}
+		if s.workerPolling(ctx) && s.consumerExists(ctx) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the worker was not ready after %s:\n%s", timeout, tail(s.worker.Logs(), 4000))
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *stack) workerPolling(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := s.temporal.WorkflowService().DescribeTaskQueue(cctx, &workflowservice.DescribeTaskQueueRequest{
+		Namespace:     "default",
+		TaskQueue:     &taskqueuepb.TaskQueue{Name: s.taskQueue, Kind: enums.TASK_QUEUE_KIND_NORMAL},
+		TaskQueueType: enums.TASK_QUEUE_TYPE_WORKFLOW,
+	})
+	return err == nil && len(resp.GetPollers()) > 0
+}
+
+func (s *stack) consumerExists(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.js.Consumer(cctx, s.stream, "bench")
+	return err == nil
+}
+
+// newDatabase creates an empty, migrated database on the server of admin,
+// registers its drop with s and returns its URL.
+func newDatabase(ctx context.Context, admin string, s *stack) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", fmt.Errorf("postgres is required at %s: %w", redactURL(admin), err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	name := "effectively_bench_" + randomTag(6)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	s.onClose(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(dctx, admin)
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close(dctx) }()
+		_, _ = c.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	dbURL, err := store.WithDatabase(admin, name)
+	if err != nil {
+		return "", err
+	}
+	pool, err := store.Open(ctx, dbURL, store.PoolConfig{MaxConns: 2})
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	if err := store.Migrate(ctx, pool, nil); err != nil {
+		return "", err
+	}
+	if _, err := pool.Exec(ctx, benchSchema); err != nil {
+		return "", fmt.Errorf("create the bench tables: %w", err)
+	}
+	return dbURL, nil
+}
+
+// benchSchema holds what the naive layout records: the worker's own tables
+// are left to the worker's code.
+const benchSchema = `
+CREATE TABLE bench_naive (
+    message_id  text        PRIMARY KEY,
+    payment_ref text,
+    receipt_ref text,
+    charged_at  timestamptz,
+    receipt_at  timestamptz
+)`
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	return u.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
+type profile struct {
+	data []byte
+	err  error
+}
+
+// profileWorker takes a CPU profile of the worker for seconds, in the
+// background; the channel yields it (or why there is none) when it ends.
+func (s *stack) profileWorker(ctx context.Context, seconds int) <-chan profile {
+	out := make(chan profile, 1)
+	if seconds <= 0 {
+		out <- profile{err: errors.New("not taken (-profile 0)")}
+		return out
+	}
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+30)*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(pctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprofAddr, seconds), nil)
+		if err != nil {
+			out <- profile{err: err}
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- profile{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("worker pprof answered %s: %s", resp.Status, data)
+		}
+		out <- profile{data: data, err: err}
+	}()
+	return out
+}
+
+// clientOptions are the options of the reference points' clients: the
+// dev server, no logs, and the run's gRPC compression.
+func (s *stack) clientOptions() client.Options {
+	o := client.Options{HostPort: s.temporalAddr, Logger: quietLogger()}
+	if s.compression == "none" {
+		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
+	return o
+}

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/failpoint"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/tools/testenv"
+	"github.com/effectively/effectively/workflows"
+)
+
+// brokerEnv points a worker process at the test's streams, with a short ack
+// wait so a delivery the killed worker never acked comes back quickly.
+func brokerEnv(j *testenv.JetStream) []string {
+	return []string{
+		"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=worker",
+		"NATS_ACK_WAIT=2s", "NATS_BACKOFF=none", "NATS_MAX_DELIVER=5",
+		"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+	}
+}
+
+// TestCrashWindowsAtBroker kills the real worker, consuming from JetStream,
+// after the inbox insert but before the broker ack, and after the outbox
+// publish but before the row is marked: the redelivery is recognised and the
+// republish is dropped by the broker, so each message has one workflow, one
+// charge and one order.paid event.
+func TestCrashWindowsAtBroker(t *testing.T) {
+	for _, point := range []string{failpoint.IntakeAfterInsert, failpoint.OutboxAfterPublish} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+			s := newProcStack(t)
+			s.cfg.NATSURL = testenv.NATSURL()
+			s.cfg.Extra = append(s.cfg.Extra, brokerEnv(j)...)
+			first := s.start(t, failpoint.EnvVar+"="+point)
+
+			id := "evt_broker_" + map[string]string{failpoint.IntakeAfterInsert: "insert", failpoint.OutboxAfterPublish: "publish"}[point]
+			j.Publish(t, order(id, 88, "pm_card_visa"), "")
+			killedAt(t, first, point)
+
+			s.start(t) // restarted, no failpoint
+			if st := s.waitOutcome(t, id); st.Outcome != workflows.OutcomeCompleted {
+				t.Fatalf("outcome = %+v", st)
+			}
+			if n := workflowsFor(t, s.client, id); n != 1 {
+				t.Errorf("workflows = %d, want 1", n)
+			}
+			if n := s.sims.Stripe.Stats().ChargesByMessage[id]; n != 1 {
+				t.Errorf("charges = %d, want 1", n)
+			}
+			ctx := context.Background()
+			ms, err := s.store.Status(ctx, message.ConsumerOrderPlaced, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms.Inbox == nil || ms.Inbox.Source != "jetstream" || ms.Processed == nil || ms.Processed.Outcome != store.OutcomePaid {
+				t.Fatalf("postgres: inbox %+v processed %+v", ms.Inbox, ms.Processed)
+			}
+			if point == failpoint.IntakeAfterInsert && ms.Inbox.Duplicates < 1 {
+				t.Errorf("the redelivery was not seen by the inbox (duplicates = %d)", ms.Inbox.Duplicates)
+			}
+			// Exactly one order.paid event in the events stream, and the
+			// outbox row marked.
+			testenv.Eventually(t, 30*time.Second, "outbox row published", func() bool {
+				var published bool
+				err := s.store.Pool().QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox WHERE event_id = $1`, store.OrderPaidEventID(id)).Scan(&published)
+				return err == nil && published
+			})
+			stream, err := j.JS.Stream(ctx, j.EventsStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := stream.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != 1 {
+				t.Errorf("order.paid events in the stream = %d, want 1", info.State.Msgs)
+			}
+		})
+	}
+}

@@ -1,0 +1,570 @@
+// Package soak runs effectively under chaos and reconciles the result: many
+// messages with a share of duplicates (some while their workflow runs, some
+// long after it completed), several worker processes killed with SIGKILL and
+// restarted at random, provider faults (5xx before and after the effect, lost
+// responses, 429, slow answers) and Postgres connections cut. At the end it
+// counts what the providers saw, what Postgres recorded and what Temporal
+// ran, and reports every violation of the guarantees: a double charge, a lost
+// message, a receipt repeated beyond the documented window.
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/workerproc"
+	"github.com/effectively/effectively/workflows"
+)
+
+// Config sizes a run. Zero fields take the defaults noted.
+type Config struct {
+	// Messages is how many messages are sent, duplicates included. Default 2000.
+	Messages int
+	// DuplicateRatio is the share of sends that repeat an earlier message.
+	// Default 0.3.
+	DuplicateRatio float64
+	// Workers is how many worker processes run at once. Default 3.
+	Workers int
+	// Kills is how many times a random worker is killed with SIGKILL (and
+	// started again). Default 3.
+	Kills int
+	// FaultRatio is the share of unique messages given a provider fault.
+	// Default 0.1.
+	FaultRatio float64
+	// Restarts is how many times a worker is replaced as a deploy does it
+	// (a new process starts, the old one gets SIGTERM and drains). Default
+	// 0; negative means none.
+	Restarts int
+	// DatabaseCuts is how often every worker connection to Postgres is
+	// terminated. Default 1.
+	DatabaseCuts int
+	// Concurrency is how many sends are in flight. Default 16.
+	Concurrency int
+	// Seed makes the run repeatable. Default: the time.
+	Seed uint64
+	// Timeout bounds the whole run. Default 10m.
+	Timeout time.Duration
+	// Settle is how long, after the last send, every workflow has to
+	// complete before the stragglers are reported. Default 3m.
+	Settle time.Duration
+	// Logf receives progress lines. Default: none.
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	if c.Messages == 0 {
+		c.Messages = 2000
+	}
+	if c.DuplicateRatio == 0 {
+		c.DuplicateRatio = 0.3
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.Kills == 0 {
+		c.Kills = 3
+	}
+	if c.FaultRatio == 0 {
+		c.FaultRatio = 0.1
+	}
+	if c.DatabaseCuts == 0 {
+		c.DatabaseCuts = 1
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Minute
+	}
+	if c.Settle == 0 {
+		c.Settle = 3 * time.Minute
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// Stack is the running infrastructure a soak uses. The soak starts and
+// kills the worker processes itself.
+type Stack struct {
+	Temporal  client.Client
+	Pool      *pgxpool.Pool
+	Stripe    *stripesim.Server
+	SendGrid  *sendgridsim.Server
+	WorkerBin string
+	Worker    workerproc.Config
+	// Send delivers one raw message to the system (through the broker, or
+	// the intake directly).
+	Send func(ctx context.Context, raw []byte) error
+}
+
+// Report is what a run found.
+type Report struct {
+	Messages        int           `json:"messages"`
+	Unique          int           `json:"unique"`
+	Invalid         int           `json:"invalid"`
+	Charges         int           `json:"charges"`
+	DoubleCharges   int           `json:"double_charges"`
+	Emails          int           `json:"emails"`
+	DuplicateEmails int           `json:"duplicate_emails"`
+	Lost            int           `json:"lost"`
+	Quarantined     int           `json:"quarantined"`
+	Paid            int           `json:"paid"`
+	Declined        int           `json:"declined"`
+	Kills           int           `json:"kills"`
+	Restarts        int           `json:"restarts"`
+	DatabaseCuts    int           `json:"database_cuts"`
+	Faults          int           `json:"faults"`
+	Elapsed         time.Duration `json:"elapsed"`
+	Violations      []string      `json:"violations"`
+	// Refunds is the refund phase's report (refunds.go).
+	Refunds RefundReport `json:"refunds"`
+}
+
+// String renders the figures as the soak command prints them.
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "messages %d (unique %d, invalid %d), time %s\n", r.Messages, r.Unique, r.Invalid, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
+	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
+	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
+	b.WriteString(r.Refunds.String())
+	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
+	if len(r.Violations) == 0 {
+		b.WriteString("violations: none\n")
+	} else {
+		fmt.Fprintf(&b, "violations (%d):\n", len(r.Violations))
+		for _, v := range r.Violations {
+			b.WriteString("  - " + v + "\n")
+		}
+	}
+	return b.String()
+}
+
+// plan is what will be sent.
+type plan struct {
+	unique   []planned
+	sends    []int // indexes into unique, in send order (first copies and early duplicates)
+	late     []int // duplicates sent after every workflow completed
+	invalid  [][]byte
+	declined map[string]bool
+}
+
+type planned struct {
+	id  string
+	raw []byte
+}
+
+func makePlan(cfg Config, rng *rand.Rand) plan {
+	dups := int(float64(cfg.Messages) * cfg.DuplicateRatio)
+	invalid := cfg.Messages / 100
+	uniq := cfg.Messages - dups - invalid
+	p := plan{declined: map[string]bool{}}
+	for i := range uniq {
+		id := fmt.Sprintf("soak_%d_%05d", cfg.Seed%100000, i)
+		pm := "pm_card_visa"
+		if rng.IntN(20) == 0 {
+			pm = "pm_card_chargeDeclined"
+			p.declined[id] = true
+		}
+		raw := fmt.Appendf(nil, `{"id":%q,"type":"order.placed","data":{"order_id":%d,"amount":%d,"currency":"usd","customer_email":"soak%d@example.com","payment_method":%q}}`,
+			id, 100000+i, 100+rng.IntN(90000), i, pm)
+		p.unique = append(p.unique, planned{id: id, raw: raw})
+		p.sends = append(p.sends, i)
+	}
+	// Half the duplicates follow closely (often while the first copy's
+	// workflow runs); the other half come after everything completed.
+	for d := range dups {
+		i := rng.IntN(uniq)
+		if d%2 == 0 {
+			at := min(len(p.sends), indexOf(p.sends, i)+1+rng.IntN(20))
+			p.sends = append(p.sends[:at], append([]int{i}, p.sends[at:]...)...)
+		} else {
+			p.late = append(p.late, i)
+		}
+	}
+	for i := range invalid {
+		p.invalid = append(p.invalid, fmt.Appendf(nil, `{"id":"soak_bad_%d","type":"order.placed","data":{"order_id":%d,"amount":-1}}`, i, i))
+	}
+	return p
+}
+
+func indexOf(s []int, v int) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return len(s) - 1
+}
+
+// Run executes one soak against st and returns its report. The error is
+// for a run that could not be carried out; violations are in the report.
+func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
+	cfg.setDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)) //nolint:gosec // seeded on purpose: a soak must be reproducible from its seed; nothing secret
+	p := makePlan(cfg, rng)
+	rep := Report{Messages: cfg.Messages, Unique: len(p.unique), Invalid: len(p.invalid)}
+	start := time.Now()
+	cfg.Logf("soak: seed %d, %d messages (%d unique, %d duplicates, %d invalid), %d workers", cfg.Seed, cfg.Messages, len(p.unique), len(p.sends)-len(p.unique)+len(p.late), len(p.invalid), cfg.Workers)
+
+	// Provider faults, attached to chosen messages up front.
+	for _, u := range p.unique {
+		if rng.Float64() >= cfg.FaultRatio {
+			continue
+		}
+		rep.Faults++
+		switch k := rng.IntN(7); k {
+		case 0:
+			st.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: u.id}, Kind: stripesim.FaultErrorBefore, Status: 503, Times: 1})
+		case 1:
+			st.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: u.id}, Kind: stripesim.FaultErrorAfter, Times: 1})
+		case 2:
+			st.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: u.id}, Kind: stripesim.FaultLostAfter, Times: 1})
+		case 3:
+			st.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: u.id}, Kind: stripesim.FaultRateLimit, Times: 2})
+		case 4:
+			st.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: u.id}, Kind: stripesim.FaultDelay, Delay: 800 * time.Millisecond, Times: 1})
+		case 5:
+			st.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: u.id}, Kind: sendgridsim.FaultLostAfter, Times: 1})
+		case 6:
+			st.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: u.id}, Kind: sendgridsim.FaultErrorBefore, Status: 503, Times: 1})
+		}
+	}
+
+	// Workers.
+	w := &workers{bin: st.WorkerBin, cfg: st.Worker}
+	defer w.stopAll()
+	for range cfg.Workers {
+		if err := w.add(); err != nil {
+			return rep, err
+		}
+	}
+
+	// Chaos: kills and database cuts spread over the sending phase.
+	var kills, cuts, restarts atomic.Int32
+	var unclean []string // written by the chaos goroutine only, read after chaosDone
+	chaosCtx, stopChaos := context.WithCancel(ctx)
+	chaosDone := make(chan struct{})
+	go func() {
+		defer close(chaosDone)
+		events := make([]string, 0, cfg.Kills+cfg.DatabaseCuts)
+		for range cfg.Kills {
+			events = append(events, "kill")
+		}
+		for range cfg.DatabaseCuts {
+			events = append(events, "cut")
+		}
+		for range max(cfg.Restarts, 0) {
+			events = append(events, "restart")
+		}
+		rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+		for _, ev := range events {
+			select {
+			case <-chaosCtx.Done():
+				return
+			case <-time.After(time.Duration(1500+rng.IntN(2500)) * time.Millisecond):
+			}
+			switch ev {
+			case "kill":
+				if err := w.killOne(rng.IntN(cfg.Workers)); err != nil {
+					cfg.Logf("soak: restart after kill: %v", err)
+				}
+				kills.Add(1)
+				cfg.Logf("soak: killed a worker (%d/%d)", kills.Load(), cfg.Kills)
+			case "restart":
+				if err := w.restartOne(rng.IntN(cfg.Workers)); err != nil {
+					unclean = append(unclean, fmt.Sprintf("rolling restart: %v", err))
+				}
+				restarts.Add(1)
+				cfg.Logf("soak: replaced a worker with SIGTERM (%d/%d)", restarts.Load(), cfg.Restarts)
+			case "cut":
+				n, err := cutConnections(chaosCtx, st.Pool)
+				if err != nil {
+					cfg.Logf("soak: cut database connections: %v", err)
+				}
+				cuts.Add(1)
+				cfg.Logf("soak: terminated %d worker connections to Postgres", n)
+			}
+		}
+	}()
+
+	if err := sendAll(ctx, st.Send, cfg.Concurrency, p.sends, p.unique, p.invalid); err != nil {
+		stopChaos()
+		return rep, err
+	}
+	cfg.Logf("soak: sent %d messages in %s", len(p.sends)+len(p.invalid), time.Since(start).Round(time.Millisecond))
+	<-chaosDone // every kill and cut happens while work is in flight
+	stopChaos()
+	rep.Violations = append(rep.Violations, unclean...)
+
+	// Wait until every unique message's workflow has closed.
+	rep.Violations = append(rep.Violations, waitAll(ctx, st.Temporal, p.unique, cfg.Settle, cfg.Logf)...)
+	// The late duplicates, long after completion.
+	late := make([]int, len(p.late))
+	copy(late, p.late)
+	if err := sendAll(ctx, st.Send, cfg.Concurrency, late, p.unique, nil); err != nil {
+		return rep, err
+	}
+	cfg.Logf("soak: sent %d late duplicates", len(late))
+	// Give the late copies time to do harm, if they could.
+	select {
+	case <-ctx.Done():
+	case <-time.After(3 * time.Second):
+	}
+
+	rep.Kills, rep.DatabaseCuts, rep.Restarts = int(kills.Load()), int(cuts.Load()), int(restarts.Load())
+	if err := reconcile(ctx, st, p, &rep); err != nil {
+		return rep, err
+	}
+	// Refunds of the settled orders, with copies and a kill (refunds.go).
+	refunds, violations, err := runRefunds(ctx, cfg, st, p, rng, w)
+	rep.Refunds = refunds
+	rep.Violations = append(rep.Violations, violations...)
+	if err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+func sendAll(ctx context.Context, send func(context.Context, []byte) error, concurrency int, order []int, unique []planned, invalid [][]byte) error {
+	work := make(chan []byte)
+	var (
+		wg       sync.WaitGroup
+		firstErr error
+		once     sync.Once
+	)
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for raw := range work {
+				for try := 0; ; try++ {
+					err := send(ctx, raw)
+					if err == nil {
+						break
+					}
+					// The system may be mid-chaos (a cut connection):
+					// a producer retries, which is one more duplicate.
+					if try >= 20 || ctx.Err() != nil {
+						once.Do(func() { firstErr = fmt.Errorf("send: %w", err) })
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	for n, i := range order {
+		select {
+		case work <- unique[i].raw:
+		case <-ctx.Done():
+		}
+		if n < len(invalid) {
+			select {
+			case work <- invalid[n]:
+			case <-ctx.Done():
+			}
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+func waitAll(ctx context.Context, tc client.Client, unique []planned, settle time.Duration, logf func(string, ...any)) []string {
+	deadline := time.Now().Add(settle)
+	var (
+		mu       sync.Mutex
+		problems []string
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, 32)
+	)
+	report := func(format string, args ...any) {
+		mu.Lock()
+		problems = append(problems, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	for _, u := range unique {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			wfID, _ := identity.WorkflowID(message.ConsumerOrderPlaced, u.id)
+			for {
+				var res workflows.Status
+				callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := tc.GetWorkflow(callCtx, wfID, "").Get(callCtx, &res)
+				cancel()
+				var (
+					notFound *serviceerror.NotFound
+					timedOut *serviceerror.DeadlineExceeded
+				)
+				switch {
+				case err == nil:
+					return
+				case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &timedOut) || errors.As(err, &notFound):
+					// Still running, or not started yet (in the inbox or the broker).
+				default:
+					report("%s: workflow failed: %v", u.id, err)
+					return
+				}
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					report("%s: workflow not completed after %s (%s)", u.id, settle, describe(ctx, tc, wfID))
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Strings(problems)
+	logf("soak: workflows settled, %d problems", len(problems))
+	return problems
+}
+
+// describe says why a workflow has not completed, for the report.
+func describe(ctx context.Context, tc client.Client, wfID string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	d, err := tc.DescribeWorkflow(ctx, wfID, "")
+	if err != nil {
+		return err.Error()
+	}
+	raw := d.RawResponse
+	parts := []string{raw.GetWorkflowExecutionInfo().GetStatus().String()}
+	for _, pa := range raw.GetPendingActivities() {
+		parts = append(parts, fmt.Sprintf("activity %s attempt %d: %s", pa.GetActivityType().GetName(), pa.GetAttempt(), pa.GetLastFailure().GetMessage()))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// cutConnections terminates every other connection to the soak's database.
+func cutConnections(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var n int
+	err := pool.QueryRow(ctx, `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n)
+	return n, err
+}
+
+// reconcile counts what the providers, Postgres and Temporal saw.
+func reconcile(ctx context.Context, st Stack, p plan, rep *Report) error {
+	stripe, mail := st.Stripe.Stats(), st.SendGrid.Stats()
+	rep.Charges, rep.Emails = stripe.Charges, mail.Deliveries
+	db := store.New(st.Pool)
+	for _, u := range p.unique {
+		charges := stripe.ChargesByMessage[u.id]
+		if charges > 1 {
+			rep.DoubleCharges++
+			rep.Violations = append(rep.Violations, fmt.Sprintf("%s charged %d times", u.id, charges))
+		}
+		emails := mail.DeliveriesByKey[identity.MustKey(identity.EffectEmail, u.id)]
+		if emails > 1 {
+			rep.DuplicateEmails += emails - 1
+		}
+		if emails > 2 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("%s: %d receipts (at most one duplicate is documented)", u.id, emails))
+		}
+		ms, err := db.Status(ctx, message.ConsumerOrderPlaced, u.id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case ms.Processed == nil:
+			rep.Lost++
+			rep.Violations = append(rep.Violations, fmt.Sprintf("%s: no processed row (lost)", u.id))
+		case p.declined[u.id]:
+			rep.Declined++
+			if charges != 0 || emails != 0 || ms.Processed.Outcome != store.OutcomePaymentFailed {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: declined card, outcome %s, %d charges, %d receipts", u.id, ms.Processed.Outcome, charges, emails))
+			}
+		default:
+			rep.Paid++
+			if charges != 1 || ms.Processed.Outcome != store.OutcomePaid {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: outcome %s with %d charges", u.id, ms.Processed.Outcome, charges))
+			}
+			if emails == 0 || ms.Order == nil || ms.Order.ReceiptStatus != "sent" {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: paid but receipt %v (%d delivered)", u.id, receiptOf(ms), emails))
+			}
+		}
+	}
+	q, err := db.QuarantineList(ctx, 100000)
+	if err != nil {
+		return err
+	}
+	rep.Quarantined = len(q)
+	if rep.Quarantined != len(p.invalid) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d quarantined, want the %d invalid messages", rep.Quarantined, len(p.invalid)))
+	}
+	return nil
+}
+
+func receiptOf(ms store.MessageStatus) string {
+	if ms.Order == nil {
+		return "no order"
+	}
+	return ms.Order.ReceiptStatus
+}
+
+// workers keeps N worker processes running.
+type workers struct {
+	bin   string
+	cfg   workerproc.Config
+	mu    sync.Mutex
+	procs []*workerproc.Proc
+}
+
+func (w *workers) add() error {
+	p, err := workerproc.Start(w.bin, workerproc.Env(w.cfg))
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.procs = append(w.procs, p)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *workers) killOne(i int) error {
+	w.mu.Lock()
+	p := w.procs[i%len(w.procs)]
+	w.procs = append(w.procs[:i%len(w.procs)], w.procs[i%len(w.procs)+1:]...)
+	w.mu.Unlock()
+	p.Kill()
+	time.Sleep(500 * time.Millisecond)
+	return w.add()
+}
+
+func (w *workers) stopAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.procs {
+		p.Stop(10 * time.Second)
+	}
+}

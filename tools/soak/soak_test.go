@@ -1,0 +1,87 @@
+package soak
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
+	"github.com/effectively/effectively/tools/workerproc"
+)
+
+var (
+	messages = flag.Int("messages", 2000, "messages to send, duplicates included")
+	workersN = flag.Int("workers", 3, "worker processes")
+	kills    = flag.Int("kills", 3, "SIGKILLs of a random worker")
+	restarts = flag.Int("restarts", 2, "rolling restarts of a random worker with SIGTERM, as a deploy does")
+	seed     = flag.Uint64("seed", 0, "random seed (0: the time)")
+)
+
+// TestSoak is the chaos soak: `make soak`, or in CI at the default size.
+//
+//	go test ./tools/soak/ -run TestSoak -v -args -messages 5000 -kills 6
+func TestSoak(t *testing.T) {
+	ctx := context.Background()
+	tsrv := testenv.StartTemporal(t)
+	sims := testenv.StartSims(t)
+	dbURL := storetest.NewDatabase(t)
+	pool, err := store.Open(ctx, dbURL, store.PoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	bin, err := workerproc.Build(ctx, testenv.RepoRoot(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const queue = "effectively-soak"
+	// Messages go through the broker. They are published without a
+	// Nats-Msg-Id, so every duplicate reaches the consumer, as a producer's
+	// retry after the duplicate window or a redelivery would.
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := Stack{
+		Temporal: tsrv.Client(), Pool: pool, Stripe: sims.Stripe, SendGrid: sims.SendGrid, WorkerBin: bin,
+		Worker: workerproc.Config{
+			DatabaseURL: dbURL, TemporalAddress: tsrv.FrontendHostPort(), TaskQueue: queue,
+			StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
+			Extra: []string{
+				"LOG_LEVEL=info",
+				"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=soak",
+				"NATS_ACK_WAIT=5s", "NATS_BACKOFF=none", "NATS_MAX_DELIVER=20",
+				"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+			},
+		},
+		Send: func(ctx context.Context, raw []byte) error {
+			_, err := j.JS.Publish(ctx, subject, raw)
+			return err
+		},
+	}
+	rep, err := Run(ctx, Config{
+		Messages: *messages, Workers: *workersN, Kills: *kills, Restarts: *restarts, Seed: *seed, Timeout: 15 * time.Minute, Settle: 90 * time.Second,
+		Logf: t.Logf,
+	}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stdout, "soak report:\n%s", rep)
+	if len(rep.Violations) > 0 {
+		t.Errorf("the soak found %d violations:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
+	}
+	if rep.Refunds.Refunded == 0 || rep.Refunds.Exceeded == 0 || rep.Refunds.OverRefunds != 0 {
+		t.Errorf("refund phase: %+v; want refunds made, some refused as beyond the payment, no over-refund", rep.Refunds)
+	}
+	if rep.Kills < *kills || rep.DatabaseCuts < 1 || rep.Restarts < *restarts {
+		t.Errorf("the chaos did not happen: %d kills, %d SIGTERM restarts, %d database cuts", rep.Kills, rep.Restarts, rep.DatabaseCuts)
+	}
+}

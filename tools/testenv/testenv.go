@@ -1,0 +1,234 @@
+// Package testenv builds real components for tests: a Temporal dev server
+// from the Temporal CLI binary, the provider simulators behind the real
+// stripe-go and sendgrid-go clients, a fresh Postgres database, and an
+// in-process worker wired like the worker binary.
+//
+// Nothing here is skipped when a component is missing: a test that needs the
+// Temporal CLI and cannot find it fails, saying how to build it.
+package testenv
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/retention"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/workflows"
+)
+
+// RepoRoot is the repository's root folder.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// TemporalCLI returns the path of the Temporal CLI: $TEMPORAL_CLI, else
+// bin/temporal in the repository, else temporal on PATH.
+func TemporalCLI(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("TEMPORAL_CLI"); p != "" {
+		return p
+	}
+	if p := filepath.Join(RepoRoot(), "bin", "temporal"); fileExists(p) {
+		return p
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		return p
+	}
+	t.Fatalf("testenv: the Temporal CLI is required; build it with `make bin/temporal` " +
+		"(go install github.com/temporalio/cli/cmd/temporal@v1.5.1 into bin/) or set TEMPORAL_CLI")
+	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// StartTemporal starts a dev server on a free port, with the search
+// attributes registered and one task-queue partition, stopped when t ends.
+func StartTemporal(t testing.TB) *testsuite.DevServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:     TemporalCLI(t),
+		LogLevel:         "error",
+		SearchAttributes: workflows.SearchAttributes("x", "x", 0),
+		ClientOptions:    &client.Options{Logger: Logger(t)},
+		ExtraArgs: []string{
+			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+		},
+		Stdout: io.Discard,
+		Stderr: io.Discard,
+	})
+	if err != nil {
+		t.Fatalf("testenv: start the Temporal dev server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Logf("testenv: stop dev server: %v", err)
+		}
+	})
+	return srv
+}
+
+// Logger returns a logger that writes through t.Log at warn level and above.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// Sims are the provider simulators, served over HTTP for the real clients.
+type Sims struct {
+	Stripe      *stripesim.Server
+	SendGrid    *sendgridsim.Server
+	StripeURL   string
+	SendGridURL string
+}
+
+// StartSims serves both simulators until t ends.
+func StartSims(t testing.TB) *Sims {
+	t.Helper()
+	s := &Sims{Stripe: stripesim.New(stripesim.Options{}), SendGrid: sendgridsim.New(sendgridsim.Options{})}
+	st := httptest.NewServer(s.Stripe)
+	sg := httptest.NewServer(s.SendGrid)
+	t.Cleanup(st.Close)
+	t.Cleanup(sg.Close)
+	s.StripeURL, s.SendGridURL = st.URL, sg.URL
+	return s
+}
+
+// PaymentClient returns a real stripe-go client pointed at the simulator.
+func (s *Sims) PaymentClient(t testing.TB) *payment.Client {
+	t.Helper()
+	c, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: s.StripeURL, Timeout: 10 * time.Second}) //nolint:gosec // fake key for the local Stripe simulator
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// EmailClient returns a real sendgrid-go client pointed at the simulator.
+func (s *Sims) EmailClient(t testing.TB) *email.Client {
+	t.Helper()
+	c, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: s.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second}) //nolint:gosec // fake key for the local SendGrid simulator
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Stack is every real component, with an in-process worker.
+type Stack struct {
+	Temporal  *testsuite.DevServer
+	Client    client.Client
+	Store     *store.Store
+	DBURL     string
+	Sims      *Sims
+	Intake    *intake.Intake
+	TaskQueue string
+	Worker    worker.Worker
+}
+
+// StackOptions adjusts a Stack.
+type StackOptions struct {
+	// Workflows overrides the workflow configuration (short retries in tests).
+	Workflows workflows.Config
+	// EmailPolicy of the activities. Default at-least-once.
+	EmailPolicy store.EmailPolicy
+	// DataConverter, when set, is installed on a client dialled for the
+	// stack, from which the worker and the intake are built; Stack.Client is
+	// then that client. The dev server's own client (Temporal.Client())
+	// keeps the default converter, so it sees payloads as stored.
+	DataConverter converter.DataConverter
+	// FailureConverter, when set, is installed on the same client as
+	// DataConverter.
+	FailureConverter converter.FailureConverter
+	// Retention is the activities' pruning policy. The zero value makes
+	// Prune refuse to run.
+	Retention retention.Policy
+}
+
+// NewStack starts a dev server, the simulators, a fresh database and a worker
+// polling its own task queue.
+func NewStack(t testing.TB, o StackOptions) *Stack {
+	t.Helper()
+	s := &Stack{Temporal: StartTemporal(t), Sims: StartSims(t), TaskQueue: "effectively-test"}
+	s.Client = s.Temporal.Client()
+	if o.DataConverter != nil || o.FailureConverter != nil {
+		c, err := client.Dial(client.Options{
+			HostPort:         s.Temporal.FrontendHostPort(),
+			DataConverter:    o.DataConverter,
+			FailureConverter: o.FailureConverter,
+			Logger:           Logger(t),
+		})
+		if err != nil {
+			t.Fatalf("testenv: dial Temporal with the stack's converters: %v", err)
+		}
+		t.Cleanup(c.Close) // registered before the worker's Stop, so it runs after it
+		s.Client = c
+	}
+	s.DBURL = storetest.NewDatabase(t)
+	pool, err := store.Open(context.Background(), s.DBURL, store.PoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s.Store = store.New(pool)
+
+	cfg := o.Workflows
+	if cfg.RetryInitialInterval == 0 {
+		cfg.RetryInitialInterval = 100 * time.Millisecond
+	}
+	if cfg.RetryMaximumInterval == 0 {
+		cfg.RetryMaximumInterval = time.Second
+	}
+	wfs, err := workflows.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Worker = worker.New(s.Client, s.TaskQueue, worker.Options{})
+	wfs.Register(s.Worker)
+	activities.Register(s.Worker, &activities.Activities{
+		Store: s.Store, Payments: s.Sims.PaymentClient(t), Mailer: s.Sims.EmailClient(t), EmailPolicy: o.EmailPolicy,
+		Retention: o.Retention,
+	})
+	if err := s.Worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Worker.Stop)
+	s.Intake, err = intake.New(s.Store, s.Client, intake.Config{TaskQueue: s.TaskQueue, Logger: Logger(t), EagerStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/converter"
+
+	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/temporalclient"
+)
+
+// TestCodecServerSharesTheClientsKeyring: the keyring is loaded once, by
+// internal/config, and the codec server decrypts what the Temporal client
+// encrypts with it.
+func TestCodecServerSharesTheClientsKeyring(t *testing.T) {
+	const token = "a-token-of-sixteen-chars"
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	env := map[string]string{
+		"EFFECTIVELY_CODEC_KEYS":        "k1:" + key,
+		"EFFECTIVELY_CODEC_SERVER_ADDR": "127.0.0.1:0",
+		"EFFECTIVELY_CODEC_TOKEN":       token,
+	}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := temporalclient.Options(cfg.Temporal, nil)
+	if opts.DataConverter == nil {
+		t.Fatal("the Temporal client does not encrypt with the configured keys")
+	}
+	p, err := opts.DataConverter.ToPayload("ada@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(p.GetData()), "ada@example.com") {
+		t.Fatal("the client's payload is in plaintext")
+	}
+
+	cs, err := newCodecServer(cfg)
+	if err != nil || cs == nil {
+		t.Fatalf("codec server: %v", err)
+	}
+	srv := httptest.NewServer(cs.h)
+	defer srv.Close()
+	remote := converter.NewRemoteDataConverter(converter.GetDefaultDataConverter(), converter.RemoteDataConverterOptions{
+		Endpoint: srv.URL,
+		ModifyRequest: func(r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+token)
+			return nil
+		},
+	})
+	var got string
+	if err := remote.FromPayload(p, &got); err != nil {
+		t.Fatalf("decode through the codec server: %v", err)
+	}
+	if got != "ada@example.com" {
+		t.Errorf("decoded %q", got)
+	}
+
+	delete(env, "EFFECTIVELY_CODEC_KEYS")
+	cfg, err = config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newCodecServer(cfg); err == nil || !strings.Contains(err.Error(), "EFFECTIVELY_CODEC_KEYS") {
+		t.Errorf("codec server without keys: err = %v, want one naming EFFECTIVELY_CODEC_KEYS", err)
+	}
+}

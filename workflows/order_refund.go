@@ -1,0 +1,139 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/message"
+)
+
+// OrderRefundName is the workflow type of order.refund_requested messages.
+// Running histories refer to it: never rename it.
+const OrderRefundName = "OrderRefund"
+
+// OrderRefundInput is the workflow's input: the message's identity and its
+// validated data.
+type OrderRefundInput struct {
+	Consumer  string                  `json:"consumer"`
+	MessageID string                  `json:"message_id"`
+	Refund    message.RefundRequested `json:"refund"`
+}
+
+// Stages of an OrderRefund workflow (StageSendingReceipt and StageCompleted
+// are shared with OrderPlaced).
+const (
+	StageRefunding Stage = "refunding"
+)
+
+// Outcomes of an OrderRefund workflow. OutcomeReceiptFailed and
+// OutcomeReceiptUnknown are shared with OrderPlaced: refunded once, and the
+// refund receipt failed or may not have gone out.
+const (
+	// OutcomeRefunded: refunded once, refund receipt sent.
+	OutcomeRefunded Outcome = "refunded"
+	// OutcomeRefundFailed: Stripe refused the refund; no receipt.
+	OutcomeRefundFailed Outcome = "refund_failed"
+	// OutcomeRefundExceedsPayment: more than what remains of the payment;
+	// Stripe was not called.
+	OutcomeRefundExceedsPayment Outcome = "refund_exceeds_payment"
+	// OutcomeOrderNotPaid: the order was never paid; Stripe was not called.
+	OutcomeOrderNotPaid Outcome = "order_not_paid"
+)
+
+// RefundStatus is what the status query of an OrderRefund returns, and its
+// result.
+type RefundStatus struct {
+	Consumer  string                    `json:"consumer"`
+	MessageID string                    `json:"message_id"`
+	OrderID   int64                     `json:"order_id"`
+	Amount    int64                     `json:"amount"`
+	Stage     Stage                     `json:"stage"`
+	Outcome   Outcome                   `json:"outcome,omitempty"`
+	Refund    *activities.RefundResult  `json:"refund,omitempty"`
+	Receipt   *activities.ReceiptResult `json:"receipt,omitempty"`
+}
+
+// refundOptions bound the refund activity. Like a charge, every retry must
+// fall inside Stripe's key window, so the payment's timeouts apply; a
+// refund waiting for its order's payment to settle (PaymentPending) backs
+// off meanwhile.
+func (c Config) refundOptions(summary string) workflow.ActivityOptions {
+	return c.paymentOptions(summary)
+}
+
+// OrderRefund handles one order.refund_requested message: it refunds part
+// of the order's payment once and, when refunded, sends one refund
+// receipt. Whether the refund may happen at all (the order was paid, and
+// the refunds of its payment stay within what it charged) is decided by
+// Postgres inside the refund activity, not here.
+func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (RefundStatus, error) {
+	st := RefundStatus{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID, Amount: in.Refund.Amount, Stage: StageRefunding}
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (RefundStatus, error) { return st, nil }); err != nil {
+		return st, fmt.Errorf("register status query: %w", err)
+	}
+	refundKey, err := identity.Key(identity.EffectRefund, in.MessageID)
+	if err != nil {
+		return st, err
+	}
+	mailKey, err := identity.Key(identity.EffectEmail, in.MessageID)
+	if err != nil {
+		return st, err
+	}
+
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding %d of order %d under key `%s`.", in.Refund.Amount, in.Refund.OrderID, refundKey))
+	var refund activities.RefundResult
+	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)))
+	err = workflow.ExecuteActivity(actx, activities.RefundOrderName, activities.RefundInput{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
+		Amount: in.Refund.Amount, Reason: in.Refund.Reason,
+	}).Get(ctx, &refund)
+	if err != nil {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding order %d failed: %s", in.Refund.OrderID, rootMessage(err)))
+		return st, fmt.Errorf("refund order %d: %w", in.Refund.OrderID, err)
+	}
+	st.Refund = &refund
+	switch refund.Outcome {
+	case activities.RefundOrderNotPaid:
+		st.Stage, st.Outcome = StageCompleted, OutcomeOrderNotPaid
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Not refunded: order %d was never paid.", in.Refund.OrderID))
+		return st, nil
+	case activities.RefundExceedsPayment:
+		st.Stage, st.Outcome = StageCompleted, OutcomeRefundExceedsPayment
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Not refunded: %d is more than the %d left of order %d's payment.",
+			in.Refund.Amount, refund.Paid-refund.Refunded, in.Refund.OrderID))
+		return st, nil
+	case activities.RefundRefused:
+		st.Stage, st.Outcome = StageCompleted, OutcomeRefundFailed
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Stripe refused the refund of order %d (%s); no receipt sent.", in.Refund.OrderID, refund.FailureCode))
+		return st, nil
+	case activities.RefundRefunded:
+	}
+
+	st.Stage = StageSendingReceipt
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded (%s). Sending the refund receipt under ledger key `%s`.", in.Refund.OrderID, refund.RefundID, mailKey))
+	var receipt activities.ReceiptResult
+	mctx := workflow.WithActivityOptions(ctx, w.cfg.emailOptions(fmt.Sprintf("send refund receipt of order %d (%s)", in.Refund.OrderID, mailKey)))
+	err = workflow.ExecuteActivity(mctx, activities.SendRefundReceiptName, activities.RefundReceiptInput{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
+		Amount: in.Refund.Amount, Currency: refund.Currency, RefundID: refund.RefundID,
+	}).Get(ctx, &receipt)
+	if err != nil {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded; sending the refund receipt failed: %s", in.Refund.OrderID, rootMessage(err)))
+		return st, fmt.Errorf("send refund receipt of order %d: %w", in.Refund.OrderID, err)
+	}
+	st.Receipt = &receipt
+	st.Stage = StageCompleted
+	switch receipt.Outcome {
+	case activities.ReceiptSent:
+		st.Outcome = OutcomeRefunded
+	case activities.ReceiptFailed:
+		st.Outcome = OutcomeReceiptFailed
+	case activities.ReceiptUnknown:
+		st.Outcome = OutcomeReceiptUnknown
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded (%s); refund receipt %s.", in.Refund.OrderID, refund.RefundID, receipt.Outcome))
+	return st, nil
+}

@@ -1,0 +1,117 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/message"
+)
+
+func refundInput(id string, amount int64) OrderRefundInput {
+	return OrderRefundInput{Consumer: "order-refund", MessageID: id, Refund: message.RefundRequested{OrderID: 42, Amount: amount, Reason: "requested_by_customer"}}
+}
+
+func TestOrderRefundRefundsThenSendsReceipt(t *testing.T) {
+	env, wfs := newEnv(t)
+	var refunds, receipts int
+	var receiptIn activities.RefundReceiptInput
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+		refunds++
+		if in.Amount != 500 || in.OrderID != 42 || in.Reason != "requested_by_customer" {
+			t.Errorf("refund input = %+v", in)
+		}
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_1", Currency: "usd"}, nil
+	})
+	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		receipts++
+		receiptIn = in
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent, ProviderMessageID: "sg_1"}, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r1", 500))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != OutcomeRefunded || st.Stage != StageCompleted || st.Refund.RefundID != "re_1" || st.Receipt.ProviderMessageID != "sg_1" {
+		t.Errorf("status = %+v", st)
+	}
+	if refunds != 1 || receipts != 1 {
+		t.Errorf("refunds %d, receipts %d; want 1 each", refunds, receipts)
+	}
+	if receiptIn.RefundID != "re_1" || receiptIn.Currency != "usd" || receiptIn.Amount != 500 {
+		t.Errorf("receipt input = %+v", receiptIn)
+	}
+}
+
+func TestOrderRefundRefusalsSendNoReceipt(t *testing.T) {
+	for _, tc := range []struct {
+		refund activities.RefundOutcome
+		want   Outcome
+	}{
+		{activities.RefundExceedsPayment, OutcomeRefundExceedsPayment},
+		{activities.RefundOrderNotPaid, OutcomeOrderNotPaid},
+		{activities.RefundRefused, OutcomeRefundFailed},
+	} {
+		t.Run(string(tc.refund), func(t *testing.T) {
+			env, wfs := newEnv(t)
+			env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(activities.RefundResult{Outcome: tc.refund}, nil)
+			env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+				t.Error("a receipt was sent for a refund that did not happen")
+				return activities.ReceiptResult{}, nil
+			})
+			env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r2", 500))
+			var st RefundStatus
+			if err := env.GetWorkflowResult(&st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Outcome != tc.want || st.Stage != StageCompleted || st.Receipt != nil {
+				t.Errorf("status = %+v, want outcome %s", st, tc.want)
+			}
+		})
+	}
+}
+
+// TestOrderRefundWaitsForPayment: a refund whose order is still being
+// charged is retried until the payment settles, then refunded once.
+func TestOrderRefundWaitsForPayment(t *testing.T) {
+	env, wfs := newEnv(t)
+	calls := 0
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
+		calls++
+		if calls < 3 {
+			return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is claimed", activities.ErrTypePaymentPending)
+		}
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_2", Currency: "usd"}, nil
+	})
+	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r3", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 3 || st.Outcome != OutcomeRefunded {
+		t.Errorf("calls %d, status %+v", calls, st)
+	}
+}
+
+func TestOrderRefundStatusQuery(t *testing.T) {
+	env, wfs := newEnv(t)
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_3"}, nil)
+	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptFailed, Error: "bounced"}, nil)
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r4", 100))
+	val, err := env.QueryWorkflow(StatusQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st RefundStatus
+	if err := val.Get(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != OutcomeReceiptFailed || st.MessageID != "evt_r4" || st.Amount != 100 {
+		t.Errorf("query = %+v", st)
+	}
+}
