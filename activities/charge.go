@@ -110,6 +110,8 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		return ChargeResult{Outcome: PaymentBusinessDuplicate, HeldBy: claim.Payment.MessageID}, nil
 	case store.ClaimDone:
 		return recordedCharge(claim.Payment)
+	case store.ClaimOwned:
+		// This claim owns the payment: go on.
 	}
 	token := claim.Claim
 	c := charging{a: a, in: in, key: key, token: token}
@@ -222,6 +224,7 @@ func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled boo
 			Code: code, DeclineCode: decline, PaymentIntentID: ch.PaymentIntentID, StripeStatus: ch.Status,
 			Message: "payment intent " + ch.Status,
 		})
+	case payment.VerdictUnconfirmed, payment.VerdictUnexpected:
 	}
 	return c.unexpected(ctx, ch, "payment intent is "+ch.Status+" after confirmation")
 }

@@ -44,6 +44,8 @@ func (c Class) Retryable() bool {
 	switch c {
 	case ClassInFlight, ClassRateLimited, ClassTransient:
 		return true
+	case ClassDeclined, ClassInvalid, ClassIdempotencyMismatch, ClassAmbiguous:
+		return false
 	}
 	return false
 }

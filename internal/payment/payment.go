@@ -364,8 +364,9 @@ func statusRank(s stripe.PaymentIntentStatus) int {
 		return 2
 	case stripe.PaymentIntentStatusProcessing:
 		return 1
+	default:
+		return 0
 	}
-	return 0
 }
 
 // quoteSearchValue escapes s for a single-quoted value in Stripe's search
