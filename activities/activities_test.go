@@ -90,10 +90,10 @@ func TestChargeOrderIsSafeToRetry(t *testing.T) {
 	}
 }
 
-func TestChargeOrderRecordFailedThenRetryFindsIt(t *testing.T) {
+func TestChargeOrderRecordFailedThenRetryReplays(t *testing.T) {
 	// An attempt claimed, created and confirmed the PaymentIntent, then died
-	// before recording its ID: the retry lists the claim's window (strongly
-	// consistent), finds the charge and records it. One charge.
+	// before recording its ID: the retry's create and confirm are replayed
+	// under their keys, and the charge is recorded. One charge.
 	f := newFixture(t, "")
 	in := charge("evt_2", 7, "pm_card_visa")
 	if _, err := f.db.ClaimPayment(context.Background(), store.PaymentClaim{
@@ -112,7 +112,7 @@ func TestChargeOrderRecordFailedThenRetryFindsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := run(t, f, f.acts.ChargeOrder, in)
-	if err != nil || r.Outcome != activities.PaymentPaid || r.PaymentIntentID != pi.PaymentIntentID || !r.Reconciled {
+	if err != nil || r.Outcome != activities.PaymentPaid || r.PaymentIntentID != pi.PaymentIntentID || !r.Replayed {
 		t.Fatalf("charge after an unrecorded call = %+v, %v", r, err)
 	}
 	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_2"]; n != 1 {

@@ -110,7 +110,8 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		return ChargeResult{Outcome: PaymentBusinessDuplicate, HeldBy: claim.Payment.MessageID}, nil
 	case store.ClaimDone:
 		return recordedCharge(claim.Payment)
-	case store.ClaimOwned: // charge below
+	case store.ClaimOwned:
+		// This claim owns the payment: go on.
 	}
 	token := claim.Claim
 	c := charging{a: a, in: in, key: key, token: token}
@@ -119,12 +120,11 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 	piID := claim.Payment.PaymentIntentID
 	age := a.now().Sub(claim.Payment.CreatedAt)
 	var pi *payment.Charge
-	if piID == "" && (token > 1 || age > a.keyTrust()) {
+	if piID == "" && age > a.keyTrust() {
 		// An earlier claim may have created a PaymentIntent whose ID never
-		// reached Postgres (its create key replays it within the window,
-		// but not past it), or charged it before create-record-confirm
-		// existed. List the claim's window, which is strongly consistent,
-		// before creating anything.
+		// reached Postgres. Within the key window the create key replays
+		// it; past it (a redrive a day later), list the claim's window,
+		// which is strongly consistent, before creating anything.
 		found, err := a.Payments.FindInWindow(ctx, in.MessageID, claim.Payment.CreatedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
 		switch {
 		case err == nil:
@@ -165,7 +165,13 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		}
 	}
 
-	ch, err := a.Payments.Confirm(ctx, piID, key)
+	return c.confirm(ctx, piID)
+}
+
+// confirm confirms the recorded PaymentIntent piID under the confirm key and
+// records what its status means.
+func (c charging) confirm(ctx context.Context, piID string) (ChargeResult, error) {
+	ch, err := c.a.Payments.Confirm(ctx, piID, c.key)
 	if err == nil {
 		failpoint.Hit(failpoint.PaymentAfterCharge)
 		res, err := c.settle(ctx, ch, false)
@@ -218,6 +224,7 @@ func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled boo
 			Code: code, DeclineCode: decline, PaymentIntentID: ch.PaymentIntentID, StripeStatus: ch.Status,
 			Message: "payment intent " + ch.Status,
 		})
+	case payment.VerdictUnconfirmed, payment.VerdictUnexpected:
 	}
 	return c.unexpected(ctx, ch, "payment intent is "+ch.Status+" after confirmation")
 }
@@ -267,12 +274,37 @@ func (c charging) confirmFailed(ctx context.Context, piID string, err error) (Ch
 		// operator can decide to try again.
 		return c.unexpected(ctx, ch, "confirmation answered a saved 500 and the payment intent is still "+ch.Status)
 	case payment.ClassIdempotencyMismatch:
-		return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
+		return c.legacyCharge(ctx, piID, err)
 	default:
 		// In flight (409), rate limited (429), transport errors, 5xx:
 		// retry with backoff under the same key; the ID is recorded.
 		return ChargeResult{}, fmt.Errorf("confirm payment of order %d: %w", in.OrderID, err)
 	}
+}
+
+// legacyCharge handles a confirm key that Stripe saw with other
+// parameters. Before create, record, confirm, "payment:<message id>" keyed
+// one request that created and confirmed the PaymentIntent, so a payment
+// claimed by an older worker and retried by this one meets its own key
+// here: that PaymentIntent, found by a list of the claim's window, is the
+// payment. Anything else is a bug, and final.
+func (c charging) legacyCharge(ctx context.Context, piID string, cause error) (ChargeResult, error) {
+	in := c.in
+	p, err := c.a.Store.PaymentOf(ctx, in.Consumer, in.MessageID)
+	if err != nil {
+		return ChargeResult{}, fmt.Errorf("read payment of order %d: %w", in.OrderID, err)
+	}
+	found, err := c.a.Payments.FindInWindow(ctx, in.MessageID, p.CreatedAt.Add(-reconcile.ClockSkew), c.a.now().Add(reconcile.ClockSkew))
+	switch {
+	case err == nil && found.PaymentIntentID != piID:
+		if v, _, _ := found.Verdict(); v != payment.VerdictUnconfirmed {
+			activity.GetLogger(ctx).Warn("payment made under the single-request key scheme found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
+			return c.settle(ctx, found, true)
+		}
+	case err != nil && !errors.Is(err, payment.ErrNotFound):
+		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an idempotency mismatch: %w", in.OrderID, err)
+	}
+	return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, cause)
 }
 
 // createFailed handles a failed create: nothing was confirmed, so nothing
@@ -364,8 +396,8 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 // reconcile settles an ambiguous create (Stripe replayed a saved 500 for
 // the create key, so retrying it only replays the 500): the PaymentIntent
 // may or may not exist. A list over the claim's window, strongly
-// consistent, tells. Found: its ID is recorded and the next attempt
-// confirms it. Not found (token counts the claims, so the tries of the
+// consistent, tells. Found: its ID is recorded and it is confirmed. Not
+// found (token counts the claims, so the tries of the
 // local and the regular activity add up): nothing exists at Stripe, so
 // nothing was charged, and the payment is recorded as failed with code
 // create_failed. It never creates again on a guess.
@@ -385,7 +417,7 @@ func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, 
 		if v, _, _ := ch.Verdict(); v != payment.VerdictUnconfirmed {
 			return c.settle(ctx, ch, true)
 		}
-		return ChargeResult{}, fmt.Errorf("charge order %d: payment intent %s found after an ambiguous create; the next attempt confirms it: %w", in.OrderID, ch.PaymentIntentID, cause)
+		return c.confirm(ctx, ch.PaymentIntentID)
 	case !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an ambiguous create: %w", in.OrderID, err)
 	}

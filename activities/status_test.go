@@ -220,3 +220,35 @@ func TestChargeStripeCallsPerMessage(t *testing.T) {
 		t.Fatalf("requests = %d %v; want create + confirm per message", st.Requests, st.RequestsByOperation)
 	}
 }
+
+// TestChargeOrderFromTheSingleRequestScheme: a payment claimed by a worker
+// from before create, record, confirm, which created and confirmed it in
+// one request under "payment:<id>", and retried by this one: the confirm
+// key meets its old use, and the list of the claim's window finds the
+// charge. Recorded paid, one charge.
+func TestChargeOrderFromTheSingleRequestScheme(t *testing.T) {
+	f := newFixture(t, "")
+	in := charge("evt_old_scheme", 54, "pm_card_visa")
+	if _, err := f.db.ClaimPayment(context.Background(), store.PaymentClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		Key: "payment:evt_old_scheme", RequestHash: activities.RequestHash(in),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := f.acts.Payments.Charge(context.Background(), payment.ChargeRequest{
+		IdempotencyKey: "payment:evt_old_scheme", MessageID: "evt_old_scheme", OrderID: 54, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(t, f, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentPaid || r.PaymentIntentID != old.PaymentIntentID {
+		t.Fatalf("retry under the new scheme = %+v, %v; want paid with %s", r, err, old.PaymentIntentID)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_old_scheme"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+	if p := paymentOf(t, f, "evt_old_scheme"); p.State != store.PaymentSucceeded || p.PaymentIntentID != old.PaymentIntentID {
+		t.Fatalf("payment = %+v", p)
+	}
+}

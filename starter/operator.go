@@ -167,12 +167,12 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 		return run
 	}
 	defer tc.Close()
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := tc.DescribeWorkflow(ctx, wfID, "")
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	status := desc.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 	run.Status = status.String()
 	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return run
@@ -207,7 +207,8 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 // ends as payment_failed without calling Stripe), or when it is claimed
 // with no PaymentIntent ID: create, record, confirm never confirms a
 // PaymentIntent before its ID is recorded, so none was charged (and the new
-// run lists the claim's window before creating one). In every refused case
+// run's create is replayed under its key, or past the key window lists the
+// claim's window first). In every refused case
 // `starter resolve` settles the payment first.
 func redriveRefusal(p *store.Payment) string {
 	if p == nil {
@@ -289,7 +290,7 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 	if why := redriveRefusal(st.Payment); why != "" {
 		return refuse(why)
 	}
-	desc, err := d.tc.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := d.tc.DescribeWorkflow(ctx, wfID, "")
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
@@ -297,7 +298,7 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 	case err != nil:
 		return exitError, fmt.Errorf("describe workflow %s: %w", wfID, err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	rep.PreviousRunID, rep.PreviousStatus = info.GetExecution().GetRunId(), info.GetStatus().String()
 	if !slices.Contains(redriveStatuses, info.GetStatus()) {
 		return refuse("the last run is " + info.GetStatus().String() + ": only a failed, terminated, timed-out or canceled run is run again")

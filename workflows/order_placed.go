@@ -165,7 +165,12 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 		st.Stage, st.Outcome = StageCompleted, OutcomePaymentFailed
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d refused (%s %s); no receipt sent.", in.Order.OrderID, charge.FailureCode, charge.DeclineCode))
 		return st, nil
-	case activities.PaymentPaid: // the receipt follows
+	case activities.PaymentPaid:
+		// Only a paid order gets a receipt.
+	case activities.PaymentProcessing:
+		// awaitPayment returns a settled outcome or an error, never this:
+		// refuse rather than send a receipt for money that has not moved.
+		return st, temporal.NewNonRetryableApplicationError(fmt.Sprintf("charge order %d: payment still processing: no receipt", in.Order.OrderID), activities.ErrTypeUnexpectedState, nil)
 	}
 
 	st.Stage = StageSendingReceipt

@@ -24,7 +24,7 @@ func TestProcessingSignalSettlesBeforeThePoll(t *testing.T) {
 	var a *activities.Activities
 	var settles []time.Time
 	paid := false
-	env.OnActivity(a.SettlePayment, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.SettleInput) (activities.ChargeResult, error) {
+	env.OnActivity(a.SettlePayment, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SettleInput) (activities.ChargeResult, error) {
 		settles = append(settles, env.Now())
 		if in.MessageID != "evt_sig" || in.OrderID != 42 {
 			t.Errorf("settle input = %+v", in)
@@ -35,7 +35,7 @@ func TestProcessingSignalSettlesBeforeThePoll(t *testing.T) {
 		return activities.ChargeResult{Outcome: activities.PaymentProcessing, PaymentIntentID: "pi_p"}, nil
 	})
 	receipts := 0
-	onReceipt(env, &rec, func(in activities.ReceiptInput) (activities.ReceiptResult, error) {
+	onReceipt(env, &rec, func(activities.ReceiptInput) (activities.ReceiptResult, error) {
 		receipts++
 		if !paid {
 			t.Error("receipt sent before the payment succeeded")
@@ -73,7 +73,7 @@ func TestProcessingTimerRetrievesUntilSettled(t *testing.T) {
 	var a *activities.Activities
 	var settles []time.Duration
 	start := env.Now()
-	env.OnActivity(a.SettlePayment, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.SettleInput) (activities.ChargeResult, error) {
+	env.OnActivity(a.SettlePayment, mock.Anything, mock.Anything).Return(func(context.Context, activities.SettleInput) (activities.ChargeResult, error) {
 		settles = append(settles, env.Now().Sub(start))
 		if len(settles) < 3 {
 			return activities.ChargeResult{Outcome: activities.PaymentProcessing}, nil

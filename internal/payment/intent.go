@@ -169,6 +169,9 @@ func (c *Charge) Verdict() (v Verdict, failureCode, declineCode string) {
 		return VerdictFailed, CodeAuthenticationRequired, ""
 	case stripe.PaymentIntentStatusRequiresConfirmation:
 		return VerdictUnconfirmed, "", ""
+	default:
+		// requires_capture (a manual-capture authorisation), or a status
+		// newer than this code.
+		return VerdictUnexpected, "", ""
 	}
-	return VerdictUnexpected, "", ""
 }

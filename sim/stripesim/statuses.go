@@ -37,8 +37,8 @@ type nextAction struct {
 // consistent, "normally searchable within a minute".
 const DefaultSearchLag = time.Minute
 
-// NoSearchLag, as Options.SearchLag, makes Search see a PaymentIntent at
-// once.
+// NoSearchLag is the Options.SearchLag that makes Search see a
+// PaymentIntent at once.
 const NoSearchLag = time.Duration(-1)
 
 // enterStatusLocked answers a confirmation whose test method ends in

@@ -7,13 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/testenv"
+	"github.com/effectively/effectively/workflows"
 )
 
 // TestRecordHistories writes the histories the replay test in workflows/
@@ -36,26 +40,63 @@ func TestRecordHistories(t *testing.T) {
 	for file, raw := range cases {
 		res := accept(t, s, raw)
 		wait(t, s, res.MessageID)
-		iter := s.Client.GetWorkflowHistory(context.Background(), res.WorkflowID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		var h historypb.History
-		for iter.HasNext() {
-			ev, err := iter.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.Events = append(h.Events, ev)
+		writeHistory(t, s, res.WorkflowID, file)
+	}
+}
+
+// TestRecordProcessingHistory records a run whose payment Stripe answers
+// with processing: one poll finds it still processing, then Stripe settles
+// it and a payment-settled signal wakes the workflow, which sends the
+// receipt.
+//
+//	go test -tags record -run TestRecordProcessingHistory ./tools/e2e/
+func TestRecordProcessingHistory(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{Workflows: workflows.Config{PaymentProcessingPoll: 2 * time.Second, PaymentProcessingMaxWait: time.Hour}})
+	ctx := context.Background()
+	res := accept(t, s, order("evt_rec_processing", 4, "pm_card_processing"))
+	var p store.Payment
+	for deadline := time.Now().Add(30 * time.Second); p.State != store.PaymentProcessing; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("payment = %+v; want processing", p)
 		}
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&h)
+		p, _ = s.Store.PaymentOf(ctx, message.ConsumerOrderPlaced, "evt_rec_processing")
+	}
+	time.Sleep(3 * time.Second) // one poll: still processing
+	if err := s.Sims.Stripe.SettleProcessing(p.PaymentIntentID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client.SignalWorkflow(ctx, res.WorkflowID, "", workflows.PaymentSettledSignal,
+		workflows.PaymentSettled{PaymentIntentID: p.PaymentIntentID, Status: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := wait(t, s, res.MessageID); st.Outcome != workflows.OutcomeCompleted {
+		t.Fatalf("outcome = %+v", st)
+	}
+	writeHistory(t, s, res.WorkflowID, "order_placed_processing.json")
+}
+
+// writeHistory writes the history of workflow wfID to workflows/testdata.
+func writeHistory(t *testing.T, s *testenv.Stack, wfID, file string) {
+	t.Helper()
+	iter := s.Client.GetWorkflowHistory(context.Background(), wfID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var h historypb.History
+	for iter.HasNext() {
+		ev, err := iter.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(testenv.RepoRoot(), "workflows", "testdata", file)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s (%d events)", path, len(h.Events))
+		h.Events = append(h.Events, ev)
 	}
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(testenv.RepoRoot(), "workflows", "testdata", file)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s (%d events)", path, len(h.Events))
 }
