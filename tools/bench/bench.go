@@ -92,8 +92,7 @@ type Config struct {
 	Workers       []int `json:"workers"`
 	ScaleMessages int   `json:"scale_messages"`
 	// Settle is how long each reading of the counts waits after a phase,
-	// so that every Postgres backend has published its transaction counts
-	// (Postgres 15 publishes an idle backend's within 10 s). Default 11s.
+	// for the workers' trailing statements (the outbox relay's). Default 2s.
 	Settle time.Duration `json:"settle"`
 	// HistorySample is how many workflows of a counted phase have their
 	// history length read. Default 50.
@@ -179,7 +178,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.ScaleMessages, c.SweepMessages)
 	if c.Settle <= 0 {
-		c.Settle = 11 * time.Second
+		c.Settle = 2 * time.Second
 	}
 	def(&c.HistorySample, 50)
 	if c.Poll <= 0 {
@@ -320,6 +319,8 @@ type Report struct {
 	FloorEnd Result `json:"floor_end"`
 	Naive    Result `json:"naive"`
 	Plain    Result `json:"plain"`
+	// CommitCheck compares the run's commit counts with Postgres's own.
+	CommitCheck *CommitCheck `json:"commit_check,omitempty"`
 	// WorkerPeakRSSMB is the worker process's VmHWM at the end of the run.
 	WorkerPeakRSSMB float64 `json:"worker_peak_rss_mb"`
 	// Charges and Emails are the simulators' counts over the whole run;
@@ -562,6 +563,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if k != "" && n > 1 {
 			rep.DuplicateEmails += n - 1
 		}
+	}
+	cc, err := s.crossCheck(ctx)
+	if err != nil {
+		logf("bench: commit cross-check: %v", err)
+	} else {
+		rep.CommitCheck = &cc
+		logf("bench: commits over the run: xact_commit %.0f, counted %.0f (proxy %.0f, harness %.0f): %.2f%% apart",
+			cc.XactCommit, cc.Proxy+cc.Harness, cc.Proxy, cc.Harness, cc.Difference()*100)
 	}
 	rep.evaluate()
 	rep.Elapsed = time.Since(rep.Started)

@@ -159,6 +159,12 @@ func checkCounts(t *testing.T, rep Report) {
 	if e := rep.E2E.Costs.CommitsPer(); e < 2 || e > 30 {
 		t.Errorf("e2e: %.2f commits per unique message", e)
 	}
+	// Postgres's own count over the whole run agrees with the bench's.
+	if cc := rep.CommitCheck; cc == nil || cc.XactCommit <= 0 {
+		t.Errorf("no commit cross-check: %+v", cc)
+	} else if d := cc.Difference(); d < -0.01 || d > 0.03 {
+		t.Errorf("xact_commit %.0f, counted %.0f + %.0f: %.1f%% apart", cc.XactCommit, cc.Proxy, cc.Harness, d*100)
+	}
 	// The plain consumer commits once per message; with the worker's
 	// background commits over the interval taken out, that is what the
 	// count must show.
@@ -167,7 +173,7 @@ func checkCounts(t *testing.T, rep Report) {
 		t.Fatal("no background commit rate")
 	}
 	pc := rep.Plain.Costs
-	if got := (pc.Commits - bg*pc.Interval.Seconds()) / float64(pc.Units); got < 0.9 || got > 1.1 {
+	if got := (pc.Commits - bg*pc.Interval.Seconds()) / float64(pc.Units); got < 0.97 || got > 1.05 {
 		t.Errorf("plain: %.3f commits per message after %.1f/s of background over %s (raw %.0f for %d), want 1",
 			got, bg, pc.Interval, pc.Commits, pc.Units)
 	}

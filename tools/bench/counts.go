@@ -10,10 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 )
@@ -31,16 +29,16 @@ type Costs struct {
 	// over the phase, by its action_type label; nil when the server's
 	// metrics could not be read.
 	Actions map[string]float64 `json:"actions"`
-	// Commits is the xact_commit delta of the run's database over the
-	// phase (every committed transaction, read-only ones included) less
-	// HarnessCommits, the harness's own (its completion poller and
-	// probes); -1 when it could not be read. Rollbacks is xact_rollback's
-	// delta.
-	Commits        float64 `json:"commits"`
-	HarnessCommits float64 `json:"harness_commits"`
-	Rollbacks      float64 `json:"rollbacks"`
+	// Commits counts the Postgres transactions the workers (and the
+	// reference points' pool) committed over the phase, read-only ones and
+	// a new connection's start included, as pg_stat_database.xact_commit
+	// counts them; Rollbacks those rolled back. They are counted by a
+	// proxy the workers connect through (pgProxy): the harness's own
+	// queries are not among them. -1 when not counted.
+	Commits   float64 `json:"commits"`
+	Rollbacks float64 `json:"rollbacks"`
 	// Interval is the time between the two readings: the phase and the
-	// wait for the statistics to settle after it.
+	// wait for it to settle.
 	Interval time.Duration `json:"interval"`
 	// HistoryEvents is the mean history length of HistorySample of the
 	// phase's workflows (DescribeWorkflowExecution), 0 when none sampled.
@@ -120,9 +118,8 @@ func per(v float64, n int) float64 {
 type reading struct {
 	at        time.Time
 	actions   map[string]float64 // nil: not readable
-	commits   float64            // -1: not readable
+	commits   float64            // -1: not counted
 	rollbacks float64
-	harness   float64
 }
 
 // costsBetween is what happened between two readings, over units.
@@ -137,21 +134,16 @@ func costsBetween(a, b reading, units int, unit string) *Costs {
 		}
 	}
 	if a.commits >= 0 && b.commits >= 0 {
-		c.HarnessCommits = b.harness - a.harness
-		c.Commits = max(0, b.commits-a.commits-c.HarnessCommits)
+		c.Commits = b.commits - a.commits
 		c.Rollbacks = b.rollbacks - a.rollbacks
 	}
 	return c
 }
 
-// read takes a reading once the previous phase's counts have settled:
-// the dev server's actions have stopped changing (a workflow can complete
-// its last task just after its effects were recorded), and Postgres has
-// published every backend's transaction counts. Postgres 15 publishes a
-// backend's counts at most once a second while it works and within 10 s
-// of it going idle (PGSTAT_IDLE_INTERVAL), and no call makes another
-// backend publish sooner, so the reading waits cfg.Settle (default 11 s)
-// after the phase.
+// read takes a reading once the previous phase has settled: the dev
+// server's actions have stopped changing (a workflow can complete its last
+// task just after its effects were recorded) and cfg.Settle has passed
+// (the workers' trailing statements, such as the outbox relay's).
 func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 	start := time.Now()
 	if s.metricsURL != "" {
@@ -162,7 +154,10 @@ func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 	if err := sleepCtx(ctx, cfg.Settle-time.Since(start)); err != nil {
 		return reading{}, err
 	}
-	r := reading{at: time.Now(), commits: -1}
+	r := reading{at: time.Now(), commits: float64(s.proxy.commits.Load()), rollbacks: float64(s.proxy.rollbacks.Load())}
+	if s.proxy.blind.Load() > 0 {
+		r.commits = -1 // an encrypted connection: its transactions were not seen
+	}
 	if s.metricsURL != "" {
 		a, err := s.scrapeActions(ctx)
 		if err != nil {
@@ -171,17 +166,74 @@ func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 			r.actions = a
 		}
 	}
+	return r, nil
+}
+
+// xactCommit reads pg_stat_database's xact_commit and xact_rollback of the
+// run's database, from the maintenance database so that the reading is
+// not one of them.
+func (s *stack) xactCommit(ctx context.Context) (commits, rollbacks float64, err error) {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// The admin pool is connected to another database, so this query is
-	// not one of the commits it counts.
-	if err := s.admin.QueryRow(qctx, `SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1`, s.dbName).
-		Scan(&r.commits, &r.rollbacks); err != nil {
-		cfg.Logf("bench: commits not counted: %v", err)
-		r.commits = -1
+	err = s.admin.QueryRow(qctx, `SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1`, s.dbName).Scan(&commits, &rollbacks)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read pg_stat_database: %w", err)
 	}
-	r.harness = float64(s.harnessCommits.n.Load())
-	return r, nil
+	return commits, rollbacks, nil
+}
+
+// CommitCheck compares, over the whole run, Postgres's own count of the
+// run database's committed transactions with what the bench's proxies
+// counted: the workers' and the reference points' (Proxy) and the
+// harness's own queries (Harness). It is read once every connection to the
+// database has closed, when every backend has published its counts; what
+// neither proxy sees is Postgres's own work there (autovacuum).
+type CommitCheck struct {
+	XactCommit float64 `json:"xact_commit"`
+	Proxy      float64 `json:"proxy"`
+	Harness    float64 `json:"harness"`
+}
+
+// Difference is the share of xact_commit the bench's count misses (or, when
+// negative, adds).
+func (c CommitCheck) Difference() float64 {
+	if c.XactCommit <= 0 {
+		return 0
+	}
+	return (c.XactCommit - c.Proxy - c.Harness) / c.XactCommit
+}
+
+// crossCheck stops the workers, closes the run's pools and compares the
+// counts. Nothing may use the database afterwards.
+func (s *stack) crossCheck(ctx context.Context) (CommitCheck, error) {
+	s.worker.Stop(15 * time.Second)
+	for _, p := range s.extra {
+		p.Stop(15 * time.Second)
+	}
+	s.work.Close()
+	s.pool.Close()
+	c := CommitCheck{Proxy: float64(s.proxy.commits.Load()), Harness: float64(s.harnessProxy.commits.Load())}
+	if s.proxy.blind.Load()+s.harnessProxy.blind.Load() > 0 {
+		return c, errors.New("an encrypted connection went through the proxy uncounted")
+	}
+	// A backend publishes its counts as it exits, just after its client
+	// has gone.
+	var last float64 = -1
+	for range 20 {
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return c, err
+		}
+		n, _, err := s.xactCommit(ctx)
+		if err != nil {
+			return c, err
+		}
+		if n == last {
+			break
+		}
+		last = n
+	}
+	c.XactCommit = last - s.xactBase
+	return c, nil
 }
 
 // actionsSettled waits until two scrapes half a second apart agree.
@@ -315,22 +367,6 @@ func parseLabels(s string) (map[string]string, string, error) {
 		if !closed {
 			return nil, "", errors.New("unterminated label value")
 		}
-	}
-}
-
-// commitCounter is a pgx tracer that counts the transactions the
-// harness's own pool commits, so they can be taken out of the database's
-// count: every statement of that pool runs on its own (no BEGIN), and one
-// that succeeds leaves the connection idle, outside a transaction.
-type commitCounter struct{ n atomic.Int64 }
-
-func (c *commitCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-func (c *commitCounter) TraceQueryEnd(_ context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
-	if data.Err == nil && conn.PgConn().TxStatus() == 'I' {
-		c.n.Add(1)
 	}
 }
 

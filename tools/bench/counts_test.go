@@ -44,16 +44,15 @@ func TestCounterBy(t *testing.T) {
 
 func TestCostsBetween(t *testing.T) {
 	t0 := time.Now()
-	a := reading{at: t0, actions: map[string]float64{"grpc_StartWorkflowExecution": 10}, commits: 1000, rollbacks: 1, harness: 50}
+	a := reading{at: t0, actions: map[string]float64{"grpc_StartWorkflowExecution": 10}, commits: 1000, rollbacks: 1}
 	b := reading{at: t0.Add(20 * time.Second), actions: map[string]float64{"grpc_StartWorkflowExecution": 110, "command_BatchMarkers": 100},
-		commits: 1400, rollbacks: 1, harness: 150}
+		commits: 1300, rollbacks: 1}
 	c := costsBetween(a, b, 100, "paid message")
 	if c.ActionsPer() != 2 || c.Actions["command_BatchMarkers"] != 100 {
 		t.Errorf("actions %v, %.2f per unit", c.Actions, c.ActionsPer())
 	}
-	// 400 commits, of which the harness's 100.
-	if c.Commits != 300 || c.HarnessCommits != 100 || c.CommitsPer() != 3 {
-		t.Errorf("commits %.0f (harness %.0f), %.2f per unit", c.Commits, c.HarnessCommits, c.CommitsPer())
+	if c.Commits != 300 || c.Rollbacks != 0 || c.CommitsPer() != 3 {
+		t.Errorf("commits %.0f, rollbacks %.0f, %.2f per unit", c.Commits, c.Rollbacks, c.CommitsPer())
 	}
 	if c.Interval != 20*time.Second {
 		t.Errorf("interval %s", c.Interval)

@@ -193,12 +193,13 @@ func (r Report) Markdown(chart string) string {
 
 	b.WriteString("\n## How it was measured\n\n")
 	b.WriteString("- **e2e**: each unique message is published to a fresh JetStream stream (`Nats-Msg-Id` = its ID; copies without it, so the consumer meets them); the real `./worker` binary consumes, charges through stripe-go and mails through sendgrid-go against the simulators, and records in a fresh Postgres database. A message is done when its `processed_messages` row exists and, when paid, its receipt reached a final state. Latency runs from the publish to the `now()` of the transaction that recorded the last effect, on the harness's clock.\n")
-	b.WriteString("- **counts**: each counted phase lies between two readings; a reading waits until the dev server's `action` counter (`--metrics-port`, namespace `default`, by `action_type`) stops changing and then until " +
-		fmt.Sprintf("%s have passed, so every Postgres backend has published its counts (Postgres publishes an idle backend's within 10 s), ", c.Settle) +
-		"then reads `pg_stat_database.xact_commit` of the run's database from a connection to another database. The harness's own commits (its completion poller and probes, counted by a pgx tracer on its pool) are taken out. History events are the mean `HistoryLength` of up to " +
+	b.WriteString("- **counts**: each counted phase lies between two readings, taken once the dev server's `action` counter (`--metrics-port`, namespace `default`, by `action_type`) has stopped changing and " +
+		fmt.Sprintf("%s have passed. ", c.Settle) +
+		"Postgres transactions are counted as they end by a proxy in the harness that the workers and the reference points connect through (every ReadyForQuery with status idle ends one: a commit, or a rollback after an error or a ROLLBACK), which is what `pg_stat_database.xact_commit` counts; xact_commit itself cannot be read per phase here, because Postgres 15 publishes an idle backend's counts only at its next transaction. The harness's own queries go through a second proxy and are not counted with them; the cross-check above compares the totals with xact_commit. History events are the mean `HistoryLength` of up to " +
 		fmt.Sprintf("%d", c.HistorySample) + " workflows of the phase (`DescribeWorkflowExecution`).\n")
 	b.WriteString("- **Temporal floor**: a bench-only workflow with two no-op local activities, started with `EnableEagerStart` from the client its worker uses, in the harness process; measured right before and right after the e2e run, and the ratio divides by their mean. **naive layout**: two regular activities doing the same charge, mail and record, started from a second client. **plain consumer**: one transaction per message (`INSERT … ON CONFLICT DO NOTHING` of the processed row, and the order's upsert for a new one), no broker, no Temporal.\n")
-	b.WriteString("- **duplicate burst**: copies of recorded messages published back to back; its rate is the copies the inbox counted over the time from the first publish. **scale-out**: the same e2e path with more worker processes (same binary, task queue and durable consumer) against the one dev server.\n")
+	b.WriteString("- **duplicate burst**: copies of recorded messages published back to back; its rate is the copies the inbox counted over the time from the first publish. **scale-out**: the same e2e path with more worker processes (same binary, task queue and durable consumer) against the one dev server; each added worker's pool is " +
+		fmt.Sprintf("%d", extraWorkerConns) + " connections (`DATABASE_MAX_CONNS`; the first keeps the default), as Postgres here allows 100 connections in all.\n")
 	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker processes, the dev server, the harness, every `postgres` and `nats-server` process, sampled at each phase's start and end; `other` is the rest of the machine's busy time (`/proc/stat`). Peak RSS is the largest worker `VmHWM`.\n")
 
 	b.WriteString("\n## Notes\n\n")
@@ -214,19 +215,23 @@ func (r Report) costSection() string {
 	var b strings.Builder
 	b.WriteString("\n## Temporal actions, history events and Postgres commits per message\n\n")
 	b.WriteString("These do not depend on how loaded the machine was. Actions are what Temporal Cloud bills; the dev server counts them by type (`grpc_` and `command_` prefixes dropped here).\n\n")
-	b.WriteString("| phase | per | units | actions | actions by type | history events | Postgres commits | harness commits taken out |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| phase | per | units | actions | actions by type | history events | Postgres commits | rollbacks |\n|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.costRows() {
-		harness := "-"
+		rollbacks := "-"
 		if c.costs.CommitsMeasured() {
-			harness = fmt.Sprintf("%.0f", c.costs.HarnessCommits)
+			rollbacks = fmt.Sprintf("%.0f", c.costs.Rollbacks)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | **%s** | %s | %s | **%s** | %s |\n", c.name, c.costs.Unit, c.costs.Units,
 			fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()), c.costs.ActionsByType(), fmtEvents(c.costs),
-			fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), harness)
+			fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), rollbacks)
 	}
 	if bg, ok := r.backgroundCommits(); ok {
-		fmt.Fprintf(&b, "\nThe worker commits %.1f transactions/s while no message flows (its pollers; measured over the floor runs, which touch no table), so %.2f of the e2e run's commits per unique message are that background, over its %s between readings.\n",
-			bg, bg*r.E2E.Costs.Interval.Seconds()/math.Max(1, float64(r.E2E.Costs.Units)), r.E2E.Costs.Interval.Round(time.Second))
+		fmt.Fprintf(&b, "\nWith no message flowing the worker commits %.1f transactions/s (its pollers; measured over the floor runs, which touch no table of its): %.2f of the e2e run's commits per unique message are that background, over its %s between readings.\n",
+			bg, bg*r.E2E.Costs.Interval.Seconds()/math.Max(1, float64(r.E2E.Costs.Units)), r.E2E.Costs.Interval.Round(time.Millisecond))
+	}
+	if cc := r.CommitCheck; cc != nil && cc.XactCommit > 0 {
+		fmt.Fprintf(&b, "\nCross-check over the whole run, read once every connection had closed: `pg_stat_database.xact_commit` of the run's database grew by %.0f; the workers' proxy counted %.0f and the harness's own %.0f: %.2f%% apart (what neither sees is Postgres's own work there, such as autovacuum).\n",
+			cc.XactCommit, cc.Proxy, cc.Harness, cc.Difference()*100)
 	}
 	return b.String()
 }

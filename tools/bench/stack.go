@@ -51,13 +51,21 @@ type stack struct {
 
 	dbURL  string
 	dbName string
-	// pool is the harness's own: the completion poller and the probes.
-	// Its commits are counted (harnessCommits) and taken out of the
-	// database's. work is the reference points' pool (the naive layout's
-	// records, the plain consumer), whose commits are their work.
-	pool           *pgxpool.Pool
-	work           *pgxpool.Pool
-	harnessCommits *commitCounter
+	// proxy counts the transactions of every connection that goes through
+	// it: the workers' and the reference points' (proxyURL), not the
+	// harness's own. xactBase is xact_commit of the run's database before
+	// any of them connected.
+	proxy    *pgProxy
+	proxyURL string
+	xactBase float64
+	// pool is the harness's own: the completion poller and the probes; it
+	// goes through a proxy of its own (harnessProxy), so its commits are
+	// not counted with the workers' but are known for the cross-check.
+	// work is the reference points' pool (the naive layout's records, the
+	// plain consumer), whose commits are their work.
+	pool         *pgxpool.Pool
+	work         *pgxpool.Pool
+	harnessProxy *pgProxy
 	// admin is a connection to the maintenance database, where
 	// pg_stat_database is read without adding to the run's database.
 	admin *pgxpool.Pool
@@ -197,19 +205,45 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	if s.dbURL, s.dbName, err = newDatabase(ctx, cfg.PostgresURL, s); err != nil {
 		return nil, err
 	}
-	if s.work, err = store.Open(ctx, s.dbURL, store.PoolConfig{MaxConns: int32(max(16, cfg.PlainClients+4))}); err != nil { //nolint:gosec // small config value
-		return nil, err
-	}
-	s.onClose(s.work.Close)
-	s.harnessCommits = &commitCounter{}
-	if s.pool, err = harnessPool(ctx, s.dbURL, s.harnessCommits); err != nil {
-		return nil, err
-	}
-	s.onClose(s.pool.Close)
 	if s.admin, err = store.Open(ctx, cfg.PostgresURL, store.PoolConfig{MaxConns: 1}); err != nil {
 		return nil, err
 	}
 	s.onClose(s.admin.Close)
+	// The migrations' connections have closed, and a backend publishes its
+	// counts as it exits: wait for that, then take the baseline.
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	if s.xactBase, _, err = s.xactCommit(ctx); err != nil {
+		return nil, err
+	}
+	pu, err := url.Parse(s.dbURL)
+	if err != nil {
+		return nil, errors.New("malformed database URL")
+	}
+	if s.proxy, err = startPGProxy(pu.Host); err != nil {
+		return nil, err
+	}
+	s.onClose(s.proxy.close)
+	if s.proxyURL, err = s.proxy.url(s.dbURL); err != nil {
+		return nil, err
+	}
+	if s.work, err = store.Open(ctx, s.proxyURL, store.PoolConfig{MaxConns: int32(max(16, cfg.PlainClients+4))}); err != nil { //nolint:gosec // small config value
+		return nil, err
+	}
+	s.onClose(s.work.Close)
+	if s.harnessProxy, err = startPGProxy(pu.Host); err != nil {
+		return nil, err
+	}
+	s.onClose(s.harnessProxy.close)
+	harnessURL, err := s.harnessProxy.url(s.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if s.pool, err = store.Open(ctx, harnessURL, store.PoolConfig{MaxConns: 4}); err != nil {
+		return nil, err
+	}
+	s.onClose(s.pool.Close)
 
 	// JetStream: a uniquely named stream pair, deleted at the end.
 	if s.nc, err = nats.Connect(cfg.NATSURL, nats.Name("effectively-bench")); err != nil {
@@ -273,7 +307,7 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	}
 	s.workerEnv = func(pprofAddr string, extra ...string) []string {
 		return workerproc.Env(workerproc.Config{
-			DatabaseURL: s.dbURL, TemporalAddress: s.temporalAddr, TaskQueue: s.taskQueue,
+			DatabaseURL: s.proxyURL, TemporalAddress: s.temporalAddr, TaskQueue: s.taskQueue,
 			StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: cfg.NATSURL,
 			Extra: append([]string{
 				"LOG_LEVEL=warn",
@@ -295,24 +329,6 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// harnessPool opens the harness's pool on url with tr counting its
-// commits. It never pings an idle connection before use (a ping would be
-// a commit the tracer does not see); everything is on this machine.
-func harnessPool(ctx context.Context, url string, tr *commitCounter) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parse the database URL: %w", err)
-	}
-	pc.MaxConns = 4
-	pc.ConnConfig.Tracer = tr
-	pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("create the harness's pool: %w", err)
-	}
-	return pool, nil
 }
 
 // extraWorkerConns is the pool size (DATABASE_MAX_CONNS) of each worker
