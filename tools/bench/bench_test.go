@@ -151,6 +151,13 @@ func checkCounts(t *testing.T, rep Report) {
 	if p.HistorySample == 0 || p.HistoryEvents < 5 {
 		t.Errorf("paid: history events %.1f over %d workflows", p.HistoryEvents, p.HistorySample)
 	}
+	var byShape float64
+	for _, v := range p.CommitsByShape {
+		byShape += v
+	}
+	if byShape != p.Commits || p.CommitsByShape["connect"] > 0 {
+		t.Errorf("paid: commits by shape %v do not add up to %.0f, or the warm-up left connections to open", p.CommitsByShape, p.Commits)
+	}
 	// A copy never starts a workflow.
 	if b := rep.Burst.Costs; b.Actions["grpc_StartWorkflowExecution"] != 0 {
 		t.Errorf("burst: actions %v", b.Actions)

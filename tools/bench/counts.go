@@ -37,6 +37,9 @@ type Costs struct {
 	// queries are not among them. -1 when not counted.
 	Commits   float64 `json:"commits"`
 	Rollbacks float64 `json:"rollbacks"`
+	// CommitsByShape splits Commits by the transaction's statements (see
+	// shape): "UPDATE", "tx(INSERT,UPDATE)", "prepare", "connect".
+	CommitsByShape map[string]float64 `json:"commits_by_shape,omitempty"`
 	// Interval is the time between the two readings: the phase and the
 	// wait for it to settle.
 	Interval time.Duration `json:"interval"`
@@ -75,6 +78,15 @@ func (c *Costs) CommitsPer() float64 {
 	return per(c.Commits, c.Units)
 }
 
+// CommitsByShapeText renders the commits per unit by the transaction's
+// shape, largest first, e.g. "UPDATE 2.00, tx(INSERT,UPDATE) 1.00".
+func (c *Costs) CommitsByShapeText() string {
+	if !c.CommitsMeasured() {
+		return "not measured"
+	}
+	return perUnitText(c.CommitsByShape, c.Units, func(k string) string { return k })
+}
+
 // ActionsByType renders the actions per unit by type, largest first, e.g.
 // "StartWorkflowExecution 1.00, BatchMarkers 1.00"; the grpc_ and command_
 // prefixes of the metric's label are dropped.
@@ -85,10 +97,20 @@ func (c *Costs) ActionsByType() string {
 	if len(c.Actions) == 0 {
 		return "none"
 	}
-	keys := slices.Collect(maps.Keys(c.Actions))
+	return perUnitText(c.Actions, c.Units, func(k string) string {
+		return strings.TrimPrefix(strings.TrimPrefix(k, "grpc_"), "command_")
+	})
+}
+
+// perUnitText renders counts per unit, largest first, named by name.
+func perUnitText(counts map[string]float64, units int, name func(string) string) string {
+	if len(counts) == 0 {
+		return "none"
+	}
+	keys := slices.Collect(maps.Keys(counts))
 	slices.SortFunc(keys, func(a, b string) int {
-		if c.Actions[a] != c.Actions[b] {
-			if c.Actions[a] > c.Actions[b] {
+		if counts[a] != counts[b] {
+			if counts[a] > counts[b] {
 				return -1
 			}
 			return 1
@@ -97,11 +119,10 @@ func (c *Costs) ActionsByType() string {
 	})
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		name := strings.TrimPrefix(strings.TrimPrefix(k, "grpc_"), "command_")
-		if c.Units > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.2f", name, c.Actions[k]/float64(c.Units)))
+		if units > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name(k), counts[k]/float64(units)))
 		} else {
-			parts = append(parts, fmt.Sprintf("%s %.0f", name, c.Actions[k]))
+			parts = append(parts, fmt.Sprintf("%s %.0f", name(k), counts[k]))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -120,6 +141,7 @@ type reading struct {
 	actions   map[string]float64 // nil: not readable
 	commits   float64            // -1: not counted
 	rollbacks float64
+	shapes    map[string]int64
 }
 
 // costsBetween is what happened between two readings, over units.
@@ -136,6 +158,12 @@ func costsBetween(a, b reading, units int, unit string) *Costs {
 	if a.commits >= 0 && b.commits >= 0 {
 		c.Commits = b.commits - a.commits
 		c.Rollbacks = b.rollbacks - a.rollbacks
+		c.CommitsByShape = map[string]float64{}
+		for k, v := range b.shapes {
+			if d := v - a.shapes[k]; d > 0 {
+				c.CommitsByShape[k] = float64(d)
+			}
+		}
 	}
 	return c
 }
@@ -154,7 +182,7 @@ func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 	if err := sleepCtx(ctx, cfg.Settle-time.Since(start)); err != nil {
 		return reading{}, err
 	}
-	r := reading{at: time.Now(), commits: float64(s.proxy.commits.Load()), rollbacks: float64(s.proxy.rollbacks.Load())}
+	r := reading{at: time.Now(), commits: float64(s.proxy.commits.Load()), rollbacks: float64(s.proxy.rollbacks.Load()), shapes: s.proxy.shapeCounts()}
 	if s.proxy.blind.Load() > 0 {
 		r.commits = -1 // an encrypted connection: its transactions were not seen
 	}

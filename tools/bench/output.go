@@ -225,6 +225,12 @@ func (r Report) costSection() string {
 			fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()), c.costs.ActionsByType(), fmtEvents(c.costs),
 			fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), rollbacks)
 	}
+	b.WriteString("\nThe commits by the transaction's statements (command tags; `tx(…)` is an explicit transaction, `prepare` a statement's preparation on a connection, `connect` a session's start), per unit:\n\n")
+	for _, c := range r.costRows() {
+		if c.costs.CommitsMeasured() && c.costs.Unit != "message sent" {
+			fmt.Fprintf(&b, "- %s, per %s: %s\n", c.name, c.costs.Unit, c.costs.CommitsByShapeText())
+		}
+	}
 	if bg, ok := r.backgroundCommits(); ok {
 		fmt.Fprintf(&b, "\nWith no message flowing the worker commits %.1f transactions/s (its pollers; measured over the floor runs, which touch no table of its): %.2f of the e2e run's commits per unique message are that background, over its %s between readings.\n",
 			bg, bg*r.E2E.Costs.Interval.Seconds()/math.Max(1, float64(r.E2E.Costs.Units)), r.E2E.Costs.Interval.Round(time.Millisecond))

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -35,7 +37,10 @@ type pgProxy struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	// shapes counts the committed transactions by their statements'
+	// command tags (shape).
+	shapes map[string]int64
+	wg     sync.WaitGroup
 }
 
 // startPGProxy listens on a free loopback port and forwards to target
@@ -45,7 +50,7 @@ func startPGProxy(target string) (*pgProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres proxy: %w", err)
 	}
-	p := &pgProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &pgProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, shapes: map[string]int64{}}
 	p.wg.Go(p.serve)
 	return p, nil
 }
@@ -58,6 +63,33 @@ func (p *pgProxy) url(dbURL string) (string, error) {
 	}
 	u.Host = p.ln.Addr().String()
 	return u.String(), nil
+}
+
+// shapeCounts copies the counts of committed transactions by shape.
+func (p *pgProxy) shapeCounts() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.shapes)
+}
+
+// shape names a transaction by the command tags of its statements: "SELECT"
+// or "UPDATE" for an implicit one, "tx(INSERT,UPDATE)" for an explicit
+// one (BEGIN … COMMIT), "prepare" for a statement's preparation (no
+// statement ran), "connect" for a session's start.
+func shape(tags []string, start bool) string {
+	switch {
+	case start:
+		return "connect"
+	case len(tags) == 0:
+		return "prepare"
+	case tags[0] == "BEGIN" || tags[0] == "START":
+		inner := tags[1:]
+		if n := len(inner); n > 0 && inner[n-1] == "COMMIT" {
+			inner = inner[:n-1]
+		}
+		return "tx(" + strings.Join(inner, ",") + ")"
+	}
+	return strings.Join(tags, ",")
 }
 
 func (p *pgProxy) close() {
@@ -177,7 +209,8 @@ func (p *pgProxy) startup(client, server net.Conn) bool {
 // it adds no wait of its own.
 func (p *pgProxy) count(r *bufio.Reader, client net.Conn) {
 	w := bufio.NewWriterSize(client, 64<<10)
-	failed := false
+	failed, start := false, true
+	var tags []string
 	var hdr [5]byte
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -201,7 +234,9 @@ func (p *pgProxy) count(r *bufio.Reader, client net.Conn) {
 				return
 			}
 			if hdr[0] == 'C' {
-				failed = failed || string(body) == "ROLLBACK\x00"
+				tag, _, _ := strings.Cut(strings.TrimRight(string(body), "\x00"), " ")
+				failed = failed || tag == "ROLLBACK"
+				tags = append(tags, tag)
 				break
 			}
 			if len(body) == 1 && body[0] == 'I' {
@@ -209,7 +244,12 @@ func (p *pgProxy) count(r *bufio.Reader, client net.Conn) {
 					p.rollbacks.Add(1)
 				} else {
 					p.commits.Add(1)
+					k := shape(tags, start)
+					p.mu.Lock()
+					p.shapes[k]++
+					p.mu.Unlock()
 				}
+				tags, start = tags[:0], false
 			}
 			failed = false
 		case 'E': // ErrorResponse

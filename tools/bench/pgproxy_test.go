@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"maps"
 	"net/url"
 	"strings"
 	"testing"
@@ -98,6 +99,10 @@ func TestPGProxyCountsWhatPostgresCounts(t *testing.T) {
 	const wantCommits, wantRollbacks = 8, 3
 	if c, r := p.commits.Load(), p.rollbacks.Load(); c != wantCommits || r != wantRollbacks {
 		t.Errorf("proxy counted %d commits and %d rollbacks, want %d and %d", c, r, wantCommits, wantRollbacks)
+	}
+	wantShapes := map[string]int64{"connect": 1, "CREATE": 1, "INSERT": 4, "prepare": 1, "tx(INSERT)": 1}
+	if got := p.shapeCounts(); !maps.Equal(got, wantShapes) {
+		t.Errorf("commits by shape %v, want %v", got, wantShapes)
 	}
 	if err := conn.Close(ctx); err != nil {
 		t.Fatal(err)
