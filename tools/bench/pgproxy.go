@@ -10,6 +10,8 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,24 +74,148 @@ func (p *pgProxy) shapeCounts() map[string]int64 {
 	return maps.Clone(p.shapes)
 }
 
-// shape names a transaction by the command tags of its statements: "SELECT"
-// or "UPDATE" for an implicit one, "tx(INSERT,UPDATE)" for an explicit
-// one (BEGIN … COMMIT), "prepare" for a statement's preparation (no
-// statement ran), "connect" for a session's start.
-func shape(tags []string, start bool) string {
+// shape names a transaction by its statements' labels (see label):
+// "UPDATE inbox" for an implicit one, "tx(INSERT payments; SELECT
+// payments)" for an explicit one (BEGIN … COMMIT), "prepare" for a
+// statement's preparation (no statement ran), "connect" for a session's
+// start.
+func shape(stmts []string, start bool) string {
 	switch {
 	case start:
 		return "connect"
-	case len(tags) == 0:
+	case len(stmts) == 0:
 		return "prepare"
-	case tags[0] == "BEGIN" || tags[0] == "START":
-		inner := tags[1:]
+	case stmts[0] == "BEGIN":
+		inner := stmts[1:]
 		if n := len(inner); n > 0 && inner[n-1] == "COMMIT" {
 			inner = inner[:n-1]
 		}
-		return "tx(" + strings.Join(inner, ",") + ")"
+		return "tx(" + strings.Join(inner, "; ") + ")"
 	}
-	return strings.Join(tags, ",")
+	return strings.Join(stmts, "; ")
+}
+
+var (
+	dmlRE  = regexp.MustCompile(`(?is)(\w+\s+)?\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+([\w."]+)`)
+	fromRE = regexp.MustCompile(`(?is)\bFROM\s+([\w."]+)`)
+)
+
+// label names a statement by what it changes: the verbs and tables of its
+// INSERT, UPDATE and DELETE (a CTE can hold several), else "SELECT" and
+// its first table, else its first word (BEGIN, COMMIT, SET…).
+func label(sql string) string {
+	var parts []string
+	for _, m := range dmlRE.FindAllStringSubmatch(sql, -1) {
+		prev := strings.ToUpper(strings.TrimSpace(m[1]))
+		table := strings.Trim(m[3], `"`)
+		if prev == "FOR" || prev == "DO" || strings.EqualFold(table, "SET") {
+			continue // FOR UPDATE, ON CONFLICT DO UPDATE SET
+		}
+		verb, _, _ := strings.Cut(strings.ToUpper(m[2]), " ")
+		if l := verb + " " + table; !slices.Contains(parts, l) {
+			parts = append(parts, l)
+		}
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, "+")
+	}
+	first := strings.ToUpper(strings.TrimSpace(sql))
+	if i := strings.IndexAny(first, " \t\n(;"); i >= 0 {
+		first = first[:i]
+	}
+	switch first {
+	case "SELECT", "WITH":
+		if m := fromRE.FindStringSubmatch(sql); m != nil {
+			return "SELECT " + strings.Trim(m[1], `"`)
+		}
+		return "SELECT"
+	case "START":
+		return "BEGIN"
+	case "END":
+		return "COMMIT"
+	}
+	return first
+}
+
+// syncQueue carries, from the client's side of a connection to the
+// server's, the statements each Sync (or simple query) ran: the client's
+// messages are read as they are sent, ahead of the answers.
+type syncQueue struct {
+	mu     sync.Mutex
+	groups [][]string
+	cur    []string
+	named  map[string]string // prepared statement name → label
+}
+
+func (q *syncQueue) push(g []string) {
+	q.mu.Lock()
+	q.groups = append(q.groups, g)
+	q.mu.Unlock()
+}
+
+// pop returns the oldest group, or nil when none is known.
+func (q *syncQueue) pop() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.groups) == 0 {
+		return nil
+	}
+	g := q.groups[0]
+	q.groups = q.groups[1:]
+	return g
+}
+
+// watch forwards the client's messages to the server, noting the
+// statements each Sync or simple query runs: Parse names a statement,
+// Bind runs one, Query runs its text.
+func (q *syncQueue) watch(r *bufio.Reader, server net.Conn) {
+	w := bufio.NewWriterSize(server, 64<<10)
+	q.named = map[string]string{}
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			_ = w.Flush()
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
+		if n < 0 {
+			return
+		}
+		if _, err := w.Write(hdr[:]); err != nil {
+			return
+		}
+		switch hdr[0] {
+		case 'P', 'B', 'Q':
+			body := make([]byte, n)
+			if _, err := io.ReadFull(r, body); err != nil {
+				return
+			}
+			if _, err := w.Write(body); err != nil {
+				return
+			}
+			fields := strings.SplitN(string(body), "\x00", 3)
+			switch {
+			case hdr[0] == 'P' && len(fields) >= 2: // name, query, …
+				q.named[fields[0]] = label(fields[1])
+			case hdr[0] == 'B' && len(fields) >= 2: // portal, statement, …
+				q.cur = append(q.cur, q.named[fields[1]])
+			case hdr[0] == 'Q':
+				q.push([]string{label(fields[0])})
+			}
+		case 'S':
+			q.push(q.cur)
+			q.cur = nil
+		default:
+			if _, err := io.CopyN(w, r, int64(n)); err != nil {
+				return
+			}
+		}
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return
+			}
+		}
+	}
 }
 
 func (p *pgProxy) close() {
@@ -148,12 +274,13 @@ func (p *pgProxy) handle(client net.Conn) {
 		return
 	}
 	done := make(chan struct{})
+	q := &syncQueue{}
 	go func() {
-		_, _ = io.Copy(server, client)
+		q.watch(bufio.NewReaderSize(client, 64<<10), server)
 		_ = server.Close()
 		close(done)
 	}()
-	p.count(bufio.NewReaderSize(server, 64<<10), client)
+	p.count(bufio.NewReaderSize(server, 64<<10), client, q)
 	_ = client.Close()
 	<-done
 }
@@ -207,10 +334,10 @@ func (p *pgProxy) startup(client, server net.Conn) bool {
 // count forwards the server's messages to the client, counting the
 // transactions they end. It flushes whenever no more input is buffered, so
 // it adds no wait of its own.
-func (p *pgProxy) count(r *bufio.Reader, client net.Conn) {
+func (p *pgProxy) count(r *bufio.Reader, client net.Conn, q *syncQueue) {
 	w := bufio.NewWriterSize(client, 64<<10)
 	failed, start := false, true
-	var tags []string
+	var stmts []string
 	var hdr [5]byte
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -236,20 +363,24 @@ func (p *pgProxy) count(r *bufio.Reader, client net.Conn) {
 			if hdr[0] == 'C' {
 				tag, _, _ := strings.Cut(strings.TrimRight(string(body), "\x00"), " ")
 				failed = failed || tag == "ROLLBACK"
-				tags = append(tags, tag)
 				break
+			}
+			// Each ReadyForQuery but the session's first answers one Sync
+			// or one simple query, in order.
+			if !start {
+				stmts = append(stmts, q.pop()...)
 			}
 			if len(body) == 1 && body[0] == 'I' {
 				if failed {
 					p.rollbacks.Add(1)
 				} else {
 					p.commits.Add(1)
-					k := shape(tags, start)
+					k := shape(stmts, start)
 					p.mu.Lock()
 					p.shapes[k]++
 					p.mu.Unlock()
 				}
-				tags, start = tags[:0], false
+				stmts, start = stmts[:0], false
 			}
 			failed = false
 		case 'E': // ErrorResponse

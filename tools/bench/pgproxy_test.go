@@ -100,7 +100,7 @@ func TestPGProxyCountsWhatPostgresCounts(t *testing.T) {
 	if c, r := p.commits.Load(), p.rollbacks.Load(); c != wantCommits || r != wantRollbacks {
 		t.Errorf("proxy counted %d commits and %d rollbacks, want %d and %d", c, r, wantCommits, wantRollbacks)
 	}
-	wantShapes := map[string]int64{"connect": 1, "CREATE": 1, "INSERT": 4, "prepare": 1, "tx(INSERT)": 1}
+	wantShapes := map[string]int64{"connect": 1, "CREATE": 1, "INSERT t": 4, "prepare": 1, "tx(INSERT t)": 1}
 	if got := p.shapeCounts(); !maps.Equal(got, wantShapes) {
 		t.Errorf("commits by shape %v, want %v", got, wantShapes)
 	}
@@ -116,5 +116,22 @@ func TestPGProxyCountsWhatPostgresCounts(t *testing.T) {
 	}
 	if c1-c0 != p.commits.Load() || r1-r0 != p.rollbacks.Load() {
 		t.Errorf("pg_stat_database counted %d commits and %d rollbacks, the proxy %d and %d", c1-c0, r1-r0, p.commits.Load(), p.rollbacks.Load())
+	}
+}
+
+func TestLabel(t *testing.T) {
+	for sql, want := range map[string]string{
+		`WITH ins AS (INSERT INTO inbox (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING *) UPDATE inbox SET duplicates = duplicates + 1 WHERE NOT EXISTS (SELECT FROM ins)`: "INSERT inbox+UPDATE inbox",
+		`SELECT id FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`:                                                                       "SELECT outbox",
+		`INSERT INTO orders (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET status = 'paid'`:                                                                                 "INSERT orders",
+		`update "payments" set state = 'failed'`: "UPDATE payments",
+		`begin`:                                  "BEGIN",
+		`commit`:                                 "COMMIT",
+		`SELECT clock_timestamp()`:               "SELECT",
+		`SET LOCAL synchronous_commit = off`:     "SET",
+	} {
+		if got := label(sql); got != want {
+			t.Errorf("label(%.40q) = %q, want %q", sql, got, want)
+		}
 	}
 }
