@@ -225,7 +225,7 @@ func (r Report) costSection() string {
 			fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()), c.costs.ActionsByType(), fmtEvents(c.costs),
 			fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), rollbacks)
 	}
-	b.WriteString("\nThe commits by the transaction's statements (command tags; `tx(…)` is an explicit transaction, `prepare` a statement's preparation on a connection, `connect` a session's start), per unit:\n\n")
+	b.WriteString("\nThe commits by what their statements change (verbs and tables, `+` joining those of one statement, a CTE; `tx(…)` is an explicit transaction; `SELECT t` a read; `prepare` a statement's preparation on a connection; `connect` a session's start), per unit:\n\n")
 	for _, c := range r.costRows() {
 		if c.costs.CommitsMeasured() && c.costs.Unit != "message sent" {
 			fmt.Fprintf(&b, "- %s, per %s: %s\n", c.name, c.costs.Unit, c.costs.CommitsByShapeText())

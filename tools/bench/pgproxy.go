@@ -98,6 +98,8 @@ func shape(stmts []string, start bool) string {
 var (
 	dmlRE  = regexp.MustCompile(`(?is)(\w+\s+)?\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+([\w."]+)`)
 	fromRE = regexp.MustCompile(`(?is)\bFROM\s+([\w."]+)`)
+	// commentRE matches SQL comments, which may come before the verb.
+	commentRE = regexp.MustCompile(`(?s)--[^\n]*|/\*.*?\*/`)
 )
 
 // label names a statement by what it changes: the verbs and tables of its
@@ -119,11 +121,13 @@ func label(sql string) string {
 	if len(parts) > 0 {
 		return strings.Join(parts, "+")
 	}
-	first := strings.ToUpper(strings.TrimSpace(sql))
+	first := strings.ToUpper(strings.TrimSpace(commentRE.ReplaceAllString(sql, " ")))
 	if i := strings.IndexAny(first, " \t\n(;"); i >= 0 {
 		first = first[:i]
 	}
 	switch first {
+	case "":
+		return "ping" // pgx's "-- ping" of a connection idle over a second
 	case "SELECT", "WITH":
 		if m := fromRE.FindStringSubmatch(sql); m != nil {
 			return "SELECT " + strings.Trim(m[1], `"`)

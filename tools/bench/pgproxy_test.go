@@ -129,6 +129,8 @@ func TestLabel(t *testing.T) {
 		`commit`:                                 "COMMIT",
 		`SELECT clock_timestamp()`:               "SELECT",
 		`SET LOCAL synchronous_commit = off`:     "SET",
+		"-- ping":                                "ping",
+		"-- why\n/* and how */ SELECT 1 FROM inbox": "SELECT inbox",
 	} {
 		if got := label(sql); got != want {
 			t.Errorf("label(%.40q) = %q, want %q", sql, got, want)
