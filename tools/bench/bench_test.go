@@ -166,10 +166,12 @@ func checkCounts(t *testing.T, rep Report) {
 	if e := rep.E2E.Costs.CommitsPer(); e < 2 || e > 30 {
 		t.Errorf("e2e: %.2f commits per unique message", e)
 	}
-	// Postgres's own count over the whole run agrees with the bench's.
+	// Postgres's own count over the whole run is read, and the proxies
+	// never count a transaction Postgres did not. (Postgres can count more:
+	// its own work on the database, which no proxy sees.)
 	if cc := rep.CommitCheck; cc == nil || cc.XactCommit <= 0 {
 		t.Errorf("no commit cross-check: %+v", cc)
-	} else if d := cc.Difference(); d < -0.01 || d > 0.03 {
+	} else if d := cc.Difference(); d < -0.01 {
 		t.Errorf("xact_commit %.0f, counted %.0f + %.0f: %.1f%% apart", cc.XactCommit, cc.Proxy, cc.Harness, d*100)
 	}
 	// The plain consumer commits once per message; with the worker's

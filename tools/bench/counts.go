@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 )
@@ -220,6 +221,10 @@ type CommitCheck struct {
 	XactCommit float64 `json:"xact_commit"`
 	Proxy      float64 `json:"proxy"`
 	Harness    float64 `json:"harness"`
+	// AutoMaintenance is how many autovacuum and autoanalyze runs
+	// Postgres made on the database's tables (pg_stat_user_tables), each
+	// at least one transaction that no proxy sees; -1 when not read.
+	AutoMaintenance float64 `json:"auto_maintenance"`
 }
 
 // Difference is the share of xact_commit the bench's count misses (or, when
@@ -261,6 +266,13 @@ func (s *stack) crossCheck(ctx context.Context) (CommitCheck, error) {
 		last = n
 	}
 	c.XactCommit = last - s.xactBase
+	c.AutoMaintenance = -1
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(cctx, s.dbURL); err == nil {
+		_ = conn.QueryRow(cctx, `SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables`).Scan(&c.AutoMaintenance)
+		_ = conn.Close(cctx)
+	}
 	return c, nil
 }
 

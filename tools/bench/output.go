@@ -236,8 +236,8 @@ func (r Report) costSection() string {
 			bg, bg*r.E2E.Costs.Interval.Seconds()/math.Max(1, float64(r.E2E.Costs.Units)), r.E2E.Costs.Interval.Round(time.Millisecond))
 	}
 	if cc := r.CommitCheck; cc != nil && cc.XactCommit > 0 {
-		fmt.Fprintf(&b, "\nCross-check over the whole run, read once every connection had closed: `pg_stat_database.xact_commit` of the run's database grew by %.0f; the workers' proxy counted %.0f and the harness's own %.0f: %.2f%% apart (what neither sees is Postgres's own work there, such as autovacuum).\n",
-			cc.XactCommit, cc.Proxy, cc.Harness, cc.Difference()*100)
+		fmt.Fprintf(&b, "\nCross-check over the whole run, read once every connection had closed: `pg_stat_database.xact_commit` of the run's database grew by %.0f; the workers' proxy counted %.0f and the harness's own %.0f: %.2f%% apart. Transactions no proxy saw are in xact_commit alone: Postgres's own work on the database (it made %.0f autovacuum and autoanalyze runs there, each one transaction or more) and anything this run did not identify. The per-phase figures are the proxy's; `TestPGProxyCountsWhatPostgresCounts` checks the proxy against xact_commit transaction by transaction.\n",
+			cc.XactCommit, cc.Proxy, cc.Harness, cc.Difference()*100, cc.AutoMaintenance)
 	}
 	return b.String()
 }
