@@ -339,21 +339,22 @@ func (r Report) cpuSection() string {
 }
 
 // scaleOutFinding says, from the scale-out's measurements, what bounded
-// the throughput as workers were added.
+// the throughput as workers were added: which of the run's own processes
+// used the most CPU (the rest of the machine's busy time is named apart).
 func (r Report) scaleOutFinding() string {
 	if len(r.ScaleOut) < 2 {
 		return ""
 	}
 	first, last := r.ScaleOut[0], r.ScaleOut[len(r.ScaleOut)-1]
 	c := last.CPU
-	total := c.total()
-	if total <= 0 || first.Throughput <= 0 {
+	own := c.total() - c.Other
+	if own <= 0 || first.Throughput <= 0 {
 		return ""
 	}
 	parts := []struct {
 		name string
 		v    float64
-	}{{"the dev server", c.Server}, {"the workers", c.Worker}, {"Postgres", c.Postgres}, {"NATS", c.NATS}, {"the harness", c.Harness}, {"other work", c.Other}}
+	}{{"the dev server", c.Server}, {"the workers", c.Worker}, {"Postgres", c.Postgres}, {"NATS", c.NATS}, {"the harness", c.Harness}}
 	top := parts[0]
 	for _, p := range parts[1:] {
 		if p.v > top.v {
@@ -361,10 +362,10 @@ func (r Report) scaleOutFinding() string {
 		}
 	}
 	gain := last.Throughput / first.Throughput
-	s := fmt.Sprintf("Scale-out: %d → %d worker processes moved throughput %.1f → %.1f msg/s (%.2f×) with the machine %.0f%% busy; at %d workers %s used the most CPU, %.0f%% of the busy time (%.1f ms per message; the workers together %.1f ms).",
-		first.Workers, last.Workers, first.Throughput, last.Throughput, gain, c.MachineBusy*100, last.Workers, top.name, top.v/total*100, perUnit(top.v, last.Unique), perUnit(c.Worker, last.Unique))
+	s := fmt.Sprintf("Scale-out: %d → %d worker processes moved throughput %.1f → %.1f msg/s (%.2f×) with the machine %.0f%% busy. At %d workers %s used the most CPU of the run's own processes: %.0f%% of theirs (%.1f ms per message; the workers together %.1f ms); other work on the machine took %.1f ms per message more.",
+		first.Workers, last.Workers, first.Throughput, last.Throughput, gain, c.MachineBusy*100, last.Workers, top.name, top.v/own*100, perUnit(top.v, last.Unique), perUnit(c.Worker, last.Unique), perUnit(c.Other, last.Unique))
 	if gain < 1.15 && c.MachineBusy >= 0.85 {
-		s += fmt.Sprintf(" More workers did not add throughput because the CPUs were already full, and %s is the largest share of them: it is the bound here.", top.name)
+		s += fmt.Sprintf(" More workers did not add throughput because the CPUs were already full, and %s is the largest share of the run's own CPU: it is the bound here.", top.name)
 	}
 	return s
 }
