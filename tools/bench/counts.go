@@ -175,6 +175,9 @@ func costsBetween(a, b reading, units int, unit string) *Costs {
 // (the workers' trailing statements, such as the outbox relay's).
 func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 	start := time.Now()
+	if err := s.workflowsClosed(ctx, 30*time.Second); err != nil {
+		cfg.Logf("bench: %v", err)
+	}
 	if s.metricsURL != "" {
 		if err := s.actionsSettled(ctx, min(cfg.Settle+20*time.Second, time.Minute)); err != nil {
 			cfg.Logf("bench: %v", err)
@@ -274,6 +277,31 @@ func (s *stack) crossCheck(ctx context.Context) (CommitCheck, error) {
 		_ = conn.Close(cctx)
 	}
 	return c, nil
+}
+
+// workflowsClosed waits until no workflow of the worker's task queue runs
+// (visibility's view), so that a workflow whose effects are recorded has
+// also completed its last task, and that task's actions are counted.
+func (s *stack) workflowsClosed(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running'", s.taskQueue)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := s.temporal.CountWorkflow(cctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default", Query: query})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("count the running workflows: %w", err)
+		}
+		if resp.GetCount() == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d workflows still running after %s", resp.GetCount(), limit)
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // actionsSettled waits until two scrapes half a second apart agree.
