@@ -12,16 +12,21 @@ import (
 )
 
 // TestTinyRun runs the whole benchmark at a tiny size — every phase, one
-// sweep point and the half-rate point, nothing skipped — to check that the
-// harness works and that nothing was charged twice. The numbers of so small
-// a run mean nothing; only their presence is checked.
+// sweep point, the paced point and a scale-out to 2 workers, nothing
+// skipped — to check that the harness works and that nothing was charged
+// twice. The timings of so small a run mean nothing; only their presence is
+// checked. The counts do not depend on size or load, so the ones whose
+// right value is known are checked exactly: the floor's workflow costs one
+// start and one batch of markers, each paid message starts one workflow,
+// the plain consumer commits once per message.
 func TestTinyRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cfg := Config{
 		Messages: 100, InFlight: 16, Sweep: []int{16}, SweepMessages: 60,
 		FloorWorkflows: 50, NaiveWorkflows: 30, PlainMessages: 300, PlainClients: 4,
-		DuplicateBurst: 100, Warmup: 5, Stall: 30 * time.Second, Timeout: 150 * time.Second,
+		DuplicateBurst: 100, Warmup: 5, Stall: 30 * time.Second, Timeout: 5 * time.Minute,
+		PaidMessages: 30, Workers: []int{1, 2}, ScaleMessages: 40, HistorySample: 10,
 		Logf: t.Logf,
 	}
 	rep, err := Run(ctx, cfg)
@@ -42,7 +47,11 @@ func TestTinyRun(t *testing.T) {
 	if rep.Charges == 0 || rep.Emails == 0 {
 		t.Errorf("the simulators saw %d charges and %d receipts", rep.Charges, rep.Emails)
 	}
-	for _, r := range append([]Result{rep.E2E, rep.Floor, rep.FloorEnd, rep.Naive, rep.Plain, *rep.HalfRate}, rep.Sweep...) {
+	if rep.Paced == nil {
+		t.Fatal("no paced point")
+	}
+	runs := append([]Result{rep.E2E, rep.Paid, rep.Floor, rep.FloorEnd, rep.Naive, rep.Plain, *rep.Paced}, rep.Sweep...)
+	for _, r := range append(runs, rep.ScaleOut...) {
 		if r.Throughput <= 0 || r.Latency.N == 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
 			t.Errorf("%s: implausible result %+v", r.Name, r)
 		}
@@ -53,8 +62,19 @@ func TestTinyRun(t *testing.T) {
 	if rep.E2E.CPU.Worker <= 0 || rep.WorkerPeakRSSMB <= 0 {
 		t.Errorf("worker resources not measured: CPU %.2fs, peak RSS %.1f MB", rep.E2E.CPU.Worker, rep.WorkerPeakRSSMB)
 	}
-	if len(rep.Targets) != 6 {
-		t.Errorf("%d targets evaluated, want 6", len(rep.Targets))
+	if len(rep.Targets) != 8 {
+		t.Errorf("%d targets evaluated, want 8", len(rep.Targets))
+	}
+	for _, tg := range rep.Targets {
+		if verdict(tg) == "N/A" {
+			t.Errorf("target %q not measured: %s", tg.What, tg.Measured)
+		}
+	}
+	checkCounts(t, rep)
+	if len(rep.ScaleOut) != 2 || rep.ScaleOut[0].Workers != 1 || rep.ScaleOut[1].Workers != 2 {
+		t.Errorf("scale-out: %d runs %+v", len(rep.ScaleOut), rep.ScaleOut)
+	} else if rep.ScaleOut[1].CPU.Worker <= 0 || rep.ScaleOut[1].CPU.Server <= 0 {
+		t.Errorf("scale-out with 2 workers: CPU not measured: %+v", rep.ScaleOut[1].CPU)
 	}
 
 	var table bytes.Buffer
@@ -69,7 +89,8 @@ func TestTinyRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Results", "Temporal floor", "naive layout", "plain consumer", "## Ratios and the issue's targets", "double charges"} {
+	for _, want := range []string{"## Targets", "## Temporal actions, history events and Postgres commits per message", "StartWorkflowExecution",
+		"## Where the CPU goes", "scale-out, 2 workers", "Temporal floor, right after", "naive layout", "plain consumer", "double charges"} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -91,5 +112,78 @@ func TestTinyRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(filepath.Base(md), ".md")+".json")); err != nil {
 		t.Error(err)
+	}
+}
+
+// checkCounts checks the counted phases: present, and exact where the right
+// value is known whatever the workflow's shape.
+func checkCounts(t *testing.T, rep Report) {
+	t.Helper()
+	for _, x := range []struct {
+		name  string
+		c     *Costs
+		units int
+	}{{"paid", rep.Paid.Costs, rep.Paid.Unique}, {"e2e", rep.E2E.Costs, rep.E2E.Unique}, {"floor", rep.Floor.Costs, rep.Floor.Unique},
+		{"floor after", rep.FloorEnd.Costs, rep.FloorEnd.Unique}, {"burst", rep.Burst.Costs, rep.Burst.Copies}, {"plain", rep.Plain.Costs, rep.Plain.Messages}} {
+		if x.c == nil || !x.c.ActionsMeasured() || !x.c.CommitsMeasured() {
+			t.Fatalf("%s: counts missing: %+v", x.name, x.c)
+		}
+		if x.c.Units != x.units || x.units == 0 {
+			t.Errorf("%s: counted over %d units, want %d", x.name, x.c.Units, x.units)
+		}
+	}
+	// The floor's workflow is a start and one workflow task with two
+	// local activities' markers: exactly 2 actions.
+	for _, f := range []*Costs{rep.Floor.Costs, rep.FloorEnd.Costs} {
+		if n := float64(f.Units); f.Actions["grpc_StartWorkflowExecution"] != n || f.Actions["command_BatchMarkers"] != n || f.ActionsTotal() != 2*n {
+			t.Errorf("floor: actions %v for %d workflows, want one start and one marker batch each", f.Actions, f.Units)
+		}
+		if f.HistorySample == 0 || f.HistoryEvents < 5 {
+			t.Errorf("floor: history events %.1f over %d workflows", f.HistoryEvents, f.HistorySample)
+		}
+	}
+	// Each paid message starts one workflow, and costs at least the
+	// floor's actions.
+	p := rep.Paid.Costs
+	if p.Actions["grpc_StartWorkflowExecution"] != float64(p.Units) || p.ActionsPer() < 2 {
+		t.Errorf("paid: actions %v for %d messages", p.Actions, p.Units)
+	}
+	if p.HistorySample == 0 || p.HistoryEvents < 5 {
+		t.Errorf("paid: history events %.1f over %d workflows", p.HistoryEvents, p.HistorySample)
+	}
+	var byShape float64
+	for _, v := range p.CommitsByShape {
+		byShape += v
+	}
+	if byShape != p.Commits || p.CommitsByShape["connect"] > 0 {
+		t.Errorf("paid: commits by shape %v do not add up to %.0f, or the warm-up left connections to open", p.CommitsByShape, p.Commits)
+	}
+	// A copy never starts a workflow.
+	if b := rep.Burst.Costs; b.Actions["grpc_StartWorkflowExecution"] != 0 {
+		t.Errorf("burst: actions %v", b.Actions)
+	}
+	// Every unique message commits at least its inbox row and its record.
+	if e := rep.E2E.Costs.CommitsPer(); e < 2 || e > 30 {
+		t.Errorf("e2e: %.2f commits per unique message", e)
+	}
+	// Postgres's own count over the whole run is read, and the proxies
+	// never count a transaction Postgres did not. (Postgres can count more:
+	// its own work on the database, which no proxy sees.)
+	if cc := rep.CommitCheck; cc == nil || cc.XactCommit <= 0 {
+		t.Errorf("no commit cross-check: %+v", cc)
+	} else if d := cc.Difference(); d < -0.01 {
+		t.Errorf("xact_commit %.0f, counted %.0f + %.0f: %.1f%% apart", cc.XactCommit, cc.Proxy, cc.Harness, d*100)
+	}
+	// The plain consumer commits once per message; with the worker's
+	// background commits over the interval taken out, that is what the
+	// count must show.
+	bg, ok := rep.backgroundCommits()
+	if !ok {
+		t.Fatal("no background commit rate")
+	}
+	pc := rep.Plain.Costs
+	if got := (pc.Commits - bg*pc.Interval.Seconds()) / float64(pc.Units); got < 0.97 || got > 1.05 {
+		t.Errorf("plain: %.3f commits per message after %.1f/s of background over %s (raw %.0f for %d), want 1",
+			got, bg, pc.Interval, pc.Commits, pc.Units)
 	}
 }

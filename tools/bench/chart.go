@@ -46,7 +46,7 @@ func (r Report) Chart() ([]byte, error) {
 
 	bars := []bar{
 		{"e2e", r.E2E.Throughput, colE2E},
-		{"floor", r.Floor.Throughput, colFloor},
+		{"floor (mean)", floorMean(r), colFloor},
 		{"naive", r.Naive.Throughput, colNaive},
 		{"dup burst", r.Burst.Rate, colBurst},
 		{"plain", r.Plain.Throughput, colPlain},
@@ -113,9 +113,9 @@ func sweepPanel(img *image.RGBA, area image.Rectangle, r Report) {
 	for _, p := range r.Sweep {
 		labels = append(labels, fmt.Sprintf("%d", p.InFlight))
 	}
-	if r.HalfRate != nil {
-		pts = append(pts, *r.HalfRate)
-		labels = append(labels, "half")
+	if r.Paced != nil {
+		pts = append(pts, *r.Paced)
+		labels = append(labels, fmt.Sprintf("%.0f%%", pacedShare*100))
 	}
 	if len(pts) == 0 {
 		drawText(img, area.Min.X, area.Min.Y, "no sweep in this run", 2, colText)
@@ -156,7 +156,7 @@ func sweepPanel(img *image.RGBA, area image.Rectangle, r Report) {
 		lo = math.Min(lo, math.Max(1, ms(p.Latency.P50)))
 		hi = math.Max(hi, ms(p.Latency.P99))
 	}
-	dLo := math.Min(math.Floor(math.Log10(lo)), 2) // keep 250 ms in view
+	dLo := math.Min(math.Floor(math.Log10(lo)), 2) // keep the 150 ms target in view
 	dHi := math.Max(math.Ceil(math.Log10(hi)), dLo+1)
 	yL := func(v float64) int {
 		v = math.Max(v, math.Pow(10, dLo))
@@ -169,9 +169,10 @@ func sweepPanel(img *image.RGBA, area image.Rectangle, r Report) {
 		drawText(img, lower.Min.X-8-textWidth(lbl, 2), yy-7, lbl, 2, colAxis)
 	}
 	axes(img, lower)
-	if 250 <= math.Pow(10, dHi) {
-		fillRect(img, lower.Min.X, yL(250), lower.Dx(), 2, colTarget)
-		drawText(img, lower.Max.X-textWidth("250 ms", 2)-4, yL(250)+6, "250 ms", 2, colTarget)
+	if p99Target <= math.Pow(10, dHi) {
+		lbl := fmt.Sprintf("%d ms", p99Target)
+		fillRect(img, lower.Min.X, yL(p99Target), lower.Dx(), 2, colTarget)
+		drawText(img, lower.Max.X-textWidth(lbl, 2)-4, yL(p99Target)+6, lbl, 2, colTarget)
 	}
 	for _, series := range []struct {
 		get func(Result) time.Duration
@@ -235,4 +236,16 @@ func abs(v int) int {
 		return -v
 	}
 	return v
+}
+
+// p99Target is the latency target at the paced point, in milliseconds.
+const p99Target = 150
+
+// floorMean is the report's mean floor, computed again for a report read
+// from an older JSON that lacks it.
+func floorMean(r Report) float64 {
+	if r.FloorMean > 0 {
+		return r.FloorMean
+	}
+	return r.Floor.Throughput
 }

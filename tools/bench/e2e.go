@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/message"
 )
 
@@ -244,7 +245,7 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 	pollDone.Go(func() { s.poll(pctx, cfg.Poll, p.pattern, pr) })
 	defer func() { stopPoll(); pollDone.Wait() }()
 
-	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	before := s.sample()
 	published := make([]time.Time, len(p.msgs))
 	sent := make([]bool, len(p.msgs))
 	var nUnique int64
@@ -282,7 +283,7 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 	if err := s.waitCompleted(ctx, cfg, pr, p.name, int64(len(p.msgs))); err != nil {
 		return res, err
 	}
-	after := sampleUsage(s.worker.Pid(), s.devServerPID)
+	after := s.sample()
 	stopPoll()
 	pollDone.Wait()
 	res.CPU = cpuBetween(before, after)
@@ -372,6 +373,11 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 		}
 	}
 	res.DuplicateRate = float64(res.Suppressed) / res.Elapsed.Seconds()
+	for _, m := range p.msgs[:min(len(p.msgs), cfg.HistorySample)] {
+		if id, err := identity.WorkflowID(message.ConsumerOrderPlaced, m.id); err == nil {
+			res.workflowIDs = append(res.workflowIDs, id)
+		}
+	}
 	return res, nil
 }
 
@@ -384,7 +390,7 @@ func (s *stack) runBurst(ctx context.Context, cfg Config, p plan, copies int) (B
 	if err != nil {
 		return b, err
 	}
-	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	before := s.sample()
 	t0 := time.Now()
 	var firstErr error
 	for i := range copies {
@@ -433,7 +439,7 @@ func (s *stack) runBurst(ctx context.Context, cfg Config, p plan, copies int) (B
 			return b, err
 		}
 	}
-	b.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	b.CPU = cpuBetween(before, s.sample())
 	b.Rate = float64(b.Suppressed) / b.Elapsed.Seconds()
 	return b, nil
 }

@@ -14,10 +14,6 @@ import (
 	"time"
 )
 
-type row struct {
-	name, inflight, sent, unique, copies, elapsed, rate, dupRate, p50, p90, p99, pmax, worker, server, pg, nats, other, busy string
-}
-
 func fmtMS(d time.Duration) string {
 	if d == 0 {
 		return "-"
@@ -39,70 +35,123 @@ func fmtRate(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
+// row is one line of the throughput table.
+type row struct {
+	name, inflight, workers, unique, copies, rate, p50, p99, pmax, busy string
+}
+
+var header = row{"run", "in-flight", "workers", "unique", "copies suppr./sent", "per s", "p50 ms", "p99 ms", "max ms", "machine busy"}
+
+func (x row) cells() []string {
+	return []string{x.name, x.inflight, x.workers, x.unique, x.copies, x.rate, x.p50, x.p99, x.pmax, x.busy}
+}
+
 func resultRow(r Result, name string) row {
 	inflight := fmt.Sprint(r.InFlight)
 	if r.TargetRate > 0 {
 		inflight = fmt.Sprintf("paced %.0f/s", r.TargetRate)
 	}
-	copies := "-"
+	copies, workers := "-", "-"
 	if r.Duplicates > 0 {
 		copies = fmt.Sprintf("%d/%d", r.Suppressed, r.Duplicates)
 	}
+	if r.Workers > 0 {
+		workers = fmt.Sprint(r.Workers)
+	}
 	return row{
-		name: name, inflight: inflight, sent: fmt.Sprint(r.Messages), unique: fmt.Sprint(r.Unique), copies: copies,
-		elapsed: r.Elapsed.Round(10 * time.Millisecond).String(), rate: fmtRate(r.Throughput), dupRate: fmtRate(r.DuplicateRate),
-		p50: fmtMS(r.Latency.P50), p90: fmtMS(r.Latency.P90), p99: fmtMS(r.Latency.P99), pmax: fmtMS(r.Latency.Max),
-		worker: fmt.Sprintf("%.1f", r.CPU.Worker), server: fmt.Sprintf("%.1f", r.CPU.Server),
-		pg: fmt.Sprintf("%.1f", r.CPU.Postgres), nats: fmt.Sprintf("%.1f", r.CPU.NATS), other: fmt.Sprintf("%.1f", r.CPU.Other),
-		busy: fmt.Sprintf("%.0f%%", r.CPU.MachineBusy*100),
+		name: name, inflight: inflight, workers: workers, unique: fmt.Sprint(r.Unique), copies: copies, rate: fmtRate(r.Throughput),
+		p50: fmtMS(r.Latency.P50), p99: fmtMS(r.Latency.P99), pmax: fmtMS(r.Latency.Max), busy: fmt.Sprintf("%.0f%%", r.CPU.MachineBusy*100),
 	}
 }
 
+// rows are the throughput table: the e2e run between its two floors, the
+// other reference points, the sweep, the paced point and the scale-out.
 func (r Report) rows() []row {
-	rows := []row{resultRow(r.E2E, "e2e (JetStream -> worker -> effects)")}
-	rows = append(rows, row{
-		name: "duplicate burst (copies only)", inflight: "async", sent: fmt.Sprint(r.Burst.Copies), unique: "0",
-		copies: fmt.Sprintf("%d/%d", r.Burst.Suppressed, r.Burst.Copies), elapsed: r.Burst.Elapsed.Round(10 * time.Millisecond).String(),
-		rate: "-", dupRate: fmtRate(r.Burst.Rate), p50: "-", p90: "-", p99: "-", pmax: "-",
-		worker: fmt.Sprintf("%.1f", r.Burst.CPU.Worker), server: fmt.Sprintf("%.1f", r.Burst.CPU.Server),
-		pg: fmt.Sprintf("%.1f", r.Burst.CPU.Postgres), nats: fmt.Sprintf("%.1f", r.Burst.CPU.NATS), other: fmt.Sprintf("%.1f", r.Burst.CPU.Other),
-		busy: fmt.Sprintf("%.0f%%", r.Burst.CPU.MachineBusy*100),
-	})
-	for _, s := range r.Sweep {
-		rows = append(rows, resultRow(s, fmt.Sprintf("e2e sweep, in-flight %d", s.InFlight)))
-	}
-	if r.HalfRate != nil {
-		rows = append(rows, resultRow(*r.HalfRate, "e2e at half the max rate"))
-	}
-	rows = append(rows,
-		resultRow(r.Floor, "Temporal floor (eager + 2 local no-ops)"),
+	e2e := resultRow(r.E2E, "e2e (JetStream → worker → effects)")
+	e2e.workers = "1"
+	rows := []row{
+		resultRow(r.Floor, "Temporal floor, right before"),
+		e2e,
+		resultRow(r.FloorEnd, "Temporal floor, right after"),
+		resultRow(r.Paid, "e2e, paid messages only"),
 		resultRow(r.Naive, "naive layout (2 regular activities)"),
-		resultRow(r.FloorEnd, "Temporal floor, again after the e2e runs"),
-		resultRow(r.Plain, "plain consumer (1 tx/msg, no Temporal)"),
-	)
+		resultRow(r.Plain, "plain consumer (msgs/s, copies incl.)"),
+		{
+			name: "duplicate burst (copies/s)", inflight: "async", workers: "1", unique: "0",
+			copies: fmt.Sprintf("%d/%d", r.Burst.Suppressed, r.Burst.Copies), rate: fmtRate(r.Burst.Rate),
+			p50: "-", p99: "-", pmax: "-", busy: fmt.Sprintf("%.0f%%", r.Burst.CPU.MachineBusy*100),
+		},
+	}
+	for _, s := range r.Sweep {
+		x := resultRow(s, fmt.Sprintf("sweep, in-flight %d", s.InFlight))
+		x.workers = "1"
+		rows = append(rows, x)
+	}
+	if r.Paced != nil {
+		x := resultRow(*r.Paced, fmt.Sprintf("paced at %.0f%% of the max rate", pacedShare*100))
+		x.workers = "1"
+		rows = append(rows, x)
+	}
+	for _, s := range r.ScaleOut {
+		rows = append(rows, resultRow(s, fmt.Sprintf("scale-out, %d workers", s.Workers)))
+	}
 	return rows
 }
 
-var header = row{"approach", "in-flight", "sent", "unique", "copies suppr./sent", "time", "unique/s", "copies/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "worker CPU s", "server CPU s", "pg CPU s", "nats CPU s", "other CPU s", "machine busy"}
-
-func (x row) cells() []string {
-	return []string{x.name, x.inflight, x.sent, x.unique, x.copies, x.elapsed, x.rate, x.dupRate, x.p50, x.p90, x.p99, x.pmax, x.worker, x.server, x.pg, x.nats, x.other, x.busy}
-}
-
-// WriteTable prints the results, the ratios and the targets as text.
+// WriteTable prints the results, the targets and the counts as text.
 func (r Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for _, x := range append([]row{header}, r.rows()...) {
 		fmt.Fprintln(tw, strings.Join(x.cells(), "\t")+"\t")
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nworker peak RSS %.1f MB; charges %d, double charges %d (must be 0); receipts %d, duplicate receipts %d\n",
-		r.WorkerPeakRSSMB, r.Charges, r.DoubleCharges, r.Emails, r.DuplicateEmails)
-	fmt.Fprintf(w, "ratios: e2e/floor %.2f, e2e/naive %.2f, duplicate suppression/plain consumer %.2f; max e2e rate %.1f/s\n",
-		r.E2EOverFloor, r.E2EOverNaive, r.BurstOverPlain, r.MaxRate)
+	fmt.Fprintln(w, "\ncounts per unit (they do not depend on load):")
+	for _, c := range r.costRows() {
+		fmt.Fprintf(w, "  %-34s per %-14s actions %-5s history events %-5s commits %s  [%s]\n", c.name, c.costs.Unit, fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()),
+			fmtEvents(c.costs), fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), c.costs.ActionsByType())
+	}
+	fmt.Fprintf(w, "\nratios: e2e / mean floor %.2f (floor %.1f before, %.1f after), e2e / naive %.2f, duplicate suppression / plain consumer %.2f; max e2e rate %.1f/s\n",
+		r.E2EOverFloor, r.Floor.Throughput, r.FloorEnd.Throughput, r.E2EOverNaive, r.BurstOverPlain, r.MaxRate)
 	for _, t := range r.Targets {
 		fmt.Fprintf(w, "  %-4s %s %s: %s\n", verdict(t), t.What, t.Want, t.Measured)
 	}
+}
+
+func fmtPer(v float64, measured bool) string {
+	if !measured {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fmtEvents(c *Costs) string {
+	if c == nil || c.HistorySample == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", c.HistoryEvents)
+}
+
+type costRow struct {
+	name  string
+	costs *Costs
+}
+
+// costRows are the counted phases, in the report's order.
+func (r Report) costRows() []costRow {
+	var out []costRow
+	for _, c := range []costRow{
+		{"e2e, paid messages only", r.Paid.Costs},
+		{"e2e (copies and declines included)", r.E2E.Costs},
+		{"duplicate burst (copies only)", r.Burst.Costs},
+		{"Temporal floor, right before e2e", r.Floor.Costs},
+		{"Temporal floor, right after e2e", r.FloorEnd.Costs},
+		{"plain consumer", r.Plain.Costs},
+	} {
+		if c.costs != nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func verdict(t Target) string {
@@ -118,62 +167,40 @@ func verdict(t Target) string {
 // Markdown renders the report; chart names the PNG beside it ("" for none).
 func (r Report) Markdown(chart string) string {
 	var b strings.Builder
-	c := r.Config
+	c, e := r.Config, r.Environment
 	fmt.Fprintf(&b, "# effectively benchmark, %s\n\n", r.Started.Format("2006-01-02 15:04:05 MST"))
-	b.WriteString("Measured by `tools/bench` (`go run ./tools/bench/cmd/bench`). Every number below was measured in this run; nothing is estimated or carried over.\n\n")
-	b.WriteString("## Environment\n\n")
-	e := r.Environment
-	fmt.Fprintf(&b, "- machine: %s, %d CPUs, %d MB memory (%s)\n", e.CPUModel, e.CPUs, e.MemoryMB, e.OS)
-	fmt.Fprintf(&b, "- %s; %s; PostgreSQL %s; %s\n", e.Temporal, e.NATS, e.Postgres, e.GoVersion)
-	fmt.Fprintf(&b, "- load before the run: %.0f%% of the CPUs busy over 2 s, 1-minute load average %s\n", e.BackgroundBusy*100, e.LoadAverage)
-	b.WriteString("- every component on this machine: the dev server (1 task-queue partition), Postgres, NATS, the worker process, and this harness (simulators, publisher, poller, the reference points' workers)\n\n")
-	b.WriteString("## Configuration\n\n")
-	fmt.Fprintf(&b, "- e2e: %d messages published, %.0f%% of them copies of an earlier message (published without `Nats-Msg-Id`, so the broker passes them to the consumer), %.0f%% of the unique ones with a declined card; in-flight limit %d unique messages unrecorded\n",
-		c.Messages, c.DuplicateRatio*100, c.DeclineRatio*100, c.InFlight)
-	fmt.Fprintf(&b, "- provider simulators answer after %s (Stripe and SendGrid each); seed %d\n", c.Latency, c.Seed)
-	fmt.Fprintf(&b, "- sweep: in-flight %v, %d messages each; then an open-loop point paced at half the highest rate measured\n", c.Sweep, c.SweepMessages)
-	fmt.Fprintf(&b, "- duplicate burst: %d copies; floor: %d workflows; naive: %d workflows; plain consumer: %d messages on %d connections\n",
-		c.DuplicateBurst, c.FloorWorkflows, c.NaiveWorkflows, c.PlainMessages, c.PlainClients)
-	fmt.Fprintf(&b, "- completion poll every %s; warm-up %d messages per path, not counted; gRPC compression of every Temporal client (the worker's and the reference points'): %s\n", c.Poll, c.Warmup, c.GrpcCompression)
+	commit := e.Commit
+	if commit == "" {
+		commit = "unknown"
+	}
+	fmt.Fprintf(&b, "Commit `%s`, measured by `tools/bench` (`go run ./tools/bench/cmd/bench`); every number below was measured in this run. "+
+		"%s, %d CPUs, %d MB; %s; %s; PostgreSQL %s; %s. Load before the run: %.0f%% of the CPUs busy, load average %s. The whole run took %s.\n\n",
+		commit, e.CPUModel, e.CPUs, e.MemoryMB, e.Temporal, e.NATS, e.Postgres, e.GoVersion, e.BackgroundBusy*100, e.LoadAverage, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "e2e: %d messages, %.0f%% copies, %.0f%% declines, in-flight %d; paid-only run %d messages; floor %d workflows; naive %d; plain consumer %d messages on %d connections; "+
+		"duplicate burst %d copies; sweep %v × %d messages; scale-out %v workers × %d messages; simulators answer in %s; seed %d.",
+		c.Messages, c.DuplicateRatio*100, c.DeclineRatio*100, c.InFlight, c.PaidMessages, c.FloorWorkflows, c.NaiveWorkflows, c.PlainMessages, c.PlainClients,
+		c.DuplicateBurst, c.Sweep, c.SweepMessages, c.Workers, c.ScaleMessages, c.Latency, c.Seed)
 	if len(c.WorkerEnv) > 0 {
-		fmt.Fprintf(&b, "- worker environment additions: `%s`\n", strings.Join(c.WorkerEnv, " "))
+		fmt.Fprintf(&b, " Worker environment additions: `%s`.", strings.Join(c.WorkerEnv, " "))
 	}
-	fmt.Fprintf(&b, "- the whole run took %s\n\n", r.Elapsed.Round(time.Second))
-
-	b.WriteString("## The fast paths this build runs\n\n")
-	b.WriteString("- **eager start**: the worker's intake starts each workflow with `EnableEagerStart` on the client its worker polls with, so the first workflow task comes back in the start's answer;\n")
-	b.WriteString("- **local activities first**: each effect runs once as a local activity (`ChargeOrderLocally`, `SendReceiptLocally`) inside that task, and as a regular activity only when that attempt fails or times out; a paid message's history is 9 events;\n")
-	b.WriteString("- **one statement per ledger step**: the first payment claim, the receipt claim and both records are single statements (the processed row still commits with the state change);\n")
-	b.WriteString("- **intake**: a continuous pull, 16 concurrent delivery handlers, a plain ack after the inbox commit, a copy's counter committed without waiting for the WAL flush, 32 fast-path starters without row locks, copies of a pending row left alone;\n")
-	b.WriteString("- the measured effect of each, run against run, is in CHANGELOG.md (Performance history); this report measures the build as it is.\n\n")
-	b.WriteString("## Results\n\n")
-	h := header.cells()
-	b.WriteString("| " + strings.Join(h, " | ") + " |\n|" + strings.Repeat("---|", len(h)) + "\n")
-	for _, x := range r.rows() {
-		b.WriteString("| " + strings.Join(x.cells(), " | ") + " |\n")
-	}
-	fmt.Fprintf(&b, "\nWorker peak RSS (VmHWM): **%.1f MB**. Stripe simulator: %d charges, **%d double charges**; SendGrid simulator: %d receipts, %d beyond one per message.\n\n",
-		r.WorkerPeakRSSMB, r.Charges, r.DoubleCharges, r.Emails, r.DuplicateEmails)
-	if chart != "" {
-		fmt.Fprintf(&b, "![throughput per approach and the sweep's latency](%s)\n\n", chart)
-	}
-
-	b.WriteString("## Ratios and the issue's targets\n\n| target | wanted | measured | |\n|---|---|---|---|\n")
+	b.WriteString("\n\n## Targets\n\n| target | wanted | measured | |\n|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", t.What, t.Want, t.Measured, verdict(t))
 	}
+	b.WriteString(r.costSection())
 	b.WriteString(r.cpuSection())
-	b.WriteString(r.stageSection())
+	b.WriteString(r.sweepSection(chart))
 
 	b.WriteString("\n## How it was measured\n\n")
-	b.WriteString("- **e2e**: each unique message is published to a fresh JetStream stream with `Nats-Msg-Id` = its ID; one real worker process (the `./worker` binary, built for the run) consumes it, records it in the inbox, starts its workflow, charges through stripe-go and mails through sendgrid-go against the simulators, and records everything in a fresh Postgres database. A message is done when its `processed_messages` row exists and, when paid, its order's receipt reached a final state. The harness counts those with one query per poll; the in-flight limit is enforced on that count, so at small limits the poll interval itself costs throughput (about half an interval per message).\n")
-	b.WriteString("- **latency**: from just before the publish call to `greatest(processed_at, orders.updated_at)`, the `now()` of the transaction that recorded the last effect (its start, a little before its commit), moved to the harness's clock by an offset measured with `clock_timestamp()` round trips (shortest of 7). Negative values are clamped to 0.\n")
-	b.WriteString("- **throughput**: unique messages divided by the time from the first publish to the last recorded effect. Copies are not counted as throughput; `copies/s` is the inbox's duplicates counter over the same time, which is bounded by how fast copies were published, not a capacity.\n")
-	b.WriteString("- **duplicate burst**: copies of already recorded messages published back to back (async, no `Nats-Msg-Id`); the rate is copies counted by the inbox (`sum(inbox.duplicates)`, polled every 10 ms) divided by the time from the first publish — this is the capacity compared with the plain consumer.\n")
-	b.WriteString("- **Temporal floor**: a bench-only workflow with two no-op local activities, started with `EnableEagerStart` from the client its worker uses, in the harness process; latency is start to result.\n")
-	b.WriteString("- **naive layout**: a bench-only workflow with two regular activities (`StartToCloseTimeout` 1 m, default retry policy) that charge and mail through the same clients, simulators and keys and record with plain SQL; its worker runs in the harness process and the workflows are started from a second client (no eager start); latency is start to result.\n")
-	b.WriteString("- **plain consumer**: per message one transaction — `INSERT INTO processed_messages … ON CONFLICT DO NOTHING`, and for a new message an upsert of its order row — with the same share of copies, on a pool of connections, no broker and no Temporal; its rate counts every message (copies included): its insert rate.\n")
-	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker process, the dev server, the harness, every `postgres` process (the server and its per-connection backends) and `nats-server`, sampled at the start and end of each phase; `other` is the rest of the machine's busy time meanwhile (`/proc/stat`): the kernel's own work and anything else that ran; `machine busy` is the share of both CPUs busy, everything included. Peak RSS is the worker's `VmHWM` at the end of the run.\n")
+	b.WriteString("- **e2e**: each unique message is published to a fresh JetStream stream (`Nats-Msg-Id` = its ID; copies without it, so the consumer meets them); the real `./worker` binary consumes, charges through stripe-go and mails through sendgrid-go against the simulators, and records in a fresh Postgres database. A message is done when its `processed_messages` row exists and, when paid, its receipt reached a final state. Latency runs from the publish to the `now()` of the transaction that recorded the last effect, on the harness's clock.\n")
+	b.WriteString("- **counts**: each counted phase lies between two readings, taken once the dev server's `action` counter (`--metrics-port`, namespace `default`, by `action_type`) has stopped changing and " +
+		fmt.Sprintf("%s have passed. ", c.Settle) +
+		"Postgres transactions are counted as they end by a proxy in the harness that the workers and the reference points connect through (every ReadyForQuery with status idle ends one: a commit, or a rollback after an error or a ROLLBACK), which is what `pg_stat_database.xact_commit` counts; xact_commit itself cannot be read per phase here, because Postgres 15 publishes an idle backend's counts only at its next transaction. The harness's own queries go through a second proxy and are not counted with them; the cross-check above compares the totals with xact_commit. History events are the mean `HistoryLength` of up to " +
+		fmt.Sprintf("%d", c.HistorySample) + " workflows of the phase (`DescribeWorkflowExecution`).\n")
+	b.WriteString("- **Temporal floor**: a bench-only workflow with two no-op local activities, started with `EnableEagerStart` from the client its worker uses, in the harness process; measured right before and right after the e2e run, and the ratio divides by their mean. **naive layout**: two regular activities doing the same charge, mail and record, started from a second client. **plain consumer**: one transaction per message (`INSERT … ON CONFLICT DO NOTHING` of the processed row, and the order's upsert for a new one), no broker, no Temporal.\n")
+	b.WriteString("- **duplicate burst**: copies of recorded messages published back to back; its rate is the copies the inbox counted over the time from the first publish. **scale-out**: the same e2e path with more worker processes (same binary, task queue and durable consumer) against the one dev server; each added worker's pool is " +
+		fmt.Sprintf("%d", extraWorkerConns) + " connections (`DATABASE_MAX_CONNS`; the first keeps the default), as Postgres here allows 100 connections in all.\n")
+	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker processes, the dev server, the harness, every `postgres` and `nats-server` process, sampled at each phase's start and end; `other` is the rest of the machine's busy time (`/proc/stat`). Peak RSS is the largest worker `VmHWM`.\n")
 
 	b.WriteString("\n## Notes\n\n")
 	for _, n := range r.notes() {
@@ -182,118 +209,168 @@ func (r Report) Markdown(chart string) string {
 	return b.String()
 }
 
+// costSection renders the counts per message: actions by type, history
+// events and Postgres commits.
+func (r Report) costSection() string {
+	var b strings.Builder
+	b.WriteString("\n## Temporal actions, history events and Postgres commits per message\n\n")
+	b.WriteString("These do not depend on how loaded the machine was. Actions are what Temporal Cloud bills; the dev server counts them by type (`grpc_` and `command_` prefixes dropped here).\n\n")
+	b.WriteString("| phase | per | units | actions | actions by type | history events | Postgres commits | rollbacks |\n|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.costRows() {
+		rollbacks := "-"
+		if c.costs.CommitsMeasured() {
+			rollbacks = fmt.Sprintf("%.0f", c.costs.Rollbacks)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | **%s** | %s | %s | **%s** | %s |\n", c.name, c.costs.Unit, c.costs.Units,
+			fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()), c.costs.ActionsByType(), fmtEvents(c.costs),
+			fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), rollbacks)
+	}
+	b.WriteString("\nThe commits by what their statements change (verbs and tables, `+` joining those of one statement, a CTE; `tx(…)` is an explicit transaction; `SELECT t` a read; `prepare` a statement's preparation on a connection; `connect` a session's start), per unit:\n\n")
+	for _, c := range r.costRows() {
+		if c.costs.CommitsMeasured() && c.costs.Unit != "message sent" {
+			fmt.Fprintf(&b, "- %s, per %s: %s\n", c.name, c.costs.Unit, c.costs.CommitsByShapeText())
+		}
+	}
+	if bg, ok := r.backgroundCommits(); ok {
+		fmt.Fprintf(&b, "\nWith no message flowing the worker commits %.1f transactions/s (its pollers; measured over the floor runs, which touch no table of its): %.2f of the e2e run's commits per unique message are that background, over its %s between readings.\n",
+			bg, bg*r.E2E.Costs.Interval.Seconds()/math.Max(1, float64(r.E2E.Costs.Units)), r.E2E.Costs.Interval.Round(time.Millisecond))
+	}
+	if cc := r.CommitCheck; cc != nil && cc.XactCommit > 0 {
+		fmt.Fprintf(&b, "\nCross-check over the whole run, read once every connection had closed: `pg_stat_database.xact_commit` of the run's database grew by %.0f; the workers' proxy counted %.0f and the harness's own %.0f: %.2f%% apart. Transactions no proxy saw are in xact_commit alone: Postgres's own work on the database (it made %.0f autovacuum and autoanalyze runs there, each one transaction or more) and anything this run did not identify. The per-phase figures are the proxy's; `TestPGProxyCountsWhatPostgresCounts` checks the proxy against xact_commit transaction by transaction.\n",
+			cc.XactCommit, cc.Proxy, cc.Harness, cc.Difference()*100, cc.AutoMaintenance)
+	}
+	return b.String()
+}
+
+// backgroundCommits is the worker's commit rate with no message flowing:
+// the floor phases touch no table, so their commits are the worker's
+// pollers (and Postgres's own) over their interval.
+func (r Report) backgroundCommits() (float64, bool) {
+	var n, secs float64
+	for _, c := range []*Costs{r.Floor.Costs, r.FloorEnd.Costs} {
+		if c.CommitsMeasured() && c.Interval > 0 {
+			n += c.Commits
+			secs += c.Interval.Seconds()
+		}
+	}
+	if secs == 0 || !r.E2E.Costs.CommitsMeasured() {
+		return 0, false
+	}
+	return n / secs, true
+}
+
+// sweepSection renders the throughput and latency of every run.
+func (r Report) sweepSection(chart string) string {
+	var b strings.Builder
+	b.WriteString("\n## Throughput, latency, the sweep and the scale-out\n\n")
+	b.WriteString("`per s` is unique messages (workflows) per second; for the plain consumer every message handled, for the burst copies recognised. Timings vary with the machine's load.\n\n")
+	h := header.cells()
+	b.WriteString("| " + strings.Join(h, " | ") + " |\n|" + strings.Repeat("---|", len(h)) + "\n")
+	for _, x := range r.rows() {
+		b.WriteString("| " + strings.Join(x.cells(), " | ") + " |\n")
+	}
+	if chart != "" {
+		fmt.Fprintf(&b, "\n![throughput per approach and the sweep's latency](%s)\n", chart)
+	}
+	return b.String()
+}
+
 // notes are the honest remarks that follow from the numbers.
 func (r Report) notes() []string {
 	var n []string
 	if bg := r.Environment.BackgroundBusy; bg > 0.15 {
-		n = append(n, fmt.Sprintf("**The machine was not idle**: %.0f%% of the CPUs were busy during the 2 s before the run (load average %s). Other work shared the CPUs during the run too (see `other CPU s`), so these figures are lower than this machine gives when idle; rerun on a quiet machine before drawing conclusions.", bg*100, r.Environment.LoadAverage))
-	} else {
-		n = append(n, fmt.Sprintf("The machine was quiet before the run: %.0f%% of the CPUs busy over 2 s (load average %s).", bg*100, r.Environment.LoadAverage))
-	}
-	n = append(n, "All components share 2 CPUs: the harness (simulators, publisher, poller, reference workers), the dev server, Postgres, NATS and the worker compete with each other, so every figure is for this whole machine, not for the worker alone.")
-	if r.E2E.CPU.MachineBusy > 0.9 {
-		n = append(n, fmt.Sprintf("During the e2e run the machine was %.0f%% busy (worker %.1f s, dev server %.1f s, harness %.1f s of CPU over %s): the run is CPU-bound.",
-			r.E2E.CPU.MachineBusy*100, r.E2E.CPU.Worker, r.E2E.CPU.Server, r.E2E.CPU.Harness, r.E2E.Elapsed.Round(time.Millisecond)))
-	} else {
-		n = append(n, fmt.Sprintf("During the e2e run the machine was %.0f%% busy (worker %.1f s, dev server %.1f s, harness %.1f s of CPU over %s): the run is latency-bound, not CPU-bound.",
-			r.E2E.CPU.MachineBusy*100, r.E2E.CPU.Worker, r.E2E.CPU.Server, r.E2E.CPU.Harness, r.E2E.Elapsed.Round(time.Millisecond)))
-	}
-	if u := float64(r.E2E.Unique); u > 0 {
-		c := r.E2E.CPU
-		n = append(n, fmt.Sprintf("CPU per unique e2e message: worker %.1f ms, dev server %.1f ms, harness %.1f ms, Postgres %.1f ms, NATS %.1f ms, other %.1f ms. For comparison, the floor cost the dev server %.1f ms per workflow and the naive layout %.1f ms.",
-			c.Worker/u*1000, c.Server/u*1000, c.Harness/u*1000, c.Postgres/u*1000, c.NATS/u*1000, c.Other/u*1000,
-			perUnit(r.Floor.CPU.Server, r.Floor.Unique), perUnit(r.Naive.CPU.Server, r.Naive.Unique)))
-		if c.Server > c.Worker {
-			n = append(n, fmt.Sprintf("The dev server used more CPU than the worker during the e2e run (%.1f s against %.1f s): per message the Temporal server, not the worker's own code, is the larger cost on this machine. The e2e path cost the server %.1f× what the floor's shape does per workflow.",
-				c.Server, c.Worker, ratio(c.Server/u, r.Floor.CPU.Server/math.Max(1, float64(r.Floor.Unique)))))
-		}
+		n = append(n, fmt.Sprintf("**The machine was not idle**: %.0f%% of the CPUs were busy during the 2 s before the run (load average %s); the timings are lower than this machine gives when idle. The counts are not affected.", bg*100, r.Environment.LoadAverage))
 	}
 	if r.E2E.Suppressed != r.E2E.Duplicates {
 		n = append(n, fmt.Sprintf("The inbox counted %d copies where %d were published (a redelivery counts as one more copy; a shortfall means copies were still in flight when the wait ended).", r.E2E.Suppressed, r.E2E.Duplicates))
 	}
-	if r.Floor.Throughput > 0 && r.FloorEnd.Throughput > 0 {
-		drift := (r.FloorEnd.Throughput/r.Floor.Throughput - 1) * 100
-		what := fmt.Sprintf("no material drift of the dev server over the run (%+.0f%%)", drift)
-		if drift < -10 {
-			what = fmt.Sprintf("the dev server slowed down as workflows accumulated (%+.0f%%): the ratios use the first floor and the naive layout measured on the fresh server, so they are, if anything, unfavourable to the e2e path", drift)
-		} else if drift > 10 {
-			what = fmt.Sprintf("the floor was faster at the end (%+.0f%%): other load early in the run, or warm-up; compare the e2e with both", drift)
-		}
-		n = append(n, fmt.Sprintf("Order of the phases: floor, naive layout, e2e, duplicate burst, sweep, half-rate point, floor again, plain consumer. The floor ran %.1f/s first and %.1f/s at the end: %s.",
-			r.Floor.Throughput, r.FloorEnd.Throughput, what))
-	}
-	if len(r.WorkerWarnings) == 0 {
-		n = append(n, "The worker logged no warning and no error during the run.")
+	if b := r.Burst.Costs; b.ActionsMeasured() && b.ActionsTotal() > 0 {
+		n = append(n, fmt.Sprintf("The duplicate burst cost %.0f Temporal actions (%s): a copy should cost none. (The worker's pruning schedule fires once an hour; a run firing inside the burst's interval of %s would show here too.)",
+			b.ActionsTotal(), b.ActionsByType(), b.Interval.Round(time.Second)))
 	}
 	for _, w := range r.WorkerWarnings {
 		n = append(n, fmt.Sprintf("The worker logged %d× at %s: %q (first: `%s`).", w.Count, w.Level, w.Msg, w.Example))
 	}
-	n = append(n, "The floor and the naive layout run their workers inside the harness process, so their CPU shows under the harness; the e2e worker is a separate process.")
-	n = append(n, "This run measures the code as it is; it changes no setting of the worker unless the configuration lists worker environment additions.")
+	if len(r.WorkerWarnings) == 0 {
+		n = append(n, "The workers logged no warning and no error during the run.")
+	}
 	return n
 }
 
 // cpuSection renders where the CPU went, per unique message, for the e2e
-// path and the reference points, and the worker's profile.
+// path, the reference points and the scale-out, and the worker's profile.
 func (r Report) cpuSection() string {
 	var b strings.Builder
 	b.WriteString("\n## Where the CPU goes\n\n")
-	b.WriteString("CPU milliseconds per unique message (per workflow for the floor and the naive layout), by process, over each phase. With every process on the same 2 CPUs, `2000 / total` bounds the rate when the run is CPU-bound.\n\n")
-	b.WriteString("| approach | dev server | worker | harness | Postgres | NATS | other | total | bound (2 CPUs) | measured |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, x := range []struct {
+	b.WriteString("CPU milliseconds per unique message (per workflow for the floor and the naive layout, per message sent for the plain consumer), by process, over each phase. Every process shares the same CPUs, so `CPUs × 1000 / total` bounds the rate when the run is CPU-bound. The floor's and the naive layout's workers run inside the harness.\n\n")
+	b.WriteString("| run | dev server | worker(s) | harness | Postgres | NATS | other | total | bound | measured | machine busy |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	type named struct {
 		name string
 		r    Result
-	}{{"e2e", r.E2E}, {"Temporal floor", r.Floor}, {"naive layout", r.Naive}, {"plain consumer (per message sent)", r.Plain}} {
-		n := x.r.Unique
-		if x.name == "plain consumer (per message sent)" {
-			n = x.r.Messages
-		}
-		if n == 0 {
+		n    int
+	}
+	runs := []named{{"e2e", r.E2E, r.E2E.Unique}, {"Temporal floor, before", r.Floor, r.Floor.Unique}, {"Temporal floor, after", r.FloorEnd, r.FloorEnd.Unique},
+		{"naive layout", r.Naive, r.Naive.Unique}, {"plain consumer", r.Plain, r.Plain.Messages}}
+	for _, s := range r.ScaleOut {
+		runs = append(runs, named{fmt.Sprintf("scale-out, %d workers", s.Workers), s, s.Unique})
+	}
+	for _, x := range runs {
+		if x.n == 0 {
 			continue
 		}
 		c := x.r.CPU
-		total := c.Server + c.Worker + c.Harness + c.Postgres + c.NATS + c.Other
+		total := c.total()
 		bound := "-"
 		if total > 0 {
-			bound = fmt.Sprintf("%.0f/s", float64(n)/total*float64(max(1, r.Environment.CPUs)))
+			bound = fmt.Sprintf("%.0f/s", float64(x.n)/total*float64(max(1, r.Environment.CPUs)))
 		}
-		per := func(v float64) string { return fmt.Sprintf("%.1f", perUnit(v, n)) }
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | **%s** | %s | %s/s |\n", x.name,
-			per(c.Server), per(c.Worker), per(c.Harness), per(c.Postgres), per(c.NATS), per(c.Other), per(total), bound, fmtRate(x.r.Throughput))
+		per := func(v float64) string { return fmt.Sprintf("%.1f", perUnit(v, x.n)) }
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | **%s** | %s | %s/s | %.0f%% |\n", x.name,
+			per(c.Server), per(c.Worker), per(c.Harness), per(c.Postgres), per(c.NATS), per(c.Other), per(total), bound, fmtRate(x.r.Throughput), c.MachineBusy*100)
 	}
-	b.WriteString("\nThe floor's workers run in the harness, so its worker cost shows under `harness`; the e2e path's harness cost is the simulators, the publisher and the poller.\n")
+	if s := r.scaleOutFinding(); s != "" {
+		b.WriteString("\n" + s + "\n")
+	}
 	if r.WorkerProfileTop != "" {
-		fmt.Fprintf(&b, "\n### The worker's CPU profile\n\n%s, taken during the e2e run (`go tool pprof -top`, the first entries; the profile is `%s` beside this report):\n\n```\n%s\n```\n",
+		fmt.Fprintf(&b, "\n%s, taken during the e2e run (`go tool pprof -top`; the profile is `%s` beside this report):\n\n```\n%s\n```\n",
 			r.WorkerProfileWhat, r.WorkerProfileFile, strings.TrimSpace(r.WorkerProfileTop))
 	}
 	return b.String()
 }
 
-// stageSection splits the e2e runs' latency at the inbox row's
-// timestamps.
-func (r Report) stageSection() string {
-	var b strings.Builder
-	b.WriteString("\n## Where the latency goes\n\n")
-	b.WriteString("Per message, split at its inbox row: **publish call** the harness's publish until JetStream's ack (part of intake), **intake** from the publish to the inbox insert (broker, fetch, handler), **start** from the insert to the row marked dispatched after its workflow start (the fast path; a row left to the dispatcher waits 2 s or more), **effects** from that mark to the last effect recorded (the workflow runs while the mark is made, so this can be 0). Milliseconds, p50 / p99 / max.\n\n")
-	b.WriteString("| run | publish call | intake | start | effects | whole |\n|---|---|---|---|---|---|\n")
-	cell := func(l Latency) string { return fmt.Sprintf("%s / %s / %s", fmtMS(l.P50), fmtMS(l.P99), fmtMS(l.Max)) }
-	runs := []Result{r.E2E}
-	runs = append(runs, r.Sweep...)
-	if r.HalfRate != nil {
-		runs = append(runs, *r.HalfRate)
+// scaleOutFinding says, from the scale-out's measurements, what bounded
+// the throughput as workers were added: which of the run's own processes
+// used the most CPU (the rest of the machine's busy time is named apart).
+func (r Report) scaleOutFinding() string {
+	if len(r.ScaleOut) < 2 {
+		return ""
 	}
-	for _, x := range runs {
-		if x.Stages == nil {
-			continue
-		}
-		name := fmt.Sprintf("in-flight %d", x.InFlight)
-		if x.TargetRate > 0 {
-			name = fmt.Sprintf("paced %.0f/s", x.TargetRate)
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", name, cell(x.Stages.Publish), cell(x.Stages.Intake), cell(x.Stages.Start), cell(x.Stages.Effects), cell(x.Latency))
+	first, last := r.ScaleOut[0], r.ScaleOut[len(r.ScaleOut)-1]
+	c := last.CPU
+	own := c.total() - c.Other
+	if own <= 0 || first.Throughput <= 0 {
+		return ""
 	}
-	return b.String()
+	parts := []struct {
+		name string
+		v    float64
+	}{{"the dev server", c.Server}, {"the workers", c.Worker}, {"Postgres", c.Postgres}, {"NATS", c.NATS}, {"the harness", c.Harness}}
+	top := parts[0]
+	for _, p := range parts[1:] {
+		if p.v > top.v {
+			top = p
+		}
+	}
+	gain := last.Throughput / first.Throughput
+	s := fmt.Sprintf("Scale-out: %d → %d worker processes moved throughput %.1f → %.1f msg/s (%.2f×) with the machine %.0f%% busy. At %d workers %s used the most CPU of the run's own processes: %.0f%% of theirs (%.1f ms per message; the workers together %.1f ms); other work on the machine took %.1f ms per message more.",
+		first.Workers, last.Workers, first.Throughput, last.Throughput, gain, c.MachineBusy*100, last.Workers, top.name, top.v/own*100, perUnit(top.v, last.Unique), perUnit(c.Worker, last.Unique), perUnit(c.Other, last.Unique))
+	if gain < 1.15 && c.MachineBusy >= 0.85 {
+		s += fmt.Sprintf(" More workers did not add throughput because the CPUs were already full, and %s is the largest share of the run's own CPU: it is the bound here.", top.name)
+	}
+	return s
 }
+
+func (c CPU) total() float64 { return c.Server + c.Worker + c.Harness + c.Postgres + c.NATS + c.Other }
 
 func perUnit(sec float64, n int) float64 {
 	if n == 0 {
@@ -343,7 +420,7 @@ func (r Report) WriteFiles(dir string) (string, error) {
 func pprofTop(path string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=30", path).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=15", path).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("go tool pprof failed: %v\n%s", err, out)
 	}

@@ -3,9 +3,11 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -169,8 +171,13 @@ type usage struct {
 	busy, total             float64
 }
 
-func sampleUsage(workerPID, serverPID int) usage {
-	u := usage{at: time.Now(), worker: cpuSeconds(workerPID), server: cpuSeconds(serverPID), harness: cpuSeconds(os.Getpid())}
+// sampleUsage reads the CPU time of the worker processes (summed), the
+// dev server, this harness, Postgres and NATS, and of the whole machine.
+func sampleUsage(workerPIDs []int, serverPID int) usage {
+	u := usage{at: time.Now(), server: cpuSeconds(serverPID), harness: cpuSeconds(os.Getpid())}
+	for _, pid := range workerPIDs {
+		u.worker += cpuSeconds(pid)
+	}
 	u.byComm = commCPU("postgres", "nats-server")
 	u.busy, u.total = machineBusy()
 	return u
@@ -178,7 +185,7 @@ func sampleUsage(workerPID, serverPID int) usage {
 
 // CPU is the CPU time spent during one phase, by process.
 type CPU struct {
-	// Worker is the worker process's user+system seconds.
+	// Worker is the worker processes' user+system seconds, summed.
 	Worker float64 `json:"worker_s"`
 	// Server is the Temporal dev server's (0 when it was not started here).
 	Server float64 `json:"server_s"`
@@ -223,6 +230,9 @@ type Environment struct {
 	BackgroundBusy float64 `json:"background_busy"`
 	// LoadAverage is /proc/loadavg's 1-minute figure at the start.
 	LoadAverage string `json:"load_average"`
+	// Commit is the checkout measured: git's short commit hash, with
+	// "+dirty" when it had uncommitted changes.
+	Commit string `json:"commit,omitempty"`
 }
 
 func hostEnvironment() Environment {
@@ -264,4 +274,20 @@ func backgroundBusy(d time.Duration) float64 {
 		return 0
 	}
 	return (b1 - b0) / (t1 - t0)
+}
+
+// gitCommit names the commit of the checkout at root, "+dirty" when it has
+// uncommitted changes to tracked files, or "" outside a git checkout.
+func gitCommit(ctx context.Context, root string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.CommandContext(ctx, "git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "+dirty"
+	}
+	return c
 }

@@ -82,8 +82,10 @@ func runConcurrent(ctx context.Context, n, inFlight int, one func(ctx context.Co
 }
 
 // runFloor measures Temporal's floor: a client in this process, its worker
-// beside it, eager start, two no-op local activities.
-func (s *stack) runFloor(ctx context.Context, cfg Config) (Result, error) {
+// beside it, eager start, two no-op local activities. The measured run
+// (not the warm-up) runs inside measure when it is not nil, so that it
+// can be counted on its own.
+func (s *stack) runFloor(ctx context.Context, cfg Config, measure func(run func() error) error) (Result, error) {
 	res := Result{Name: "Temporal floor", InFlight: cfg.InFlight, Messages: cfg.FloorWorkflows, Unique: cfg.FloorWorkflows}
 	c, err := client.Dial(s.clientOptions())
 	if err != nil {
@@ -100,9 +102,10 @@ func (s *stack) runFloor(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer w.Stop()
 	tag := randomTag(4)
+	id := func(prefix string, i int) string { return fmt.Sprintf("bench-floor-%s-%s-%d", tag, prefix, i) }
 	run := func(prefix string) func(ctx context.Context, i int) error {
 		return func(ctx context.Context, i int) error {
-			id := fmt.Sprintf("bench-floor-%s-%s-%d", tag, prefix, i)
+			id := id(prefix, i)
 			wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()
 			r, err := c.ExecuteWorkflow(wctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true}, floorWorkflowName, id)
@@ -115,14 +118,28 @@ func (s *stack) runFloor(ctx context.Context, cfg Config) (Result, error) {
 	if _, _, err := runConcurrent(ctx, cfg.Warmup, cfg.InFlight, run("warm")); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
-	before := sampleUsage(s.worker.Pid(), s.devServerPID)
-	lat, elapsed, err := runConcurrent(ctx, cfg.FloorWorkflows, cfg.InFlight, run("run"))
-	if err != nil {
+	var (
+		lat     []time.Duration
+		elapsed time.Duration
+	)
+	measured := func() error {
+		before := s.sample()
+		var err error
+		lat, elapsed, err = runConcurrent(ctx, cfg.FloorWorkflows, cfg.InFlight, run("run"))
+		res.CPU = cpuBetween(before, s.sample())
+		return err
+	}
+	if measure == nil {
+		measure = func(run func() error) error { return run() }
+	}
+	if err := measure(measured); err != nil {
 		return res, err
 	}
-	res.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
 	res.Elapsed, res.Latency = elapsed, summarize(lat)
 	res.Throughput = float64(cfg.FloorWorkflows) / elapsed.Seconds()
+	for i := range min(cfg.FloorWorkflows, cfg.HistorySample) {
+		res.workflowIDs = append(res.workflowIDs, id("run", i))
+	}
 	return res, nil
 }
 
@@ -161,7 +178,7 @@ func (a *naiveActivities) charge(ctx context.Context, in naiveInput) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.s.pool.Exec(ctx, `
+	_, err = a.s.work.Exec(ctx, `
 		INSERT INTO bench_naive (message_id, payment_ref, charged_at) VALUES ($1, $2, now())
 		ON CONFLICT (message_id) DO UPDATE SET payment_ref = EXCLUDED.payment_ref, charged_at = now()`,
 		in.MessageID, ch.PaymentIntentID)
@@ -176,7 +193,7 @@ func (a *naiveActivities) receipt(ctx context.Context, in naiveInput) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.s.pool.Exec(ctx, `UPDATE bench_naive SET receipt_ref = $2, receipt_at = now() WHERE message_id = $1`, in.MessageID, ref)
+	_, err = a.s.work.Exec(ctx, `UPDATE bench_naive SET receipt_ref = $2, receipt_at = now() WHERE message_id = $1`, in.MessageID, ref)
 	return err
 }
 
@@ -230,12 +247,12 @@ func (s *stack) runNaive(ctx context.Context, cfg Config, pl *planner) (Result, 
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
 	p := pl.plan("naive", cfg.NaiveWorkflows, 0, 0)
-	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	before := s.sample()
 	lat, elapsed, err := runConcurrent(ctx, len(p.msgs), cfg.InFlight, run(p))
 	if err != nil {
 		return res, err
 	}
-	res.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	res.CPU = cpuBetween(before, s.sample())
 	var recorded int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM bench_naive WHERE message_id LIKE $1 AND receipt_at IS NOT NULL`, p.pattern).Scan(&recorded); err != nil {
 		return res, err
@@ -251,13 +268,12 @@ func (s *stack) runNaive(ctx context.Context, cfg Config, pl *planner) (Result, 
 // runPlain measures the seed's technique 1 with no Temporal: per message
 // one transaction that inserts the processed row (ON CONFLICT DO NOTHING)
 // and, for a new message, changes the order's state.
-func (s *stack) runPlain(ctx context.Context, cfg Config, pl *planner) (Result, error) {
-	p := pl.plan("plain", cfg.PlainMessages, cfg.DuplicateRatio, 0)
+func (s *stack) runPlain(ctx context.Context, cfg Config, p plan) (Result, error) {
 	res := Result{Name: "plain consumer", InFlight: cfg.PlainClients, Messages: len(p.sends), Unique: len(p.msgs), Duplicates: p.dups}
 	var suppressed atomic.Int64
 	handle := func(ctx context.Context, i int) error {
 		m := p.msgs[p.sends[i]]
-		return store.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		return store.WithTx(ctx, s.work, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, `
 				INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'paid', $3)
 				ON CONFLICT DO NOTHING`, plainConsumer, m.id, m.orderID)
@@ -276,20 +292,12 @@ func (s *stack) runPlain(ctx context.Context, cfg Config, pl *planner) (Result, 
 	}
 	// The sends are handled in order by a pool of consumers, as a broker
 	// would deliver them.
-	warm := pl.plan("plainwarm", cfg.Warmup*10, 0, 0)
-	if _, _, err := runConcurrent(ctx, len(warm.sends), cfg.PlainClients, func(ctx context.Context, i int) error {
-		m := warm.msgs[i]
-		_, err := s.pool.Exec(ctx, `INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'paid', $3) ON CONFLICT DO NOTHING`, plainConsumer, m.id, m.orderID)
-		return err
-	}); err != nil {
-		return res, fmt.Errorf("warm-up: %w", err)
-	}
-	before := sampleUsage(s.worker.Pid(), s.devServerPID)
+	before := s.sample()
 	lat, elapsed, err := runConcurrent(ctx, len(p.sends), cfg.PlainClients, handle)
 	if err != nil {
 		return res, err
 	}
-	res.CPU = cpuBetween(before, sampleUsage(s.worker.Pid(), s.devServerPID))
+	res.CPU = cpuBetween(before, s.sample())
 	res.Suppressed = int(suppressed.Load())
 	if res.Suppressed != p.dups {
 		return res, errors.New("plain consumer: suppressed copies do not match the copies sent")
@@ -298,4 +306,18 @@ func (s *stack) runPlain(ctx context.Context, cfg Config, pl *planner) (Result, 
 	res.Throughput = float64(len(p.sends)) / elapsed.Seconds()
 	res.DuplicateRate = float64(res.Suppressed) / elapsed.Seconds()
 	return res, nil
+}
+
+// warmPlain warms the plain consumer's connections and tables up with
+// messages of its own.
+func (s *stack) warmPlain(ctx context.Context, cfg Config, pl *planner) error {
+	warm := pl.plan("plainwarm", cfg.Warmup*10, 0, 0)
+	if _, _, err := runConcurrent(ctx, len(warm.sends), cfg.PlainClients, func(ctx context.Context, i int) error {
+		m := warm.msgs[i]
+		_, err := s.work.Exec(ctx, `INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ($1, $2, 'paid', $3) ON CONFLICT DO NOTHING`, plainConsumer, m.id, m.orderID)
+		return err
+	}); err != nil {
+		return fmt.Errorf("plain consumer warm-up: %w", err)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,9 +44,31 @@ type stack struct {
 	temporalAddr string
 	devServer    *testsuite.DevServer
 	devServerPID int
+	// metricsURL is the dev server's Prometheus endpoint (its
+	// --metrics-port), where the action counter is read; empty when the
+	// server was not started here and Config.TemporalMetricsURL is unset.
+	metricsURL string
 
-	dbURL string
-	pool  *pgxpool.Pool
+	dbURL  string
+	dbName string
+	// proxy counts the transactions of every connection that goes through
+	// it: the workers' and the reference points' (proxyURL), not the
+	// harness's own. xactBase is xact_commit of the run's database before
+	// any of them connected.
+	proxy    *pgProxy
+	proxyURL string
+	xactBase float64
+	// pool is the harness's own: the completion poller and the probes; it
+	// goes through a proxy of its own (harnessProxy), so its commits are
+	// not counted with the workers' but are known for the cross-check.
+	// work is the reference points' pool (the naive layout's records, the
+	// plain consumer), whose commits are their work.
+	pool         *pgxpool.Pool
+	work         *pgxpool.Pool
+	harnessProxy *pgProxy
+	// admin is a connection to the maintenance database, where
+	// pg_stat_database is read without adding to the run's database.
+	admin *pgxpool.Pool
 
 	pprofAddr string // the worker's EFFECTIVELY_PPROF_ADDR
 	// compression is the gRPC compression of every client of the run,
@@ -68,6 +91,11 @@ type stack struct {
 	worker    *workerproc.Proc
 	workerBin string
 	taskQueue string
+	// extra are the worker processes beside worker during the scale-out;
+	// workerEnv builds a worker's environment for its pprof address.
+	extra     []*workerproc.Proc
+	extraLogs string
+	workerEnv func(pprofAddr string, extra ...string) []string
 
 	cleanups []func()
 }
@@ -133,6 +161,11 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		if err != nil {
 			return nil, err
 		}
+		metricsAddr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		_, metricsPort, _ := net.SplitHostPort(metricsAddr)
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		srv, err := testsuite.StartDevServer(sctx, testsuite.DevServerOptions{
 			ExistingPath:     cli,
@@ -143,6 +176,8 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 				"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 				"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 				"--dynamic-config-value", "system.enableEagerWorkflowStart=true",
+				// Its Prometheus endpoint, for the action counter.
+				"--metrics-port", metricsPort,
 			},
 			Stdout: io.Discard,
 			Stderr: io.Discard,
@@ -154,13 +189,58 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		s.onClose(func() { _ = srv.Stop() })
 		s.devServer, s.temporal, s.temporalAddr = srv, srv.Client(), srv.FrontendHostPort()
 		s.devServerPID = childPID(os.Getpid(), "temporal")
+		host, _, _ := net.SplitHostPort(srv.FrontendHostPort())
+		s.metricsURL = "http://" + net.JoinHostPort(host, metricsPort) + "/metrics"
+	}
+	if cfg.TemporalMetricsURL != "" {
+		s.metricsURL = cfg.TemporalMetricsURL
+	}
+	if s.metricsURL != "" {
+		if _, err := s.scrapeActions(ctx); err != nil {
+			return nil, fmt.Errorf("read the Temporal server's metrics at %s: %w", s.metricsURL, err)
+		}
 	}
 
 	// Postgres: a fresh, migrated database, dropped at the end.
-	if s.dbURL, err = newDatabase(ctx, cfg.PostgresURL, s); err != nil {
+	if s.dbURL, s.dbName, err = newDatabase(ctx, cfg.PostgresURL, s); err != nil {
 		return nil, err
 	}
-	if s.pool, err = store.Open(ctx, s.dbURL, store.PoolConfig{MaxConns: int32(max(16, cfg.PlainClients+4))}); err != nil { //nolint:gosec // small config value
+	if s.admin, err = store.Open(ctx, cfg.PostgresURL, store.PoolConfig{MaxConns: 1}); err != nil {
+		return nil, err
+	}
+	s.onClose(s.admin.Close)
+	// The migrations' connections have closed, and a backend publishes its
+	// counts as it exits: wait for that, then take the baseline.
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	if s.xactBase, _, err = s.xactCommit(ctx); err != nil {
+		return nil, err
+	}
+	pu, err := url.Parse(s.dbURL)
+	if err != nil {
+		return nil, errors.New("malformed database URL")
+	}
+	if s.proxy, err = startPGProxy(pu.Host); err != nil {
+		return nil, err
+	}
+	s.onClose(s.proxy.close)
+	if s.proxyURL, err = s.proxy.url(s.dbURL); err != nil {
+		return nil, err
+	}
+	if s.work, err = store.Open(ctx, s.proxyURL, store.PoolConfig{MaxConns: int32(max(16, cfg.PlainClients+4))}); err != nil { //nolint:gosec // small config value
+		return nil, err
+	}
+	s.onClose(s.work.Close)
+	if s.harnessProxy, err = startPGProxy(pu.Host); err != nil {
+		return nil, err
+	}
+	s.onClose(s.harnessProxy.close)
+	harnessURL, err := s.harnessProxy.url(s.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if s.pool, err = store.Open(ctx, harnessURL, store.PoolConfig{MaxConns: 4}); err != nil {
 		return nil, err
 	}
 	s.onClose(s.pool.Close)
@@ -225,21 +305,23 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 			return nil, err
 		}
 	}
-	env := workerproc.Env(workerproc.Config{
-		DatabaseURL: s.dbURL, TemporalAddress: s.temporalAddr, TaskQueue: s.taskQueue,
-		StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: cfg.NATSURL,
-		Extra: append([]string{
-			"LOG_LEVEL=warn",
-			// The worker's defaults, not workerproc's short test timeouts:
-			// nothing is killed here.
-			"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m",
-			"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
-			"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
-			"EFFECTIVELY_PPROF_ADDR=" + s.pprofAddr,
-			temporalclient.EnvCompression + "=" + cfg.GrpcCompression,
-		}, cfg.WorkerEnv...),
-	})
-	if s.worker, err = workerproc.Start(s.workerBin, env); err != nil {
+	s.workerEnv = func(pprofAddr string, extra ...string) []string {
+		return workerproc.Env(workerproc.Config{
+			DatabaseURL: s.proxyURL, TemporalAddress: s.temporalAddr, TaskQueue: s.taskQueue,
+			StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: cfg.NATSURL,
+			Extra: append([]string{
+				"LOG_LEVEL=warn",
+				// The worker's defaults, not workerproc's short test timeouts:
+				// nothing is killed here.
+				"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m",
+				"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
+				"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
+				"EFFECTIVELY_PPROF_ADDR=" + pprofAddr,
+				temporalclient.EnvCompression + "=" + cfg.GrpcCompression,
+			}, append(extra, cfg.WorkerEnv...)...),
+		})
+	}
+	if s.worker, err = workerproc.Start(s.workerBin, s.workerEnv(s.pprofAddr)); err != nil {
 		return nil, err
 	}
 	s.onClose(func() { s.worker.Stop(15 * time.Second) })
@@ -247,6 +329,86 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// extraWorkerConns is the pool size (DATABASE_MAX_CONNS) of each worker
+// process the scale-out adds; the first keeps the default (32).
+const extraWorkerConns = 16
+
+// workerPIDs lists the worker processes running now.
+func (s *stack) workerPIDs() []int {
+	pids := []int{s.worker.Pid()}
+	for _, p := range s.extra {
+		pids = append(pids, p.Pid())
+	}
+	return pids
+}
+
+// sample reads the CPU time of the run's processes.
+func (s *stack) sample() usage { return sampleUsage(s.workerPIDs(), s.devServerPID) }
+
+// setWorkers starts or stops extra worker processes (same binary, task
+// queue, durable consumer and database as the first) until n run, and
+// waits until each new one polls the task queue.
+func (s *stack) setWorkers(ctx context.Context, n int) error {
+	for len(s.extra) > max(0, n-1) {
+		p := s.extra[len(s.extra)-1]
+		p.Stop(15 * time.Second)
+		s.extraLogs += p.Logs()
+		s.extra = s.extra[:len(s.extra)-1]
+	}
+	for len(s.extra) < n-1 {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		// Postgres here allows 100 connections, shared with whatever
+		// else runs: an extra worker's pool is half the default's.
+		p, err := workerproc.Start(s.workerBin, s.workerEnv(addr, "DATABASE_MAX_CONNS="+strconv.Itoa(extraWorkerConns)))
+		if err != nil {
+			return err
+		}
+		s.extra = append(s.extra, p)
+		s.onClose(func() { p.Stop(15 * time.Second) })
+		if err := s.waitPolling(ctx, p, 90*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitPolling waits until the process p polls the task queue: the SDK's
+// default identity starts with the process ID.
+func (s *stack) waitPolling(ctx context.Context, p *workerproc.Proc, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	prefix := fmt.Sprintf("%d@", p.Pid())
+	for {
+		select {
+		case <-p.Done():
+			return fmt.Errorf("an extra worker exited during start: %w\n%s", p.Err(), tail(p.Logs(), 4000))
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := s.temporal.WorkflowService().DescribeTaskQueue(cctx, &workflowservice.DescribeTaskQueueRequest{
+			Namespace:     "default",
+			TaskQueue:     &taskqueuepb.TaskQueue{Name: s.taskQueue, Kind: enums.TASK_QUEUE_KIND_NORMAL},
+			TaskQueueType: enums.TASK_QUEUE_TYPE_WORKFLOW,
+		})
+		cancel()
+		if err == nil {
+			for _, pl := range resp.GetPollers() {
+				if strings.HasPrefix(pl.GetIdentity(), prefix) {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("an extra worker was not polling after %s:\n%s", timeout, tail(p.Logs(), 4000))
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // waitWorkerReady waits until the worker polls its task queue and its
@@ -290,18 +452,18 @@ func (s *stack) consumerExists(ctx context.Context) bool {
 }
 
 // newDatabase creates an empty, migrated database on the server of admin,
-// registers its drop with s and returns its URL.
-func newDatabase(ctx context.Context, admin string, s *stack) (string, error) {
+// registers its drop with s and returns its URL and name.
+func newDatabase(ctx context.Context, admin string, s *stack) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		return "", fmt.Errorf("postgres is required at %s: %w", redactURL(admin), err)
+		return "", "", fmt.Errorf("postgres is required at %s: %w", redactURL(admin), err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	name := "effectively_bench_" + randomTag(6)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+		return "", "", fmt.Errorf("create database %s: %w", name, err)
 	}
 	s.onClose(func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -315,20 +477,20 @@ func newDatabase(ctx context.Context, admin string, s *stack) (string, error) {
 	})
 	dbURL, err := store.WithDatabase(admin, name)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	pool, err := store.Open(ctx, dbURL, store.PoolConfig{MaxConns: 2})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer pool.Close()
 	if err := store.Migrate(ctx, pool, nil); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if _, err := pool.Exec(ctx, benchSchema); err != nil {
-		return "", fmt.Errorf("create the bench tables: %w", err)
+		return "", "", fmt.Errorf("create the bench tables: %w", err)
 	}
-	return dbURL, nil
+	return dbURL, name, nil
 }
 
 // benchSchema holds what the naive layout records: the worker's own tables

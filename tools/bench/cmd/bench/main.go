@@ -1,12 +1,15 @@
 // Command bench runs effectively's benchmark (tools/bench): the
 // end-to-end path through JetStream and one real worker process, Temporal's
 // floor, a naive layout and a plain transactional consumer, all in one run
-// on the same dev server and Postgres, plus a sweep of in-flight limits. It
-// prints a table and writes results/bench-<timestamp>.md, .png and .json.
+// on the same dev server and Postgres, plus a sweep of in-flight limits and a
+// scale-out to more worker processes. It counts Temporal actions (the dev
+// server's action metric), history events and Postgres commits per message.
+// It prints a table and writes results/bench-<timestamp>.md, .png and .json.
 //
 //	go run ./tools/bench/cmd/bench                 # the defaults: 5000 messages, 30% copies
 //	go run ./tools/bench/cmd/bench -quick          # a small run
 //	go run ./tools/bench/cmd/bench -n 2000 -sweep 8,64 -latency 10ms
+//	go run ./tools/bench/cmd/bench -n 300 -sweep none -workers 1,2,3
 //
 // It needs Postgres (TEST_DATABASE_URL), NATS with JetStream (TEST_NATS_URL)
 // and the Temporal CLI (bin/temporal or TEMPORAL_CLI). Exit codes: 0 the run
@@ -44,6 +47,11 @@ func run() int {
 		sweep     = fs.String("sweep", "", `in-flight limits of the sweep, comma separated, or "none" (default 8,32,128,256)`)
 		latency   = fs.Duration("latency", -1, "provider simulator latency (default 3ms)")
 		sweepN    = fs.Int("sweep-n", 0, "messages per sweep point (default 1000)")
+		workers   = fs.String("workers", "", `worker process counts of the scale-out, comma separated, or "none" (default 1,2,3)`)
+		scaleN    = fs.Int("scale-n", 0, "messages per scale-out point (default: -sweep-n)")
+		paidN     = fs.Int("paid", 0, "messages of the paid-only run that counts a paid message's actions and commits (default 200)")
+		settle    = fs.Duration("settle", 0, "wait before each reading of the counts, for the workers' trailing statements (default 2s)")
+		metrics   = fs.String("temporal-metrics", "", "Prometheus endpoint of the -temporal server, for its action counter (a dev server started here exposes its own)")
 		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
 		workerBin = fs.String("worker-bin", "", "a prebuilt worker binary to measure (default: build ./worker from this checkout)")
 		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20)")
@@ -94,6 +102,24 @@ func run() int {
 	if *sweepN > 0 {
 		cfg.SweepMessages = *sweepN
 	}
+	if *workers != "" {
+		w, err := parseSweep(*workers)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -workers:", err)
+			return 2
+		}
+		cfg.Workers = w
+	}
+	if *scaleN > 0 {
+		cfg.ScaleMessages = *scaleN
+	}
+	if *paidN > 0 {
+		cfg.PaidMessages = *paidN
+	}
+	if *settle > 0 {
+		cfg.Settle = *settle
+	}
+	cfg.TemporalMetricsURL = *metrics
 	switch *compress {
 	case "", "gzip", "none":
 		cfg.GrpcCompression = *compress
