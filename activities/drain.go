@@ -9,7 +9,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// ErrTypeDraining: the worker is shutting down and takes no new effect. It
+// ErrTypeDraining is the error type of an effect refused because the
+// worker is shutting down and takes no new effect. It
 // is retryable: the attempt claimed nothing, so another worker (or this one,
 // restarted) runs it from the start.
 const ErrTypeDraining = "Draining"

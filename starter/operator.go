@@ -18,7 +18,6 @@ import (
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/reconcile"
 	"github.com/effectively/effectively/internal/route"
@@ -92,7 +91,7 @@ type resolvedRun struct {
 func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -100,8 +99,7 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitUsage, fmt.Errorf("%w: resolve takes one MESSAGE_ID", errUsage)
 	}
 	id := fs.Arg(0)
-	wfID, err := identity.WorkflowID(*consumer, id)
-	if err != nil {
+	if _, err := identity.WorkflowID(route.Default().Routes()[0].Consumer, id); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	pay, err := stripeClient(cfg, logger)
@@ -113,6 +111,13 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitError, err
 	}
 	defer d.close()
+	if *consumer, err = messageConsumer(ctx, d.store, *consumer, id, func(st store.MessageStatus) bool { return st.Payment != nil }); err != nil {
+		return exitError, err
+	}
+	wfID, err := identity.WorkflowID(*consumer, id)
+	if err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
 
 	r := reconcile.Resolver{Store: d.store, Payments: pay}
 	res, err := r.Resolve(ctx, *consumer, id)
@@ -253,7 +258,7 @@ type redriveReport struct {
 func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", message.ConsumerOrderPlaced, "consumer that handled the message")
+	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -261,8 +266,7 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitUsage, fmt.Errorf("%w: redrive takes one MESSAGE_ID", errUsage)
 	}
 	id := fs.Arg(0)
-	wfID, err := identity.WorkflowID(*consumer, id)
-	if err != nil {
+	if _, err := identity.WorkflowID(route.Default().Routes()[0].Consumer, id); err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	d, err := connect(ctx, cfg, logger, true)
@@ -270,6 +274,13 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitError, err
 	}
 	defer d.close()
+	if *consumer, err = messageConsumer(ctx, d.store, *consumer, id, func(st store.MessageStatus) bool { return st.Inbox != nil }); err != nil {
+		return exitError, err
+	}
+	wfID, err := identity.WorkflowID(*consumer, id)
+	if err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
 	rep := redriveReport{WorkflowID: wfID}
 	refuse := func(why string) (int, error) {
 		rep.Refused = why
@@ -345,4 +356,26 @@ func stripeClient(cfg config.Config, logger *slog.Logger) (*payment.Client, erro
 		return nil, fmt.Errorf("stripe client: %w", err)
 	}
 	return c, nil
+}
+
+// messageConsumer returns the consumer an operator command acts for: the
+// -consumer flag when given, else the first route's consumer whose record of
+// message id satisfies has, else the first route's (whose absent record the
+// command then reports). The registry names the consumers; this file names
+// none.
+func messageConsumer(ctx context.Context, st *store.Store, flagValue, id string, has func(store.MessageStatus) bool) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	routes := route.Default().Routes()
+	for _, r := range routes {
+		ms, err := st.Status(ctx, r.Consumer, id)
+		if err != nil {
+			return "", err
+		}
+		if has(ms) {
+			return r.Consumer, nil
+		}
+	}
+	return routes[0].Consumer, nil
 }

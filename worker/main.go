@@ -290,7 +290,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		go func() { herr <- serveHealth(hctx, cfg.HealthAddr, health.New(0, checks...), reg, logger) }()
 		defer func() {
 			stopHealth()
-			<-herr
+			if err := <-herr; err != nil {
+				logger.Debug("health listener stopped", "error", err.Error())
+			}
 		}()
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)

@@ -261,6 +261,8 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 			s.deliver(ctx, m)
 			simfault.DropConnection(w)
 			return
+		case simfault.Delay:
+			// A delay was served before this point; the mail is delivered.
 		}
 	}
 

@@ -47,7 +47,7 @@ func TestSIGTERMRestartsMidBurst(t *testing.T) {
 			for i := range next {
 				res, err := s.intake.Accept(ctx, order(ids[i], int64(5000+i), "pm_card_visa"), "test")
 				if err != nil || res.Status != intake.StatusStarted {
-					sendErr <- fmt.Errorf("accept %s = %+v, %v", ids[i], res, err)
+					sendErr <- fmt.Errorf("accept %s = %+v: %w", ids[i], res, err)
 				}
 			}
 		})

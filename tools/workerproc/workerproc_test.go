@@ -47,7 +47,7 @@ func TestDefaultWorkerHasNoFailpoints(t *testing.T) {
 // read with go tool nm.
 func failpointSymbols(t *testing.T, bin string) []string {
 	t.Helper()
-	out, err := exec.CommandContext(context.Background(), "go", "tool", "nm", bin).Output() //nolint:gosec // the binary this test built
+	out, err := exec.CommandContext(context.Background(), "go", "tool", "nm", bin).Output()
 	if err != nil {
 		t.Fatalf("go tool nm: %v", err)
 	}
@@ -62,7 +62,7 @@ func failpointSymbols(t *testing.T, bin string) []string {
 
 func readFile(t *testing.T, path string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(path) //nolint:gosec // the binary this test built
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
