@@ -163,6 +163,12 @@ func checkCounts(t *testing.T, rep Report) {
 		// warm-up did (a loaded machine): counted, not an error.
 		t.Logf("paid: %.0f connections opened during the phase", n)
 	}
+	// A paid message creates and confirms one PaymentIntent and sends one
+	// receipt; Search is never read after a write.
+	if pr := p.ProviderRequests; pr["stripe create"] != float64(p.Units) || pr["stripe confirm"] != float64(p.Units) ||
+		pr["sendgrid send"] != float64(p.Units) || pr["stripe search"] != 0 {
+		t.Errorf("paid: provider requests %v for %d messages", pr, p.Units)
+	}
 	// A copy never starts a workflow.
 	if b := rep.Burst.Costs; b.Actions["grpc_StartWorkflowExecution"] != 0 {
 		t.Errorf("burst: actions %v", b.Actions)

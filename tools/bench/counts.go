@@ -48,6 +48,27 @@ type Costs struct {
 	// phase's workflows (DescribeWorkflowExecution), 0 when none sampled.
 	HistoryEvents float64 `json:"history_events,omitempty"`
 	HistorySample int     `json:"history_sample,omitempty"`
+	// ProviderRequests counts the requests the simulators received over
+	// the phase, by provider and operation ("stripe create", "stripe
+	// confirm", "sendgrid send"): what a message costs at the providers.
+	ProviderRequests map[string]float64 `json:"provider_requests,omitempty"`
+}
+
+// ProviderRequestsText renders ProviderRequests per unit, sorted.
+func (c *Costs) ProviderRequestsText() string {
+	if c == nil || len(c.ProviderRequests) == 0 || c.Units == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(c.ProviderRequests))
+	for k := range c.ProviderRequests {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, c.ProviderRequests[k]/float64(c.Units)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ActionsMeasured reports whether the actions were counted.
@@ -143,6 +164,7 @@ type reading struct {
 	commits   float64            // -1: not counted
 	rollbacks float64
 	shapes    map[string]int64
+	providers map[string]int // requests at the simulators, by "provider operation"
 }
 
 // costsBetween is what happened between two readings, over units.
@@ -153,6 +175,14 @@ func costsBetween(a, b reading, units int, unit string) *Costs {
 		for k, v := range b.actions {
 			if d := v - a.actions[k]; d > 0 {
 				c.Actions[k] = d
+			}
+		}
+	}
+	if a.providers != nil && b.providers != nil {
+		c.ProviderRequests = map[string]float64{}
+		for k, v := range b.providers {
+			if d := v - a.providers[k]; d > 0 {
+				c.ProviderRequests[k] = float64(d)
 			}
 		}
 	}
@@ -186,7 +216,8 @@ func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 	if err := sleepCtx(ctx, cfg.Settle-time.Since(start)); err != nil {
 		return reading{}, err
 	}
-	r := reading{at: time.Now(), commits: float64(s.proxy.commits.Load()), rollbacks: float64(s.proxy.rollbacks.Load()), shapes: s.proxy.shapeCounts()}
+	r := reading{at: time.Now(), commits: float64(s.proxy.commits.Load()), rollbacks: float64(s.proxy.rollbacks.Load()), shapes: s.proxy.shapeCounts(),
+		providers: s.providerRequests()}
 	if s.proxy.blind.Load() > 0 {
 		r.commits = -1 // an encrypted connection: its transactions were not seen
 	}
@@ -470,4 +501,14 @@ func (c *Costs) short() string {
 		return "not counted"
 	}
 	return fmt.Sprintf("per %s: %.2f actions (%s), %.2f commits, %.1f history events", c.Unit, c.ActionsPer(), c.ActionsByType(), c.CommitsPer(), c.HistoryEvents)
+}
+
+// providerRequests reads the simulators' request counters.
+func (s *stack) providerRequests() map[string]int {
+	out := map[string]int{}
+	for op, n := range s.stripe.Stats().RequestsByOperation {
+		out["stripe "+op] = n
+	}
+	out["sendgrid send"] = s.sendgrid.Stats().Requests
+	return out
 }

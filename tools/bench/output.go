@@ -231,6 +231,12 @@ func (r Report) costSection() string {
 			fmt.Fprintf(&b, "- %s, per %s: %s\n", c.name, c.costs.Unit, c.costs.CommitsByShapeText())
 		}
 	}
+	b.WriteString("\nProvider requests per unit (the simulators' counters; a paid message creates and confirms its PaymentIntent, then sends one receipt):\n\n")
+	for _, c := range r.costRows() {
+		if c.costs != nil && len(c.costs.ProviderRequests) > 0 {
+			fmt.Fprintf(&b, "- %s, per %s: %s\n", c.name, c.costs.Unit, c.costs.ProviderRequestsText())
+		}
+	}
 	if bg, ok := r.backgroundCommits(); ok {
 		fmt.Fprintf(&b, "\nWith no message flowing the worker commits %.1f transactions/s (its pollers; measured over the floor runs, which touch no table of its): %.2f of the e2e run's commits per unique message are that background, over its %s between readings.\n",
 			bg, bg*r.E2E.Costs.Interval.Seconds()/math.Max(1, float64(r.E2E.Costs.Units)), r.E2E.Costs.Interval.Round(time.Millisecond))

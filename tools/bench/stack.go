@@ -311,6 +311,8 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 			StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: cfg.NATSURL,
 			Extra: append([]string{
 				"LOG_LEVEL=warn",
+				// The worker's default pool, not workerproc's small one.
+				"DATABASE_MAX_CONNS=32",
 				// The worker's defaults, not workerproc's short test timeouts:
 				// nothing is killed here.
 				"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m",

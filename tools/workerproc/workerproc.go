@@ -136,6 +136,10 @@ func Env(c Config) []string {
 		"SENDGRID_BASE_URL=" + c.SendGridURL,
 		"EFFECTIVELY_HEALTH_ADDR=off",
 		"LOG_LEVEL=debug",
+		// A small pool: test packages run side by side (the soak's three
+		// workers, the e2e tests' worker processes) and Postgres here
+		// allows 100 connections in all.
+		"DATABASE_MAX_CONNS=10",
 		// A killed attempt is retried once its start-to-close expires.
 		"PAYMENT_START_TO_CLOSE=5s",
 		"EMAIL_START_TO_CLOSE=5s",
