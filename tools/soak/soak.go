@@ -132,6 +132,9 @@ type Report struct {
 	Emails          int           `json:"emails"`
 	DuplicateEmails int           `json:"duplicate_emails"`
 	Lost            int           `json:"lost"`
+	// OpenPayments counts payments left open, by state (unknown,
+	// processing, unexpected): an unknown one is a violation.
+	OpenPayments map[store.PaymentState]int `json:"open_payments"`
 	Quarantined     int           `json:"quarantined"`
 	Paid            int           `json:"paid"`
 	Declined        int           `json:"declined"`
@@ -154,6 +157,8 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
+	fmt.Fprintf(&b, "open payments: unknown %d (must be 0), processing %d, unexpected %d\n",
+		r.OpenPayments[store.PaymentUnknown], r.OpenPayments[store.PaymentProcessing], r.OpenPayments[store.PaymentUnexpected])
 	b.WriteString(r.Refunds.String())
 	b.WriteString(r.webhookLine())
 	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
@@ -530,6 +535,19 @@ func reconcile(ctx context.Context, st Stack, p plan, rep *Report) error {
 			}
 			if emails == 0 || ms.Order == nil || !receiptDone(ms.Order.ReceiptStatus) {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: paid but receipt %v (%d delivered)", u.id, receiptOf(ms), emails))
+			}
+		}
+	}
+	rep.OpenPayments = map[store.PaymentState]int{}
+	for _, state := range store.OpenPaymentStates {
+		open, err := db.OpenPayments(ctx, state, 100000)
+		if err != nil {
+			return err
+		}
+		rep.OpenPayments[state] = len(open)
+		for _, p := range open {
+			if state == store.PaymentUnknown {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("%s: payment unknown", p.MessageID))
 			}
 		}
 	}
