@@ -95,11 +95,17 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 	}
 	createKey := identity.MustKey(identity.EffectPaymentIntent, in.MessageID)
 	logger := activity.GetLogger(ctx)
+	// The claim marks the message's inbox row dispatched (the intake does
+	// not, see route.Route.WorkflowMarksDispatched).
+	wfID, err := identity.WorkflowID(in.Consumer, in.MessageID)
+	if err != nil {
+		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
+	}
 
 	claim, err := a.Store.ClaimPayment(ctx, store.PaymentClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
 		Amount: in.Amount, Currency: in.Currency, Key: key,
-		RequestHash: requestHash(in),
+		RequestHash: requestHash(in), WorkflowID: wfID,
 	})
 	if err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("claim order %d: %w", in.OrderID, err))

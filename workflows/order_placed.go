@@ -15,6 +15,20 @@ import (
 
 // OrderPlacedName is the workflow type of order.placed messages. Running
 // histories refer to it: never rename it.
+//
+// Versioning: OrderPlaced has no workflow.GetVersion call, and must not get
+// one. A GetVersion marker upserts the TemporalChangeVersion search
+// attribute on every run that takes it, and that upsert is a billable
+// Temporal action of its own: a third of a paid message's actions (see
+// docs/performance.md, "Versioning workflows"). The next incompatible change
+// to this function (an activity added, removed or reordered, a timer, a new
+// command before an old one) goes instead under a new workflow type name,
+// say "OrderPlacedV2", registered in Register beside this one: the intake
+// starts new messages under the new name, runs already started under this
+// one finish on the old code, and the old type is dropped once none is open
+// (or, alternatively, under Temporal's worker versioning). The replay test
+// (TestReplayRecordedHistories) replays recorded histories of this type
+// against this code and fails on such a change.
 const OrderPlacedName = "OrderPlaced"
 
 // StatusQuery is the name of the query that returns a workflow's Status.
@@ -83,16 +97,6 @@ type Status struct {
 	Fallbacks []string `json:"fallbacks,omitempty"`
 }
 
-// Versions of OrderPlaced (workflow.GetVersion). A history records the
-// version its run took, and replays the same way under newer code.
-const (
-	// localFirstChange: each effect runs as a local activity first, and as
-	// a regular activity only when its local attempt fails. Histories from
-	// before it (workflow.DefaultVersion) replay their regular activities.
-	localFirstChange  = "local-first-effects"
-	localFirstVersion = workflow.Version(1)
-)
-
 // Workflows holds the workflow implementations and their configuration.
 type Workflows struct {
 	cfg Config
@@ -136,10 +140,9 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	if err != nil {
 		return st, err
 	}
-	localFirst := workflow.GetVersion(ctx, localFirstChange, workflow.DefaultVersion, localFirstVersion) >= localFirstVersion
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d with Stripe under key `%s`.", in.Order.OrderID, payKey))
-	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, w, &st, localFirst, "payment",
+	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, w, &st, "payment",
 		activities.ChargeOrderLocallyName, activities.ChargeOrderName, activities.ChargeInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 			Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
@@ -175,7 +178,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s). Sending the receipt under ledger key `%s`.", in.Order.OrderID, charge.PaymentIntentID, mailKey))
-	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, w, &st, localFirst, "receipt",
+	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, w, &st, "receipt",
 		activities.SendReceiptLocallyName, activities.SendReceiptName, activities.ReceiptInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 			Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
@@ -256,33 +259,30 @@ type localOutcome[Out any] interface {
 	Outcome() (Out, *activities.AttemptError)
 }
 
-// effect runs one effect with input in: with localFirst, once as the local
-// activity named local first (ChargeOrderLocally, SendReceiptLocally), and
-// as the regular activity named regular, with opts and their retry policy,
-// when that attempt failed in a way a retry could cure; without, as the
-// regular activity only (histories from before the local-first change).
-// Activities are scheduled by their registered names (activities.*Name),
-// which a Go rename cannot change.
-func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, w *Workflows, st *Status, localFirst bool, name string,
+// effect runs one effect with input in: once as the local activity named
+// local first (ChargeOrderLocally, SendReceiptLocally), and as the regular
+// activity named regular, with opts and their retry policy, when that
+// attempt failed in a way a retry could cure. Activities are scheduled by
+// their registered names (activities.*Name), which a Go rename cannot
+// change.
+func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, w *Workflows, st *Status, name string,
 	local, regular string, in In, opts workflow.ActivityOptions,
 ) (Out, error) {
-	if localFirst {
-		var lo L
-		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.localOptions(opts.Summary)), local, in).Get(ctx, &lo)
-		var attempt *activities.AttemptError
-		if err == nil {
-			var out Out
-			if out, attempt = lo.Outcome(); attempt == nil {
-				return out, nil
-			}
-		}
-		if err := fallBack(ctx, st, name, err, attempt); err != nil {
-			var zero Out
-			return zero, err
+	var lo L
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.localOptions(opts.Summary)), local, in).Get(ctx, &lo)
+	var attempt *activities.AttemptError
+	if err == nil {
+		var out Out
+		if out, attempt = lo.Outcome(); attempt == nil {
+			return out, nil
 		}
 	}
+	if err := fallBack(ctx, st, name, err, attempt); err != nil {
+		var zero Out
+		return zero, err
+	}
 	var out Out
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), regular, in).Get(ctx, &out)
+	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), regular, in).Get(ctx, &out)
 	return out, err
 }
 

@@ -158,6 +158,12 @@ func (in *Intake) AcceptMessage(ctx context.Context, m *message.Message, source 
 // meanwhile gets "already started", which is settled as a duplicate start,
 // so the row's workflow starts once either way. On error the row stays
 // pending for the Dispatcher.
+//
+// A workflow that marks its own row (route.Route.WorkflowMarksDispatched)
+// is not followed by a mark here once this call started it: its first
+// transaction marks the row, one commit fewer per message. A start refused
+// as already started is marked here, since the workflow may be past that
+// transaction.
 func (in *Intake) Dispatch(ctx context.Context, m *message.Message) (started bool, err error) {
 	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
 	if err != nil {
@@ -165,6 +171,9 @@ func (in *Intake) Dispatch(ctx context.Context, m *message.Message) (started boo
 	}
 	if started, err = in.Start(ctx, m); err != nil {
 		return false, err
+	}
+	if r, ok := in.cfg.Routes.ByConsumer(m.Consumer); started && ok && r.WorkflowMarksDispatched {
+		return true, nil
 	}
 	if err := in.store.MarkDispatched(ctx, m.Consumer, m.ID, wfID); err != nil {
 		return started, err

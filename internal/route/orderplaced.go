@@ -18,6 +18,8 @@ func OrderPlaced() Route {
 		Consumer: message.ConsumerOrderPlaced,
 		Schema:   message.OrderPlacedSchema,
 		Workflow: workflows.OrderPlacedName,
+		// ChargeOrder's claim marks the inbox row (store.ClaimPayment).
+		WorkflowMarksDispatched: true,
 		Input: func(m *message.Message) (any, error) {
 			o, err := valueOf[*message.OrderPlaced](m)
 			if err != nil {

@@ -43,6 +43,14 @@ type Route struct {
 	// Describe returns the workflow's static summary and details, shown in
 	// the Temporal UI. Optional.
 	Describe func(m *message.Message) (summary, details string)
+	// WorkflowMarksDispatched is true when the workflow marks its message's
+	// inbox row dispatched in its own first transaction (OrderPlaced's
+	// payment claim): the intake's fast path then does not mark it after
+	// the start, which saves a Postgres commit per message. A row whose
+	// workflow never gets that far (its worker died first) stays pending
+	// until a Dispatcher pass, past its MinAge, finds the workflow already
+	// started and marks it.
+	WorkflowMarksDispatched bool
 }
 
 // validate checks that r is complete and its names are usable.

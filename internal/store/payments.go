@@ -52,6 +52,10 @@ type PaymentClaim struct {
 	Currency    string
 	Key         string // "payment:<message id>"
 	RequestHash string // hash of the Stripe request parameters
+	// WorkflowID is the workflow that claims. The claim marks the
+	// message's inbox row dispatched with it (see ClaimPayment); empty
+	// leaves workflow_id as it is.
+	WorkflowID string
 }
 
 // ClaimOutcome says what the payment activity should do next.
@@ -128,13 +132,21 @@ func scanPaymentFull(row pgx.Row) (Payment, error) {
 // records this message as a business duplicate (its processed row commits in
 // the same transaction) and returns ClaimBusinessDuplicate, so the caller
 // never charges.
+//
+// Its first statement also marks the message's inbox row dispatched, saving
+// the intake a commit per message: a claim proves the workflow was started,
+// and every OrderPlaced run claims first, whatever follows (a charge, a
+// decline, a business duplicate, a retry that finds the outcome recorded).
+// A row that a Dispatcher holds (FOR UPDATE SKIP LOCKED) is skipped rather
+// than waited for: that Dispatcher's start is refused as already started,
+// and it marks the row itself.
 func (s *Store) ClaimPayment(ctx context.Context, c PaymentClaim) (ClaimResult, error) {
 	// The first claim of a message, the common case, in one statement: the
 	// order, its payment row and the ledger row under claim 1. When the
 	// payment row exists already (a retry, or another message holds the
 	// order) nothing is inserted, and the transaction below sorts it out.
 	res := ClaimResult{Outcome: ClaimOwned}
-	err := s.pool.QueryRow(ctx, firstClaimSQL, c.OrderID, c.Amount, c.Currency, c.MessageID, c.Consumer, c.Key, KindPayment, c.RequestHash, StateClaimed).
+	err := s.pool.QueryRow(ctx, firstClaimSQL, c.OrderID, c.Amount, c.Currency, c.MessageID, c.Consumer, c.Key, KindPayment, c.RequestHash, StateClaimed, c.WorkflowID).
 		Scan(&res.Payment.OrderID, &res.Payment.Consumer, &res.Payment.MessageID, &res.Payment.Key, &res.Payment.State,
 			&res.Payment.Amount, &res.Payment.Currency, &res.Payment.PaymentIntentID, &res.Payment.ChargeID,
 			&res.Payment.FailureCode, &res.Payment.DeclineCode, &res.Payment.FailureMessage,
@@ -208,9 +220,18 @@ func (s *Store) ClaimPayment(ctx context.Context, c PaymentClaim) (ClaimResult, 
 // message ID) unless it exists, the message's payment row ($5 consumer, $6
 // key) unless the order or the message has one, and, only when the payment
 // row was inserted, the ledger row ($7 kind, $8 request hash, $9 state)
-// under claim 1; it returns the payment row and the claim, or no row.
+// under claim 1; it returns the payment row and the claim, or no row. In
+// every case it marks the message's inbox row dispatched by workflow $10,
+// unless the row is marked already or locked by a Dispatcher.
 const firstClaimSQL = `
-	WITH ord AS (
+	WITH inb AS (
+		UPDATE inbox SET state = 'dispatched', workflow_id = coalesce(nullif($10::text, ''), workflow_id),
+		       dispatched_at = coalesce(dispatched_at, now())
+		 WHERE (consumer, message_id) IN (
+			SELECT consumer, message_id FROM inbox
+			 WHERE consumer = $5 AND message_id = $4 AND state = 'pending'
+			 FOR UPDATE SKIP LOCKED)
+	), ord AS (
 		INSERT INTO orders (id, amount, currency, message_id) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (id) DO NOTHING
 	), pay AS (

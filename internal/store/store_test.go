@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/tools/storetest"
@@ -305,5 +306,71 @@ func TestInboxAsyncCommitStaysInTheStatement(t *testing.T) {
 	var dups int
 	if err := pool.QueryRow(ctx, `SELECT duplicates FROM inbox WHERE message_id = 'evt_async'`).Scan(&dups); err != nil || dups != 2 {
 		t.Fatalf("duplicates = %d, %v; want 2", dups, err)
+	}
+}
+
+// TestClaimMarksInboxDispatched: the payment claim marks the message's inbox
+// row dispatched in its first statement, whatever the claim's outcome (a
+// business duplicate included), and skips a row a Dispatcher holds locked
+// rather than waiting for it.
+func TestClaimMarksInboxDispatched(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	s := store.New(pool)
+	inbox := func(msg string) {
+		t.Helper()
+		if _, err := s.InsertInbox(ctx, store.InboxEntry{Consumer: "order-placed", MessageID: msg, Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(msg string) (st, wfID string) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT state, coalesce(workflow_id, '') FROM inbox WHERE consumer = 'order-placed' AND message_id = $1`, msg).Scan(&st, &wfID); err != nil {
+			t.Fatal(err)
+		}
+		return st, wfID
+	}
+	withWF := func(c store.PaymentClaim) store.PaymentClaim {
+		c.WorkflowID = "order-placed/" + c.MessageID
+		return c
+	}
+
+	inbox("evt_ib1")
+	if res, err := s.ClaimPayment(ctx, withWF(claim("evt_ib1", 77))); err != nil || res.Outcome != store.ClaimOwned {
+		t.Fatalf("claim = %+v, %v", res, err)
+	}
+	if st, wf := state("evt_ib1"); st != "dispatched" || wf != "order-placed/evt_ib1" {
+		t.Fatalf("inbox row after the claim: %s %q; want dispatched by order-placed/evt_ib1", st, wf)
+	}
+
+	// A business duplicate (another message, the same order) is marked too.
+	inbox("evt_ib2")
+	if res, err := s.ClaimPayment(ctx, withWF(claim("evt_ib2", 77))); err != nil || res.Outcome != store.ClaimBusinessDuplicate {
+		t.Fatalf("duplicate claim = %+v, %v", res, err)
+	}
+	if st, _ := state("evt_ib2"); st != "dispatched" {
+		t.Fatalf("business duplicate's inbox row is %s; want dispatched", st)
+	}
+
+	// A row a Dispatcher holds is skipped at once, not waited for.
+	inbox("evt_ib3")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM inbox WHERE message_id = 'evt_ib3' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if res, err := s.ClaimPayment(cctx, withWF(claim("evt_ib3", 78))); err != nil || res.Outcome != store.ClaimOwned {
+		t.Fatalf("claim beside a locked inbox row = %+v, %v", res, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := state("evt_ib3"); st != "pending" {
+		t.Fatalf("locked inbox row is %s after the claim; want pending (its Dispatcher marks it)", st)
 	}
 }

@@ -21,10 +21,12 @@ import (
 )
 
 // TestRecordHistories writes the histories the replay test in workflows/
-// replays. Run it after a deliberate change of workflow code, under new file
-// names: the histories of earlier code stay, since runs started under it may
-// still be open when the new code is deployed (order_placed_paid.json and
-// order_placed_declined.json were recorded before the local-first change).
+// replays. The histories of a workflow type stay as they were recorded:
+// runs started under them may be open when new code is deployed, so a
+// change that fails to replay them goes under a new workflow type name
+// (see workflows.OrderPlacedName), whose histories are recorded under new
+// file names beside these. (Before any release, the fixtures were
+// re-recorded when GetVersion was removed from OrderPlaced.)
 //
 //	go test -tags record -run TestRecordHistories ./tools/e2e/
 func TestRecordHistories(t *testing.T) {
@@ -33,9 +35,9 @@ func TestRecordHistories(t *testing.T) {
 	// Stripe acts, so the regular activity charges.
 	s.Sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: "evt_rec_fallback"}, Kind: stripesim.FaultErrorBefore, Times: 1})
 	cases := map[string][]byte{
-		"order_placed_local_paid.json":     order("evt_rec_local_paid", 1, "pm_card_visa"),
-		"order_placed_local_declined.json": order("evt_rec_local_decl", 2, "pm_card_chargeDeclined"),
-		"order_placed_local_fallback.json": order("evt_rec_fallback", 3, "pm_card_visa"),
+		"order_placed_paid.json":     order("evt_rec_paid", 1, "pm_card_visa"),
+		"order_placed_declined.json": order("evt_rec_declined", 2, "pm_card_chargeDeclined"),
+		"order_placed_fallback.json": order("evt_rec_fallback", 3, "pm_card_visa"),
 	}
 	for file, raw := range cases {
 		res := accept(t, s, raw)
