@@ -124,26 +124,26 @@ type Stack struct {
 
 // Report is what a run found.
 type Report struct {
-	Messages        int           `json:"messages"`
-	Unique          int           `json:"unique"`
-	Invalid         int           `json:"invalid"`
-	Charges         int           `json:"charges"`
-	DoubleCharges   int           `json:"double_charges"`
-	Emails          int           `json:"emails"`
-	DuplicateEmails int           `json:"duplicate_emails"`
-	Lost            int           `json:"lost"`
+	Messages        int `json:"messages"`
+	Unique          int `json:"unique"`
+	Invalid         int `json:"invalid"`
+	Charges         int `json:"charges"`
+	DoubleCharges   int `json:"double_charges"`
+	Emails          int `json:"emails"`
+	DuplicateEmails int `json:"duplicate_emails"`
+	Lost            int `json:"lost"`
 	// OpenPayments counts payments left open, by state (unknown,
 	// processing, unexpected): an unknown one is a violation.
 	OpenPayments map[store.PaymentState]int `json:"open_payments"`
-	Quarantined     int           `json:"quarantined"`
-	Paid            int           `json:"paid"`
-	Declined        int           `json:"declined"`
-	Kills           int           `json:"kills"`
-	Restarts        int           `json:"restarts"`
-	DatabaseCuts    int           `json:"database_cuts"`
-	Faults          int           `json:"faults"`
-	Elapsed         time.Duration `json:"elapsed"`
-	Violations      []string      `json:"violations"`
+	Quarantined  int                        `json:"quarantined"`
+	Paid         int                        `json:"paid"`
+	Declined     int                        `json:"declined"`
+	Kills        int                        `json:"kills"`
+	Restarts     int                        `json:"restarts"`
+	DatabaseCuts int                        `json:"database_cuts"`
+	Faults       int                        `json:"faults"`
+	Elapsed      time.Duration              `json:"elapsed"`
+	Violations   []string                   `json:"violations"`
 	// Refunds is the refund phase's report (refunds.go).
 	Refunds RefundReport `json:"refunds"`
 	// Webhooks is set when the run had webhooks on.
