@@ -131,6 +131,10 @@ var errBadConfig = errors.New("bad configuration")
 // (see shutdown), then the Temporal worker stops.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting worker", "config", cfg)
+	for _, l := range cfg.PublicListeners() {
+		logger.Warn("listener bound beyond loopback ("+config.EnvAllowPublicListeners+"=true): keep it behind a firewall or a network policy",
+			"listener", l.Name, "variable", l.Variable, "addr", l.Addr)
+	}
 	// One registry for the worker's metrics and the Temporal SDK's, served
 	// at /metrics on the health listener.
 	reg := prometheus.NewRegistry()
