@@ -131,6 +131,7 @@ var errBadConfig = errors.New("bad configuration")
 // (see shutdown), then the Temporal worker stops.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting worker", "config", cfg)
+	warnPublicListeners(cfg, logger)
 	// One registry for the worker's metrics and the Temporal SDK's, served
 	// at /metrics on the health listener.
 	reg := prometheus.NewRegistry()
@@ -469,6 +470,17 @@ func serveHealth(ctx context.Context, addr string, checker *health.Checker, reg 
 	checker.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return serveHTTP(ctx, "health endpoint", addr, mux, logger)
+}
+
+// warnPublicListeners logs a warning for each listener bound beyond
+// loopback, which Validate accepted only with
+// EFFECTIVELY_ALLOW_PUBLIC_LISTENERS=true: an exposed listener is never
+// silent.
+func warnPublicListeners(cfg config.Config, logger *slog.Logger) {
+	for _, l := range cfg.PublicListeners() {
+		logger.Warn("listener bound beyond loopback ("+config.EnvAllowPublicListeners+"=true): keep it behind a firewall or a network policy",
+			"listener", l.Name, "variable", l.Variable, "addr", l.Addr)
+	}
 }
 
 // servePprof serves Go's profiles (/debug/pprof/…) on addr, for an operator

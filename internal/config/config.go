@@ -78,8 +78,8 @@ type Config struct {
 	// period orchestrators usually give before SIGKILL.
 	DrainTimeout time.Duration
 	// PprofAddr serves Go's profiles at /debug/pprof/ (EFFECTIVELY_PPROF_ADDR,
-	// e.g. 127.0.0.1:6060). Default off: profiles reveal internals, so bind
-	// it to loopback.
+	// e.g. 127.0.0.1:6060). Default off: profiles reveal internals, so
+	// Validate refuses any address but loopback, opt-in or not.
 	PprofAddr string
 	// LogLevel is debug, info (default), warn or error (LOG_LEVEL).
 	LogLevel slog.Level
@@ -126,6 +126,16 @@ type Config struct {
 	// EFFECTIVELY_CODEC_CORS_ORIGINS; EFFECTIVELY_CODEC_TOKEN). It decrypts
 	// with Temporal.Keys, which it requires.
 	CodecServer codec.ServerConfig
+
+	// AllowPublicListeners lets the health, webhook and codec listeners
+	// bind beyond loopback (EFFECTIVELY_ALLOW_PUBLIC_LISTENERS, default
+	// false); PublicListeners names them for a warning at start. The pprof
+	// listener stays on loopback regardless.
+	AllowPublicListeners bool
+	// AllowInsecureProviderURLs lets SENDGRID_BASE_URL use plain http to a
+	// host other than loopback (EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS,
+	// default false), as the compose stack does for its simulator.
+	AllowInsecureProviderURLs bool
 
 	// logLevelSet records whether LOG_LEVEL was given, for LogLevelOr.
 	logLevelSet bool
@@ -270,6 +280,14 @@ func LoadEnv(env Env) (Config, error) {
 		}
 		return n
 	}
+	boolean := func(name string) bool {
+		v := get(name, "false")
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: use true or false", name, v))
+		}
+		return b
+	}
 	c := Config{
 		DatabaseURL:      get("DATABASE_URL", store.DefaultURL),
 		DatabaseMaxConns: intOr("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
@@ -323,6 +341,8 @@ func LoadEnv(env Env) (Config, error) {
 			SendGridPublicKey: get("SENDGRID_WEBHOOK_PUBLIC_KEY", ""),
 			SendGridTolerance: durOr("SENDGRID_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
 		},
+		AllowPublicListeners:      boolean(EnvAllowPublicListeners),
+		AllowInsecureProviderURLs: boolean(EnvAllowInsecureProviderURLs),
 	}
 	if c.WebhookAddr == "off" {
 		c.WebhookAddr = ""
@@ -401,6 +421,8 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateBroker()...)
 	errs = append(errs, c.validateWebhooks()...)
+	errs = append(errs, c.validateListeners()...)
+	errs = append(errs, c.validateProviderURLs()...)
 	if err := c.Workflows.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("activity timeouts (PAYMENT_*/EMAIL_* variables): %w", err))
 	}
@@ -561,5 +583,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("stripe_webhook_secrets", len(c.Webhooks.StripeSecrets)),
 		slog.String("sendgrid_webhook_public_key", set(c.Webhooks.SendGridPublicKey)),
 		slog.String("email_resend_grace", c.EmailResendGrace.String()),
+		slog.Bool("allow_public_listeners", c.AllowPublicListeners),
+		slog.Bool("allow_insecure_provider_urls", c.AllowInsecureProviderURLs),
 	)
 }

@@ -96,7 +96,8 @@ var everyVariable = map[string]string{
 	"EFFECTIVELY_GRPC_COMPRESSION": "none",
 	"EFFECTIVELY_CODEC_KEYS":       "k1:" + strings.Repeat("A", 43) + "=", "EFFECTIVELY_CODEC_KEY_FILE": "",
 	"EFFECTIVELY_CODEC_SERVER_ADDR": "127.0.0.1:8234", "EFFECTIVELY_CODEC_TOKEN": strings.Repeat("t", 16),
-	"EFFECTIVELY_CODEC_CORS_ORIGINS": "https://ui.example.com",
+	"EFFECTIVELY_CODEC_CORS_ORIGINS":     "https://ui.example.com",
+	"EFFECTIVELY_ALLOW_PUBLIC_LISTENERS": "true", "EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS": "false",
 }
 
 // TestDocumentedVariablesAreRead compares the configuration table with what
