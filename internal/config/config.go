@@ -444,8 +444,18 @@ func (c Config) validateBroker() []error {
 		return errs
 	}
 	n, js := c.NATS, c.NATS.JetStream
-	if u, err := url.Parse(n.URL); err != nil || u.Host == "" {
-		errs = append(errs, errors.New("NATS_URL: not a URL such as nats://127.0.0.1:4222 (or off)"))
+	// Each URL of a comma-separated list on its own: parsed whole, a list
+	// passes whatever follows its first URL. The value is not quoted: it may
+	// hold credentials.
+	urls := strings.Split(n.URL, ",")
+	for i, one := range urls {
+		if u, err := url.Parse(strings.TrimSpace(one)); err != nil || u.Host == "" {
+			which := "NATS_URL"
+			if len(urls) > 1 {
+				which = fmt.Sprintf("NATS_URL (URL %d of %d)", i+1, len(urls))
+			}
+			errs = append(errs, fmt.Errorf("%s: not a URL such as nats://127.0.0.1:4222 (or off)", which))
+		}
 	}
 	names := map[string]string{"NATS_STREAM": js.Stream, "NATS_CONSUMER": js.Durable, "NATS_EVENTS_STREAM": n.EventsStream}
 	for _, name := range []string{"NATS_STREAM", "NATS_CONSUMER", "NATS_EVENTS_STREAM"} {
@@ -531,15 +541,36 @@ func parseDuration(v string) (time.Duration, error) {
 	return time.ParseDuration(v)
 }
 
-// redactURL drops the user information (credentials) of a URL.
+// redactURL drops the user information (a user and password, or a token in
+// the user part) of every URL in raw, a comma-separated list as NATS_URL
+// takes. Each URL is parsed on its own: parsed whole, the list's later URLs
+// would land in the first one's path with their credentials intact.
 func redactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	urls := strings.Split(raw, ",")
+	for i, one := range urls {
+		urls[i] = redactOne(strings.TrimSpace(one))
+	}
+	return strings.Join(urls, ",")
+}
+
+// redactOne drops the user information of one URL. A URL that does not parse,
+// or has an @ that url.Parse did not take for user information (as in
+// "user:pw@host:4222", without a scheme), is not echoed at all.
+func redactOne(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparseable)"
 	}
-	if u.User != nil {
-		u.User = url.User("REDACTED")
+	if u.User == nil {
+		if strings.Contains(raw, "@") {
+			return "(redacted)"
+		}
+		return raw
 	}
+	u.User = url.User("REDACTED")
 	return u.String()
 }
 

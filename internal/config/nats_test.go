@@ -70,6 +70,7 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		"subject with inner wildcard": {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
 		"empty subject token":         {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
 		"bad url":                     {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
+		"bad second url in a list":    {map[string]string{"NATS_URL": "nats://a:4222,user:pw@b:4222"}, "NATS_URL (URL 2 of 2)"},
 		"bad retention":               {map[string]string{"RETENTION": "a while"}, "RETENTION"},
 		"negative retention":          {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
 		"negative ack wait":           {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
@@ -104,5 +105,48 @@ func TestLogValueHidesNATSCredentials(t *testing.T) {
 	}
 	if s := c.LogValue().String(); strings.Contains(s, "s3cr3t") || !strings.Contains(s, "broker:4222") {
 		t.Fatalf("log value: %s", s)
+	}
+}
+
+// TestLogValueHidesNATSCredentialsInEveryURL redacts each URL of a
+// comma-separated NATS_URL: parsed as one URL, the list's later URLs fell into
+// the first one's path and were logged with their passwords.
+func TestLogValueHidesNATSCredentialsInEveryURL(t *testing.T) {
+	list := "nats://a.example:4222, nats://u2:pw-two@b.example:4222,nats://tok3n-three@c.example:4222"
+	c, err := Load(env(map[string]string{"NATS_URL": list, "STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a list of three URLs: %v", err)
+	}
+	s := c.LogValue().String()
+	for _, secret := range []string{"pw-two", "tok3n", "u2:"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("log value holds %q: %s", secret, s)
+		}
+	}
+	want := "nats_url=nats://a.example:4222,nats://REDACTED@b.example:4222,nats://REDACTED@c.example:4222"
+	if !strings.Contains(s, want) {
+		t.Errorf("log value: %s\nwant it to hold %s", s, want)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := map[string]string{
+		"":                              "",
+		"nats://127.0.0.1:4222":         "nats://127.0.0.1:4222",
+		"nats://u:p@h:4222":             "nats://REDACTED@h:4222",
+		"nats://token@h:4222":           "nats://REDACTED@h:4222",
+		"nats://h:1,nats://u:p@h:2":     "nats://h:1,nats://REDACTED@h:2",
+		"u:p@h:4222":                    "(redacted)",
+		"nats://h:1,u:p@h:2":            "nats://h:1,(redacted)",
+		"nats://h:1,nats://u:%zz@h:2":   "nats://h:1,(unparseable)",
+		"tls://u:p@h:1 , tls://t@h:2 ,": "tls://REDACTED@h:1,tls://REDACTED@h:2,",
+	}
+	for in, want := range tests {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -31,7 +31,10 @@ const (
 //     (so no "localhost" and no "[192.0.2.1]").
 //
 // The error describes the problem; it reads well after a field name, as in
-// "customer_email: email address has a display name".
+// "customer_email: email address has a display name". It never repeats the
+// address or any part of it longer than one character, so that it can be
+// logged and stored with a quarantined message without spreading personal
+// data.
 func ValidateEmail(addr string) error {
 	if addr == "" {
 		return errors.New("email address is empty")
@@ -52,13 +55,13 @@ func ValidateEmail(addr string) error {
 	}
 	a, err := mail.ParseAddress(addr)
 	if err != nil {
-		return fmt.Errorf("email address %s is not valid: %s", quote(addr), strings.TrimPrefix(err.Error(), "mail: "))
+		return fmt.Errorf("email address is not valid: %s", mailProblem(err))
 	}
 	if a.Name != "" {
-		return fmt.Errorf("email address has a display name (%s); give only the address, like ada@example.com", quote(a.Name))
+		return errors.New("email address has a display name; give only the address, like ada@example.com")
 	}
 	if a.Address != addr {
-		return fmt.Errorf("email address %s must be a bare address like ada@example.com, without angle brackets, comments, quotes or spaces", quote(addr))
+		return errors.New("email address must be a bare address like ada@example.com, without angle brackets, comments, quotes or spaces")
 	}
 	at := strings.LastIndexByte(addr, '@')
 	local, domain := addr[:at], addr[at+1:]
@@ -66,7 +69,7 @@ func ValidateEmail(addr string) error {
 		return fmt.Errorf("email address has a local part of %d bytes, the limit is %d", len(local), maxLocalLen)
 	}
 	if err := validateDomain(domain); err != nil {
-		return fmt.Errorf("email address domain %s %w", quote(domain), err)
+		return fmt.Errorf("email address domain %w", err)
 	}
 	return nil
 }
@@ -86,7 +89,7 @@ func validateDomain(domain string) error {
 			return fmt.Errorf("has a label of %d characters; labels are 1 to %d", len(l), maxLabelLen)
 		}
 		if l[0] == '-' || l[len(l)-1] == '-' {
-			return fmt.Errorf("has label %s, which starts or ends with a hyphen", quote(l))
+			return errors.New("has a label that starts or ends with a hyphen")
 		}
 		for i := 0; i < len(l); i++ {
 			c := l[i]
@@ -97,7 +100,19 @@ func validateDomain(domain string) error {
 	}
 	tld := labels[len(labels)-1]
 	if strings.Trim(tld, "0123456789") == "" {
-		return fmt.Errorf("has an all-numeric top-level label %s", quote(tld))
+		return errors.New("has an all-numeric top-level label")
 	}
 	return nil
+}
+
+// mailProblem is net/mail's description of a parse error without the input
+// it quotes: its messages that repeat the input do so after ": " or ", got "
+// (as in `expected single address, got "…"`), and the fixed ones have
+// neither.
+func mailProblem(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "mail: ")
+	for _, sep := range []string{": ", ", got "} {
+		msg, _, _ = strings.Cut(msg, sep)
+	}
+	return msg
 }

@@ -47,7 +47,11 @@ type Error struct {
 	// Array elements are written as "[i]", and keys that are not plain
 	// identifiers as ["key"].
 	Field string
-	// Problem is a human-readable description of what is wrong.
+	// Problem is a human-readable description of what is wrong. It may
+	// quote a clipped value of a field such as amount or currency, but never
+	// a customer email, a payment method, or a message or data object sent
+	// as a string: intake logs the error of a quarantined message, and log
+	// lines carry no personal data.
 	Problem string
 	// Code is one of the Code constants.
 	Code string

@@ -99,7 +99,7 @@ func decode(raw []byte, types Types) (*Message, *Error) {
 	}
 	top, ok := tree.(*object)
 	if !ok { // parse with wantObject returns an object or an error
-		return nil, newError(CodeNotObject, "", "a message must be a JSON object, got %s", describe(tree))
+		return nil, newError(CodeNotObject, "", "a message must be a JSON object, got %s", describeWhole(tree))
 	}
 	for _, mb := range top.members {
 		if !contains(topFields, mb.key) {
@@ -129,7 +129,7 @@ func decode(raw []byte, types Types) (*Message, *Error) {
 	}
 	data, ok := v.(*object)
 	if !ok {
-		return nil, newError(CodeType, "data", "must be an object, got %s", describe(v))
+		return nil, newError(CodeType, "data", "must be an object, got %s", describeWhole(v))
 	}
 	m.Data = json.RawMessage(top.find("data").raw)
 	v, derr := schema.decode(data)

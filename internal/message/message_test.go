@@ -2,6 +2,7 @@ package message
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -183,7 +184,11 @@ func TestDecodeErrorText(t *testing.T) {
 		{`{"id":"` + strings.Repeat("a", MaxSize) + `"}`, "invalid message: message is 65545 bytes, the limit is 65536"},
 		{"{\"id\":\"\xff\"}", "invalid message: message is not valid UTF-8: bad byte at offset 7"},
 		{order(map[string]string{"currency": `"xyz"`}), `invalid message: data.currency: unknown currency "xyz"; accepted are the ISO 4217 codes aud brl cad chf czk dkk eur gbp hkd inr jpy mxn nok nzd pln sek sgd usd`},
-		{order(map[string]string{"customer_email": `"Ada <ada@example.com>"`}), `invalid message: data.customer_email: email address has a display name ("Ada")`},
+		{order(map[string]string{"customer_email": `"Ada <ada@example.com>"`}), `invalid message: data.customer_email: email address has a display name; give only the address`},
+		{order(map[string]string{"customer_email": `"ada@example.com bob@example.com"`}), `invalid message: data.customer_email: email address is not valid: expected single address`},
+		{order(map[string]string{"payment_method": `"card_visa"`}), `invalid message: data.payment_method: must be a Stripe PaymentMethod ID starting with "pm_"`},
+		{`"{\"id\":\"evt_1\"}"`, `invalid message: a message must be a JSON object, got a string (a JSON object encoded as a string?)`},
+		{envelope(`"evt_91c2"`, `"order.placed"`, `"{\"order_id\":42}"`), `invalid message: data: must be an object, got a string (a JSON object encoded as a string?)`},
 		{order(map[string]string{"payment_method": `"pm_\u0000"`}), `invalid message: data.payment_method: contains control character '\x00' at byte 3`},
 	}
 	for _, tt := range tests {
@@ -331,6 +336,63 @@ func TestValidateEmail(t *testing.T) {
 			t.Errorf("ValidateEmail(%q) = nil, want an error", a)
 		} else {
 			t.Logf("%q: %v", a, err)
+		}
+	}
+}
+
+// TestErrorsDoNotEchoPersonalData checks that no error repeats a customer
+// email or payment method: intake logs the error text of a quarantined
+// message and stores it next to the message.
+func TestErrorsDoNotEchoPersonalData(t *testing.T) {
+	const name, local, domain = "Zelda Quux", "zelda.quux", "quux-secret.org"
+	emails := []string{
+		local,
+		local + "@",
+		"@" + domain,
+		name + " <" + local + "@" + domain + ">",
+		`"` + name + `" <` + local + "@" + domain + ">",
+		"<" + local + "@" + domain + ">",
+		local + "@" + domain + " (" + name + ")",
+		" " + local + "@" + domain,
+		local + "@" + domain + ", " + local + "2@" + domain,
+		local + "@" + domain + " " + local + "2@" + domain,
+		`"zelda quux"@` + domain,
+		`zelda"quux@` + domain,
+		"zelda..quux@" + domain,
+		local + "@quux-secret",
+		local + "@-" + domain,
+		local + "@quux-secret-.org",
+		local + "@quux_secret.org",
+		local + "@quux-secret.123",
+		local + "@[192.0.2.1]",
+		local + "@" + domain + "\r\nBcc: quux@example.com",
+		"zeldä.quux@" + domain,
+		strings.Repeat("zelda", 13) + "@" + domain,
+	}
+	var inputs []string
+	for _, e := range emails {
+		q, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, order(map[string]string{"customer_email": string(q)}))
+	}
+	for _, pm := range []string{`"card_zelda_quux"`, `"pm_zelda-quux"`, `"pm_zelda_quux` + strings.Repeat("x", 255) + `"`, "\"pm_zelda\\u007fquux\"", `"pm_zelda quux"`} {
+		inputs = append(inputs, order(map[string]string{"payment_method": pm}))
+	}
+	// A message, or its data, encoded twice: a string holding the fields.
+	inner := `{\"customer_email\":\"` + local + "@" + domain + `\",\"payment_method\":\"pm_zelda_quux\"}`
+	inputs = append(inputs, `"`+inner+`"`, envelope(`"evt_91c2"`, `"order.placed"`, `"`+inner+`"`))
+
+	for _, in := range inputs {
+		_, err := Decode([]byte(in), testTypes)
+		if err == nil {
+			t.Errorf("Decode(%q) succeeded", in)
+			continue
+		}
+		msg := strings.ToLower(err.Error())
+		if strings.Contains(msg, "zelda") || strings.Contains(msg, "quux") {
+			t.Errorf("Decode(%q) error repeats the value: %v", in, err)
 		}
 	}
 }

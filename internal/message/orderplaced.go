@@ -165,7 +165,7 @@ func paymentMethod(data *object) (string, *Error) {
 		return "", err
 	}
 	if !strings.HasPrefix(s, "pm_") {
-		return "", newError(CodeInvalid, path, `must be a Stripe PaymentMethod ID starting with "pm_", got %s`, quote(s))
+		return "", newError(CodeInvalid, path, `must be a Stripe PaymentMethod ID starting with "pm_"`)
 	}
 	if len(s) < 4 || len(s) > maxPaymentMethodLen {
 		return "", newError(CodeInvalid, path, "must be 4 to %d characters long, got %d", maxPaymentMethodLen, len(s))

@@ -127,7 +127,7 @@ func parse(raw []byte, wantObject bool) (any, *Error) {
 		}
 
 		if top == nil && wantObject && tok != json.Delim('{') { // the first token
-			return nil, newError(CodeNotObject, "", "a message must be a JSON object, got %s", describe(scalarOrContainer(tok)))
+			return nil, newError(CodeNotObject, "", "a message must be a JSON object, got %s", describeWhole(scalarOrContainer(tok)))
 		}
 		if d, ok := tok.(json.Delim); ok {
 			if d == ']' {
@@ -256,6 +256,16 @@ func plainKey(key string) bool {
 		}
 	}
 	return true
+}
+
+// describeWhole is describe for a value that should have held a whole
+// message or its data: a string there is most often one encoded twice, with
+// customer fields inside, so its content is not repeated.
+func describeWhole(v any) string {
+	if _, ok := v.(string); ok {
+		return "a string (a JSON object encoded as a string?)"
+	}
+	return describe(v)
 }
 
 // describe names a value's JSON type, with the value itself for scalars,
