@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -128,19 +129,30 @@ func TestChargeOrderRetrievedPaymentIntentOfAnotherAmountIsUnexpected(t *testing
 }
 
 func TestChargeOrderAmbiguousCreateListingAnotherAmountIsUnexpected(t *testing.T) {
-	f := newFixture(t, "")
-	in := charge("evt_mm_amb", 62, "pm_card_visa")
-	f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{IdempotencyKey: "paymentintent:" + in.MessageID}, Kind: stripesim.FaultErrorAfter, Times: 1})
-	if _, err := run(t, f, f.acts.ChargeOrder, in); err == nil {
-		t.Fatal("a fresh 500 was not reported")
-	}
-	// A succeeded PaymentIntent of another amount carries the message's
-	// metadata: the list prefers it to the unconfirmed one the create made.
-	decoy(t, f, in, 2999, true)
-	_, err := run(t, f, f.acts.ChargeOrder, in)
-	wantUnexpected(t, f, in, err)
-	if n := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]; n != 1 {
-		t.Fatalf("charges = %d, want 1 (the other amount's only)", n)
+	for _, confirmed := range []bool{true, false} {
+		name := "unconfirmed"
+		if confirmed {
+			name = "succeeded"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, "")
+			in := charge("evt_mm_amb_"+name, 62, "pm_card_visa")
+			f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{IdempotencyKey: "paymentintent:" + in.MessageID}, Kind: stripesim.FaultErrorAfter, Times: 1})
+			if _, err := run(t, f, f.acts.ChargeOrder, in); err == nil {
+				t.Fatal("a fresh 500 was not reported")
+			}
+			// A PaymentIntent of another amount carries the message's
+			// metadata: the list prefers it to the unconfirmed one the
+			// create made (succeeded, or unconfirmed and newer).
+			time.Sleep(1100 * time.Millisecond)
+			decoy(t, f, in, 2999, confirmed)
+			charges := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]
+			_, err := run(t, f, f.acts.ChargeOrder, in)
+			wantUnexpected(t, f, in, err)
+			if n := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]; n != charges {
+				t.Fatalf("charges %d → %d: the activity charged", charges, n)
+			}
+		})
 	}
 }
 
@@ -170,5 +182,29 @@ func TestChargeOrderListedPaymentIntentOfAnotherPaymentMethodIsUnexpected(t *tes
 	}
 	if n := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]; n != 0 {
 		t.Fatalf("charges = %d; the payment intent was confirmed", n)
+	}
+}
+
+// TestChargeOrderRefusedConfirmRetrievingAnotherAmountIsUnexpected: the
+// recorded PaymentIntent is settled already, so the confirm is refused and
+// the PaymentIntent retrieved; it has another amount.
+func TestChargeOrderRefusedConfirmRetrievingAnotherAmountIsUnexpected(t *testing.T) {
+	f := newFixture(t, "")
+	in := charge("evt_mm_conf", 65, "pm_card_visa")
+	c, err := f.db.ClaimPayment(context.Background(), store.PaymentClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		Key: "payment:" + in.MessageID, RequestHash: activities.RequestHash(in),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decoy(t, f, in, 2999, true)
+	if err := f.db.RecordPaymentIntentID(context.Background(), in.Consumer, in.MessageID, "payment:"+in.MessageID, c.Claim, d.PaymentIntentID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(t, f, f.acts.ChargeOrder, in)
+	wantUnexpected(t, f, in, err)
+	if n := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]; n != 1 {
+		t.Fatalf("charges = %d, want 1 (the other amount's only)", n)
 	}
 }
