@@ -75,7 +75,10 @@ type ChargeResult struct {
 // for the outcome); requires_payment_method, canceled and requires_action
 // (authentication, impossible off-session) are recorded refusals carrying
 // Stripe's code; any other status is recorded unexpected and returned as a
-// non-retryable ErrTypeUnexpectedState for an operator. Transport errors,
+// non-retryable ErrTypeUnexpectedState for an operator. A PaymentIntent
+// found by a lookup (retrieve, list) whose amount, currency or payment
+// method differs from the request's is not this payment: it is recorded
+// unexpected the same way, never confirmed, paid or failed. Transport errors,
 // 409, 429 and 5xx are returned as retryable errors.
 //
 // The steps from the claim to the record run on a context that a worker
@@ -135,6 +138,9 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		switch {
 		case err == nil:
 			logger.Warn("payment intent of an earlier claim found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
+			if d := c.differs(found); d != "" {
+				return c.unexpected(ctx, found, d)
+			}
 			if err := c.recordID(ctx, found.PaymentIntentID); err != nil {
 				return ChargeResult{}, err
 			}
@@ -165,6 +171,9 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		}
 	}
 	if pi != nil {
+		if d := c.differs(pi); d != "" {
+			return c.unexpected(ctx, pi, d)
+		}
 		if v, _, _ := pi.Verdict(); v != payment.VerdictUnconfirmed {
 			// Found confirmed already (by list or retrieve): record it.
 			return c.settle(ctx, pi, true)
@@ -206,9 +215,28 @@ func (c charging) recordID(ctx context.Context, piID string) error {
 	return nil
 }
 
+// differs reports how a PaymentIntent found by a lookup (retrieve, list)
+// differs from the request (see payment.Charge.Differs): "" when it is the
+// request's payment, else the reason it is recorded unexpected.
+func (c charging) differs(ch *payment.Charge) string {
+	d := ch.Differs(c.in.Amount, c.in.Currency, c.in.PaymentMethod)
+	if d == "" {
+		return ""
+	}
+	return "payment intent " + ch.PaymentIntentID + " found for the message differs from the request: " + d
+}
+
 // settle records what the PaymentIntent's status means (see ChargeOrder).
+// A PaymentIntent found by a lookup (reconciled) must match the request's
+// amount, currency and payment method first: one that differs is recorded
+// unexpected, never paid or failed.
 func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled bool) (ChargeResult, error) {
 	in := c.in
+	if reconciled {
+		if d := c.differs(ch); d != "" {
+			return c.unexpected(ctx, ch, d)
+		}
+	}
 	verdict, code, decline := ch.Verdict()
 	switch verdict {
 	case payment.VerdictPaid:
@@ -417,6 +445,9 @@ func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, 
 	case err == nil:
 		activity.GetLogger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
 		c := charging{a: a, in: in, key: key, token: token}
+		if d := c.differs(ch); d != "" {
+			return c.unexpected(ctx, ch, d)
+		}
 		if err := c.recordID(ctx, ch.PaymentIntentID); err != nil {
 			return ChargeResult{}, err
 		}

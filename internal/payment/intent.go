@@ -175,3 +175,25 @@ func (c *Charge) Verdict() (v Verdict, failureCode, declineCode string) {
 		return VerdictUnexpected, "", ""
 	}
 }
+
+// Differs reports how the PaymentIntent differs from the request it is
+// taken for: "" when it matches, else a reason naming each field that
+// differs. Amount and currency are always compared (currency without
+// regard to case), and give both values; the payment method is compared
+// only when both sides have one (Stripe detaches it from a declined
+// PaymentIntent) and is named without its values. A PaymentIntent found by
+// a lookup (retrieve, list) that differs is not the request's payment,
+// whatever its status.
+func (c *Charge) Differs(amount int64, currency, paymentMethod string) string {
+	var diffs []string
+	if c.Amount != amount {
+		diffs = append(diffs, fmt.Sprintf("amount %d, want %d", c.Amount, amount))
+	}
+	if !strings.EqualFold(c.Currency, currency) {
+		diffs = append(diffs, fmt.Sprintf("currency %q, want %q", c.Currency, strings.ToLower(currency)))
+	}
+	if c.PaymentMethod != "" && paymentMethod != "" && c.PaymentMethod != paymentMethod {
+		diffs = append(diffs, "payment_method differs")
+	}
+	return strings.Join(diffs, "; ")
+}

@@ -63,3 +63,28 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestDiffers(t *testing.T) {
+	pi := &Charge{Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa"}
+	for _, tc := range []struct {
+		amount       int64
+		currency, pm string
+		want         string
+	}{
+		{1999, "usd", "pm_card_visa", ""},
+		{1999, "USD", "pm_card_visa", ""},
+		{1999, "usd", "", ""},
+		{2999, "usd", "pm_card_visa", "amount 1999, want 2999"},
+		{1999, "eur", "pm_card_visa", `currency "usd", want "eur"`},
+		{1999, "usd", "pm_card_mastercard", "payment_method differs"},
+		{5, "EUR", "pm_x", `amount 1999, want 5; currency "usd", want "eur"; payment_method differs`},
+	} {
+		if got := pi.Differs(tc.amount, tc.currency, tc.pm); got != tc.want {
+			t.Errorf("Differs(%d, %q, %q) = %q, want %q", tc.amount, tc.currency, tc.pm, got, tc.want)
+		}
+	}
+	detached := &Charge{Amount: 1999, Currency: "usd"}
+	if got := detached.Differs(1999, "usd", "pm_card_visa"); got != "" {
+		t.Errorf("a payment intent without a payment method differs: %q", got)
+	}
+}

@@ -242,6 +242,9 @@ type Charge struct {
 	Replayed bool
 	// MessageID is the PaymentIntent's metadata[message_id].
 	MessageID string
+	// PaymentMethod is the PaymentIntent's payment method ID, empty when it
+	// has none (Stripe detaches it from a declined PaymentIntent).
+	PaymentMethod string
 	// FailureCode and DeclineCode come from the PaymentIntent's
 	// last_payment_error: why its last confirmation failed.
 	FailureCode string
@@ -391,6 +394,9 @@ func toCharge(pi *stripe.PaymentIntent) *Charge {
 	}
 	if pi.LatestCharge != nil {
 		ch.ChargeID = pi.LatestCharge.ID
+	}
+	if pi.PaymentMethod != nil {
+		ch.PaymentMethod = pi.PaymentMethod.ID
 	}
 	if e := pi.LastPaymentError; e != nil {
 		ch.FailureCode, ch.DeclineCode = string(e.Code), string(e.DeclineCode)

@@ -67,7 +67,9 @@ func (r *Resolver) now() time.Time {
 // Resolve reads the PaymentIntent of message (consumer, messageID) from
 // Stripe and records what it says: succeeded → paid, a failed status →
 // failed with Stripe's code, processing → processing, anything else →
-// unexpected. A payment already final is returned as it is, without a
+// unexpected. A PaymentIntent whose amount or currency differs from the
+// payment's is recorded unexpected, whatever its status, with a reason
+// naming the field. A payment already final is returned as it is, without a
 // call. Errors from Stripe are returned as they are (the ledger is
 // untouched), so an unreachable Stripe never settles anything.
 func (r *Resolver) Resolve(ctx context.Context, consumer, messageID string) (Result, error) {
@@ -98,6 +100,13 @@ func (r *Resolver) Resolve(ctx context.Context, consumer, messageID string) (Res
 		Payment: p, PaymentIntentID: ch.PaymentIntentID, ChargeID: ch.ChargeID, StripeStatus: ch.Status,
 	}
 	verdict, code, decline := ch.Verdict()
+	if d := ch.Differs(p.Amount, p.Currency, ""); d != "" {
+		// Not this payment's PaymentIntent, whatever its status: an
+		// operator must look. The ledger keeps no payment method, so only
+		// amount and currency are compared here.
+		verdict = payment.VerdictUnexpected
+		st.Message = "payment intent " + ch.PaymentIntentID + " differs from the payment: " + d
+	}
 	switch verdict {
 	case payment.VerdictPaid:
 		st.State = store.PaymentSucceeded
@@ -113,7 +122,10 @@ func (r *Resolver) Resolve(ctx context.Context, consumer, messageID string) (Res
 		}
 		st.State, st.Message = store.PaymentUnexpected, "payment intent was never confirmed"
 	default:
-		st.State, st.Message = store.PaymentUnexpected, "payment intent is "+ch.Status
+		st.State = store.PaymentUnexpected
+		if st.Message == "" {
+			st.Message = "payment intent is " + ch.Status
+		}
 	}
 	if st.State == p.State && st.PaymentIntentID == p.PaymentIntentID {
 		return res, nil
