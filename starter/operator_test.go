@@ -221,3 +221,17 @@ func TestRedriveRefusal(t *testing.T) {
 func paymentRequest(id string, order int64) payment.ChargeRequest {
 	return payment.ChargeRequest{IdempotencyKey: "payment:" + id, MessageID: id, OrderID: order, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa"}
 }
+
+// TestRequireWithoutKeysIsBadConfiguration: EFFECTIVELY_CODEC_REQUIRE
+// without keys stops the starter before it connects to anything.
+func TestRequireWithoutKeysIsBadConfiguration(t *testing.T) {
+	t.Setenv("EFFECTIVELY_CODEC_REQUIRE", "true")
+	t.Setenv("EFFECTIVELY_CODEC_KEYS", "")
+	t.Setenv("EFFECTIVELY_CODEC_KEY_FILE", "")
+	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	code, _, stderr := runStarter(t, "status", "evt_1")
+	if code != exitUsage || !strings.Contains(stderr, "EFFECTIVELY_CODEC_KEYS") || !strings.Contains(stderr, "EFFECTIVELY_CODEC_KEY_FILE") {
+		t.Errorf("exit %d, stderr %q; want %d naming both key variables", code, stderr, exitUsage)
+	}
+}

@@ -380,7 +380,8 @@ type codecServerConfig struct {
 }
 
 // newCodecServer builds it from the configuration, with the keyring the
-// Temporal client encrypts with (loaded once, by internal/config).
+// Temporal client encrypts with (loaded once, by internal/config) and the
+// same rule for plaintext payloads (EFFECTIVELY_CODEC_REQUIRE).
 func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	scfg := cfg.CodecServer
 	if !scfg.Enabled() {
@@ -389,7 +390,7 @@ func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	if cfg.Temporal.Keys == nil {
 		return nil, fmt.Errorf("%s needs %s or %s", codec.EnvServerAddr, codec.EnvKeys, codec.EnvKeyFile)
 	}
-	h, err := codec.NewServerHandler(codec.NewCodec(cfg.Temporal.Keys), scfg.Origins, scfg.Token)
+	h, err := codec.NewServerHandler(codec.NewCodec(cfg.Temporal.Keys, codec.RequireEncryption(cfg.Temporal.RequireEncryption)), scfg.Origins, scfg.Token)
 	if err != nil {
 		return nil, err
 	}

@@ -32,28 +32,53 @@ const nonceSize = 12
 // An encrypted payload's data is nonce || ciphertext || tag, where the
 // plaintext is the original payload (metadata and data) in protobuf wire
 // form, and the key ID is authenticated as additional data.
+//
+// Only the key ID is bound to the ciphertext: the SDK's PayloadCodec
+// interface hands Encode and Decode the payloads and nothing else (no
+// namespace, workflow ID or run), so a payload copied from one workflow's
+// history into another's decrypts there too.
 type Codec struct {
-	keys *Keyring
-	rand io.Reader
+	keys    *Keyring
+	rand    io.Reader
+	require bool
 }
 
 var _ converter.PayloadCodec = (*Codec)(nil)
 
+// EnvRequire names the boolean variable (read by internal/config) that
+// turns RequireEncryption on; it needs EnvKeys or EnvKeyFile.
+const EnvRequire = "EFFECTIVELY_CODEC_REQUIRE"
+
+// Option configures a Codec.
+type Option func(*Codec)
+
+// RequireEncryption makes Decode refuse, when on, every payload this codec
+// did not encrypt, instead of passing it through: a plaintext payload
+// (written before the codec was installed, or by a client without keys)
+// fails the workflow task or activity that reads it. Off by default.
+func RequireEncryption(on bool) Option {
+	return func(c *Codec) { c.require = on }
+}
+
 // NewCodec returns a codec that uses keys. It panics if keys is nil: a
 // keyring comes from NewKeyring or LoadKeyring, which never return a nil
 // keyring with a nil error.
-func NewCodec(keys *Keyring) *Codec {
+func NewCodec(keys *Keyring, opts ...Option) *Codec {
 	if keys == nil {
 		panic("codec: NewCodec needs a keyring")
 	}
-	return &Codec{keys: keys, rand: rand.Reader}
+	c := &Codec{keys: keys, rand: rand.Reader}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // NewDataConverter returns the SDK's default data converter with payloads
-// encrypted by a Codec using keys. Install it on every client that starts,
-// signals, queries or runs workflows, and on the worker's client.
-func NewDataConverter(keys *Keyring) converter.DataConverter {
-	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), NewCodec(keys))
+// encrypted by a Codec using keys and opts. Install it on every client that
+// starts, signals, queries or runs workflows, and on the worker's client.
+func NewDataConverter(keys *Keyring, opts ...Option) converter.DataConverter {
+	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), NewCodec(keys, opts...))
 }
 
 // NewFailureConverter returns a failure converter that moves each failure's
@@ -95,12 +120,16 @@ func (c *Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error
 
 // Decode decrypts every encrypted payload with the key it names. Payloads
 // that are not encrypted (written before the codec was installed) pass
-// through unchanged. A payload that was altered, or names a key this
-// keyring does not hold, is an error.
+// through unchanged, unless the codec requires encryption: then they are an
+// error naming the payload's encoding, never its contents. A payload that
+// was altered, or names a key this keyring does not hold, is an error.
 func (c *Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
 	for i, p := range payloads {
-		if string(p.GetMetadata()[converter.MetadataEncoding]) != EncodingEncrypted {
+		if enc := string(p.GetMetadata()[converter.MetadataEncoding]); enc != EncodingEncrypted {
+			if c.require {
+				return nil, fmt.Errorf("codec: payload %d is not encrypted (encoding %q) and %s is on: refusing it", i, clip(enc), EnvRequire)
+			}
 			out[i] = p
 			continue
 		}
@@ -121,10 +150,7 @@ func (c *Codec) open(p *commonpb.Payload) (*commonpb.Payload, error) {
 	id := string(raw)
 	aead, ok := c.keys.aeads[id]
 	if !ok {
-		if len(id) > 2*maxIDLen {
-			id = id[:2*maxIDLen] + "…"
-		}
-		return nil, fmt.Errorf("unknown key id %q (this keyring holds %q)", id, c.keys.ids)
+		return nil, fmt.Errorf("unknown key id %q (this keyring holds %q)", clip(id), c.keys.ids)
 	}
 	data := p.GetData()
 	if len(data) < nonceSize+aead.Overhead() {
@@ -139,4 +165,13 @@ func (c *Codec) open(p *commonpb.Payload) (*commonpb.Payload, error) {
 		return nil, fmt.Errorf("key %q: unmarshal decrypted payload: %w", id, err)
 	}
 	return &orig, nil
+}
+
+// clip shortens a metadata value quoted in an error: it comes from the
+// payload, so it may be anything, of any length.
+func clip(s string) string {
+	if len(s) > 2*maxIDLen {
+		return s[:2*maxIDLen] + "…"
+	}
+	return s
 }

@@ -244,3 +244,93 @@ func TestFailureConverterEncryptsErrorText(t *testing.T) {
 		t.Errorf("decoded failure = %q, want the original message", got)
 	}
 }
+
+func TestRequireEncryptionRefusesPlaintext(t *testing.T) {
+	keys := mustKeyring(t, testKey("k1", 1))
+	strict := NewCodec(keys, RequireEncryption(true))
+	plain := plainPayloads(t)
+
+	// What this codec encrypted still round-trips.
+	enc, err := strict.Encode(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := strict.Decode(enc)
+	if err != nil {
+		t.Fatalf("encrypted payloads: %v", err)
+	}
+	for i := range plain {
+		if !proto.Equal(dec[i], plain[i]) {
+			t.Errorf("payload %d: decoded %v, want %v", i, dec[i], plain[i])
+		}
+	}
+
+	// One plaintext payload in a batch refuses the batch, naming its
+	// position and encoding, never its contents.
+	long := &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(strings.Repeat("x", 500))}}
+	cases := map[string]struct {
+		p    *commonpb.Payload
+		want string
+	}{
+		"json":        {plain[0], `payload 1 is not encrypted (encoding "json/plain")`},
+		"binary":      {plain[3], `payload 1 is not encrypted (encoding "binary/plain")`},
+		"no encoding": {&commonpb.Payload{Data: []byte("ada@example.com")}, `payload 1 is not encrypted (encoding "")`},
+		"long":        {long, `(encoding "` + strings.Repeat("x", 2*maxIDLen) + `…")`},
+	}
+	for name, tc := range cases {
+		_, err := strict.Decode([]*commonpb.Payload{enc[0], tc.p})
+		if err == nil {
+			t.Errorf("%s: a plaintext payload was accepted", name)
+			continue
+		}
+		msg := err.Error()
+		for _, want := range []string{tc.want, EnvRequire} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: error %q does not mention %q", name, msg, want)
+			}
+		}
+		if strings.Contains(msg, "ada@example.com") || strings.Contains(msg, strings.Repeat("x", 2*maxIDLen+1)) {
+			t.Errorf("%s: error quotes the payload: %q", name, msg)
+		}
+	}
+
+	// Off (the default, and RequireEncryption(false)) passes plaintext through.
+	for _, c := range []*Codec{NewCodec(keys), NewCodec(keys, RequireEncryption(false))} {
+		if dec, err := c.Decode(plain[:1]); err != nil || dec[0] != plain[0] {
+			t.Errorf("require off: Decode = %v, %v; want the payload passed through", dec, err)
+		}
+	}
+}
+
+// TestDataConverterRequiringEncryption: a workflow or activity whose client
+// requires encryption fails to read a plaintext argument, as the SDK reads
+// it, through the data converter.
+func TestDataConverterRequiringEncryption(t *testing.T) {
+	keys := mustKeyring(t, testKey("k1", 1))
+	in := order{Email: "ada@example.com", Amount: 1999}
+	plain, err := converter.GetDefaultDataConverter().ToPayloads(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out order
+	err = NewDataConverter(keys, RequireEncryption(true)).FromPayloads(plain, &out)
+	if err == nil || !strings.Contains(err.Error(), `not encrypted (encoding "json/plain")`) {
+		t.Fatalf("FromPayloads of plaintext = %v, want a refusal naming the encoding", err)
+	}
+	if out != (order{}) {
+		t.Errorf("the refused payload was decoded into %+v", out)
+	}
+	if err := NewDataConverter(keys).FromPayloads(plain, &out); err != nil || out != in {
+		t.Errorf("require off: %+v, %v; want %+v", out, err, in)
+	}
+
+	dc := NewDataConverter(keys, RequireEncryption(true))
+	enc, err := dc.ToPayloads(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = order{}
+	if err := dc.FromPayloads(enc, &out); err != nil || out != in {
+		t.Errorf("encrypted round trip with require on = %+v, %v; want %+v", out, err, in)
+	}
+}

@@ -28,9 +28,16 @@
 //     does not hold, fails to decode with an error; it is never silently
 //     replaced.
 //   - Payloads that are not encrypted pass through decoding unchanged, so
-//     histories written before the codec was switched on still replay.
+//     histories written before the codec was switched on still replay;
+//     with RequireEncryption (EFFECTIVELY_CODEC_REQUIRE) they fail to decode
+//     instead, with an error naming their encoding, never their contents.
 //
 // # What is not covered
+//
+// Ciphertext is not bound to its workflow: the SDK's PayloadCodec interface
+// gives Encode and Decode only the payloads, no namespace, workflow or run
+// ID to authenticate as associated data, so a payload copied from one
+// history into another decrypts there.
 //
 // Search attributes, workflow IDs, run IDs, task queue names, workflow and
 // activity type names, signal and query names, and activity IDs are not

@@ -119,7 +119,9 @@ type Config struct {
 	// EFFECTIVELY_GRPC_COMPRESSION picks gzip (default) or none. Its Keys,
 	// the payload keyring (EFFECTIVELY_CODEC_KEYS or
 	// EFFECTIVELY_CODEC_KEY_FILE; default none: plaintext payloads), are
-	// loaded once here and are also the codec server's.
+	// loaded once here and are also the codec server's; with
+	// EFFECTIVELY_CODEC_REQUIRE=true (default false; it needs the keys) its
+	// RequireEncryption refuses plaintext payloads, in the codec server too.
 	Temporal temporalclient.Config
 	// CodecServer is the worker's optional codec server for the Temporal UI
 	// (EFFECTIVELY_CODEC_SERVER_ADDR, default off;
@@ -385,10 +387,23 @@ func (c *Config) loadTemporal(env Env) error {
 		errs = append(errs, err)
 	}
 	c.Temporal.Options = opts
-	if keys, on, err := codec.LoadKeyring(env.LookupEnv); err != nil {
-		errs = append(errs, err)
-	} else if on {
+	keys, keysOn, keysErr := codec.LoadKeyring(env.LookupEnv)
+	if keysErr != nil {
+		errs = append(errs, keysErr)
+	} else if keysOn {
 		c.Temporal.Keys = keys
+	}
+	if v, _ := env.LookupEnv(codec.EnvRequire); strings.TrimSpace(v) != "" {
+		require, perr := strconv.ParseBool(strings.TrimSpace(v))
+		switch {
+		case perr != nil:
+			errs = append(errs, fmt.Errorf("%s=%q: use true or false", codec.EnvRequire, v))
+		case require && !keysOn && keysErr == nil:
+			// Checked here, not in Validate, so that the starter refuses too.
+			errs = append(errs, fmt.Errorf("%s=true needs %s or %s: without keys no payload is encrypted, so every one would be refused",
+				codec.EnvRequire, codec.EnvKeys, codec.EnvKeyFile))
+		}
+		c.Temporal.RequireEncryption = require
 	}
 	if c.CodecServer, err = codec.LoadServerConfig(env.LookupEnv); err != nil {
 		errs = append(errs, err)
@@ -609,6 +624,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("temporal_address", base(c.Temporal.Options.HostPort, "localhost:7233")),
 		slog.String("temporal_namespace", base(c.Temporal.Options.Namespace, "default")),
 		slog.Bool("payload_encryption", c.Temporal.Keys != nil),
+		slog.Bool("payload_encryption_required", c.Temporal.RequireEncryption),
 		slog.String("codec_server_addr", base(c.CodecServer.Addr, "off")),
 		slog.String("webhook_addr", base(c.WebhookAddr, "off")),
 		slog.Int("stripe_webhook_secrets", len(c.Webhooks.StripeSecrets)),

@@ -55,3 +55,39 @@ func TestLogValueHidesSecrets(t *testing.T) {
 		t.Fatalf("secret in log value: %s", s)
 	}
 }
+
+// TestCodecRequire: EFFECTIVELY_CODEC_REQUIRE needs keys, refused at load
+// so that the worker and the starter both exit 2, and is off by default.
+func TestCodecRequire(t *testing.T) {
+	const keys = "k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+	for _, v := range []string{"true", "1", " TRUE "} {
+		_, err := Load(env(map[string]string{"EFFECTIVELY_CODEC_REQUIRE": v}))
+		if err == nil {
+			t.Errorf("REQUIRE=%q without keys: accepted", v)
+			continue
+		}
+		for _, want := range []string{"EFFECTIVELY_CODEC_REQUIRE", "EFFECTIVELY_CODEC_KEYS", "EFFECTIVELY_CODEC_KEY_FILE"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("REQUIRE=%q without keys: error %q does not name %s", v, err, want)
+			}
+		}
+	}
+	if _, err := Load(env(map[string]string{"EFFECTIVELY_CODEC_REQUIRE": "yes", "EFFECTIVELY_CODEC_KEYS": keys})); err == nil ||
+		!strings.Contains(err.Error(), `EFFECTIVELY_CODEC_REQUIRE="yes"`) {
+		t.Errorf("REQUIRE=yes: err = %v, want one naming the variable", err)
+	}
+	for v, want := range map[string]bool{"": false, "false": false, "true": true} {
+		c, err := Load(env(map[string]string{"EFFECTIVELY_CODEC_REQUIRE": v, "EFFECTIVELY_CODEC_KEYS": keys}))
+		if err != nil {
+			t.Fatalf("REQUIRE=%q with keys: %v", v, err)
+		}
+		if c.Temporal.RequireEncryption != want {
+			t.Errorf("REQUIRE=%q: RequireEncryption = %v, want %v", v, c.Temporal.RequireEncryption, want)
+		}
+	}
+	for _, v := range []string{"", "false"} {
+		if _, err := Load(env(map[string]string{"EFFECTIVELY_CODEC_REQUIRE": v})); err != nil {
+			t.Errorf("REQUIRE=%q without keys: %v", v, err)
+		}
+	}
+}

@@ -95,6 +95,7 @@ var everyVariable = map[string]string{
 	"TEMPORAL_CODEC_ENDPOINT": "", "TEMPORAL_CODEC_AUTH": "",
 	"EFFECTIVELY_GRPC_COMPRESSION": "none",
 	"EFFECTIVELY_CODEC_KEYS":       "k1:" + strings.Repeat("A", 43) + "=", "EFFECTIVELY_CODEC_KEY_FILE": "",
+	"EFFECTIVELY_CODEC_REQUIRE":     "true",
 	"EFFECTIVELY_CODEC_SERVER_ADDR": "127.0.0.1:8234", "EFFECTIVELY_CODEC_TOKEN": strings.Repeat("t", 16),
 	"EFFECTIVELY_CODEC_CORS_ORIGINS":     "https://ui.example.com",
 	"EFFECTIVELY_ALLOW_PUBLIC_LISTENERS": "true", "EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS": "false",
@@ -151,8 +152,8 @@ func TestDocumentedVariablesAreRead(t *testing.T) {
 		}
 	}
 	if c.Temporal.Options.HostPort != "temporal:7233" || c.Temporal.Options.Namespace != "shop" || c.Temporal.Keys == nil ||
-		c.CodecServer.Addr != "127.0.0.1:8234" || c.TaskQueue != "orders" || c.LogLevelOr(0) != -4 {
-		t.Errorf("values not applied: temporal %s/%s, keys %v, codec server %q, task queue %q, log level %v",
-			c.Temporal.Options.HostPort, c.Temporal.Options.Namespace, c.Temporal.Keys != nil, c.CodecServer.Addr, c.TaskQueue, c.LogLevel)
+		!c.Temporal.RequireEncryption || c.CodecServer.Addr != "127.0.0.1:8234" || c.TaskQueue != "orders" || c.LogLevelOr(0) != -4 {
+		t.Errorf("values not applied: temporal %s/%s, keys %v, require %v, codec server %q, task queue %q, log level %v",
+			c.Temporal.Options.HostPort, c.Temporal.Options.Namespace, c.Temporal.Keys != nil, c.Temporal.RequireEncryption, c.CodecServer.Addr, c.TaskQueue, c.LogLevel)
 	}
 }

@@ -31,6 +31,10 @@ type Config struct {
 	// internal/codec); nil leaves payloads in plaintext. Every process of a
 	// deployment needs the same keys.
 	Keys *codec.Keyring
+	// RequireEncryption makes the codec refuse payloads it did not encrypt
+	// (EFFECTIVELY_CODEC_REQUIRE, default false; see
+	// codec.RequireEncryption). internal/config refuses it without Keys.
+	RequireEncryption bool
 }
 
 // Options returns the client options of cfg with logger and, when keys are
@@ -41,11 +45,12 @@ func Options(cfg Config, logger *slog.Logger) client.Options {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
 	if keys := cfg.Keys; keys != nil {
-		dc := codec.NewDataConverter(keys)
+		dc := codec.NewDataConverter(keys, codec.RequireEncryption(cfg.RequireEncryption))
 		opts.DataConverter = dc
 		opts.FailureConverter = codec.NewFailureConverter(dc)
 		if logger != nil {
-			logger.Info("payload encryption on", "current_key", keys.CurrentID(), "keys", keys.IDs())
+			logger.Info("payload encryption on", "current_key", keys.CurrentID(), "keys", keys.IDs(),
+				"plaintext_refused", cfg.RequireEncryption)
 		}
 	} else if logger != nil {
 		logger.Info("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
