@@ -89,18 +89,9 @@ type resolvedRun struct {
 // and settles the ledger and the order from it; a running workflow is
 // signalled, a closed one is left as it is (record only).
 func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
-	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() != 1 {
-		return exitUsage, fmt.Errorf("%w: resolve takes one MESSAGE_ID", errUsage)
-	}
-	id := fs.Arg(0)
-	if _, err := identity.WorkflowID(route.Default().Routes()[0].Consumer, id); err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	consumer, id, err := messageArgs("resolve", args)
+	if err != nil {
+		return exitUsage, err
 	}
 	pay, err := stripeClient(cfg, logger)
 	if err != nil {
@@ -111,22 +102,22 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitError, err
 	}
 	defer d.close()
-	if *consumer, err = messageConsumer(ctx, d.store, *consumer, id, func(st store.MessageStatus) bool { return st.Payment != nil }); err != nil {
+	if consumer, err = messageConsumer(ctx, d.store, consumer, id, func(st store.MessageStatus) bool { return st.Payment != nil }); err != nil {
 		return exitError, err
 	}
-	wfID, err := identity.WorkflowID(*consumer, id)
+	wfID, err := identity.WorkflowID(consumer, id)
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
 
 	r := reconcile.Resolver{Store: d.store, Payments: pay}
-	res, err := r.Resolve(ctx, *consumer, id)
-	rep := resolveReport{Consumer: *consumer, MessageID: id, StateBefore: res.Before.State, StateAfter: res.After.State,
+	res, err := r.Resolve(ctx, consumer, id)
+	rep := resolveReport{Consumer: consumer, MessageID: id, StateBefore: res.Before.State, StateAfter: res.After.State,
 		Changed: res.Changed, Lookup: res.Lookup, PaymentIntent: res.Stripe}
 	code := exitOK
 	switch {
 	case errors.Is(err, store.ErrNotFound) && res.Before.MessageID == "":
-		return exitNotFound, fmt.Errorf("no payment is recorded for message %s (consumer %s)", id, *consumer)
+		return exitNotFound, fmt.Errorf("no payment is recorded for message %s (consumer %s)", id, consumer)
 	case errors.Is(err, reconcile.ErrNoPaymentIntent):
 		rep.Next = "no payment intent exists at Stripe for this message: nothing was charged; `starter redrive` may run it again"
 		code = exitNotFound
@@ -256,28 +247,19 @@ type redriveReport struct {
 // again from its recorded message, with ALLOW_DUPLICATE_FAILED_ONLY for
 // this one start; every other start keeps REJECT_DUPLICATE.
 func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
-	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() != 1 {
-		return exitUsage, fmt.Errorf("%w: redrive takes one MESSAGE_ID", errUsage)
-	}
-	id := fs.Arg(0)
-	if _, err := identity.WorkflowID(route.Default().Routes()[0].Consumer, id); err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	consumer, id, err := messageArgs("redrive", args)
+	if err != nil {
+		return exitUsage, err
 	}
 	d, err := connect(ctx, cfg, logger, true)
 	if err != nil {
 		return exitError, err
 	}
 	defer d.close()
-	if *consumer, err = messageConsumer(ctx, d.store, *consumer, id, func(st store.MessageStatus) bool { return st.Inbox != nil }); err != nil {
+	if consumer, err = messageConsumer(ctx, d.store, consumer, id, func(st store.MessageStatus) bool { return st.Inbox != nil }); err != nil {
 		return exitError, err
 	}
-	wfID, err := identity.WorkflowID(*consumer, id)
+	wfID, err := identity.WorkflowID(consumer, id)
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -288,12 +270,12 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitRefused, fmt.Errorf("refused: %s", why)
 	}
 
-	st, err := d.store.Status(ctx, *consumer, id)
+	st, err := d.store.Status(ctx, consumer, id)
 	if err != nil {
 		return exitError, err
 	}
 	if st.Inbox == nil {
-		return exitNotFound, fmt.Errorf("message %s (consumer %s) is not in the inbox: nothing to run again", id, *consumer)
+		return exitNotFound, fmt.Errorf("message %s (consumer %s) is not in the inbox: nothing to run again", id, consumer)
 	}
 	if st.Payment != nil {
 		rep.PaymentState = st.Payment.State
@@ -378,4 +360,28 @@ func messageConsumer(ctx context.Context, st *store.Store, flagValue, id string,
 		}
 	}
 	return routes[0].Consumer, nil
+}
+
+// messageArgs parses the arguments of a command about one message: an
+// optional -consumer and the message ID, which must make a valid workflow
+// ID. Errors wrap errUsage.
+func messageArgs(name string, args []string) (consumer, id string, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
+	if err := fs.Parse(args); err != nil {
+		return "", "", fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return "", "", fmt.Errorf("%w: %s takes one MESSAGE_ID", errUsage, name)
+	}
+	id = fs.Arg(0)
+	check := *c
+	if check == "" {
+		check = route.Default().Routes()[0].Consumer
+	}
+	if _, err := identity.WorkflowID(check, id); err != nil {
+		return "", "", fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return *c, id, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/workflows"
@@ -37,28 +35,9 @@ type workflowReport struct {
 // cmdStatus prints what Postgres (the lasting record) and, while it still
 // remembers the run, Temporal know about a message.
 func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	consumer := fs.String("consumer", "", "consumer that handled the message (default: the one with a record of it)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() != 1 {
-		return exitUsage, fmt.Errorf("%w: status takes one MESSAGE_ID", errUsage)
-	}
-	id := fs.Arg(0)
-	routes := route.Default()
-	consumers := []string{*consumer}
-	if *consumer == "" {
-		consumers = consumers[:0]
-		for _, r := range routes.Routes() {
-			consumers = append(consumers, r.Consumer)
-		}
-	}
-	for _, c := range consumers {
-		if _, err := identity.WorkflowID(c, id); err != nil {
-			return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
-		}
+	consumer, id, err := messageArgs("status", args)
+	if err != nil {
+		return exitUsage, err
 	}
 	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
@@ -67,14 +46,12 @@ func cmdStatus(ctx context.Context, cfg config.Config, args []string, stdout io.
 	defer d.close()
 	// The message ID alone names the message: the consumer is the one of
 	// the route that has a record of it.
-	var st store.MessageStatus
-	for _, c := range consumers {
-		if st, err = d.store.Status(ctx, c, id); err != nil {
-			return exitError, err
-		}
-		if st.Known() {
-			break
-		}
+	if consumer, err = messageConsumer(ctx, d.store, consumer, id, store.MessageStatus.Known); err != nil {
+		return exitError, err
+	}
+	st, err := d.store.Status(ctx, consumer, id)
+	if err != nil {
+		return exitError, err
 	}
 	wfID, err := identity.WorkflowID(st.Consumer, id)
 	if err != nil {
