@@ -143,3 +143,25 @@ func (b *beatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
 	b.n.Add(1)
 	b.Next.RecordHeartbeat(ctx, details...)
 }
+
+// TestDrainCoversRefunds: a refund and its receipt are effects like a
+// charge and a receipt: once the worker drains they are refused before they
+// claim anything (and, running, they finish rather than being cancelled).
+func TestDrainCoversRefunds(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	f.acts.Drain.Close()
+	if _, err := run(t, f, f.acts.RefundOrder, refundOf("evt_drain_refund", 73, 100)); !isType(err, activities.ErrTypeDraining) {
+		t.Fatalf("refund: err = %v, want type %s", err, activities.ErrTypeDraining)
+	}
+	rin := activities.RefundReceiptInput{Consumer: "order-refund", MessageID: "evt_drain_refund", OrderID: 73, Amount: 100, Currency: "usd", RefundID: "re_x"}
+	if _, err := run(t, f, f.acts.SendRefundReceipt, rin); !isType(err, activities.ErrTypeDraining) {
+		t.Fatalf("refund receipt: err = %v, want type %s", err, activities.ErrTypeDraining)
+	}
+	if _, err := f.db.Effect(context.Background(), "email:evt_drain_refund"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused refund receipt claimed its ledger row: %v", err)
+	}
+	if n := f.sims.Stripe.Stats().Refunds; n != 0 {
+		t.Fatalf("refunds = %d, want 0", n)
+	}
+}

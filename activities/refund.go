@@ -75,6 +75,14 @@ type RefundResult struct {
 // answer is settled by listing the PaymentIntent's refunds, which is
 // strongly consistent.
 func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundResult, error) {
+	// Like a charge: a worker stop lets the claim, the refund and its record
+	// finish, and a regular attempt heartbeats (refundOptions set a
+	// HeartbeatTimeout).
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return RefundResult{}, err
+	}
+	defer end()
 	key, err := identity.Key(identity.EffectRefund, in.MessageID)
 	if err != nil {
 		return RefundResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
@@ -208,6 +216,11 @@ type RefundReceiptInput struct {
 // address is the one the order's receipt went to; when it is no longer
 // kept (the order's message was pruned), the receipt is recorded as failed.
 func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInput) (ReceiptResult, error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return ReceiptResult{}, err
+	}
+	defer end()
 	key, err := identity.Key(identity.EffectEmail, in.MessageID)
 	if err != nil {
 		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
