@@ -128,7 +128,6 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 	failpoint.Hit(failpoint.PaymentAfterClaim)
 	piID := claim.Payment.PaymentIntentID
 	age := a.now().Sub(claim.Payment.CreatedAt)
-	var pi *payment.Charge
 	if piID == "" && age > a.keyTrust() {
 		// An earlier claim may have created a PaymentIntent whose ID never
 		// reached Postgres. Within the key window the create key replays
@@ -138,13 +137,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		switch {
 		case err == nil:
 			logger.Warn("payment intent of an earlier claim found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
-			if d := c.differs(found); d != "" {
-				return c.unexpected(ctx, found, d)
-			}
-			if err := c.recordID(ctx, found.PaymentIntentID); err != nil {
-				return ChargeResult{}, err
-			}
-			pi, piID = found, found.PaymentIntentID
+			return c.adopt(ctx, found, true)
 		case !errors.Is(err, payment.ErrNotFound):
 			return ChargeResult{}, fmt.Errorf("list payment intents of order %d before creating one: %w", in.OrderID, err)
 		}
@@ -161,26 +154,39 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		if err := c.recordID(ctx, created.PaymentIntentID); err != nil {
 			return ChargeResult{}, err
 		}
-		pi, piID = created, created.PaymentIntentID
-	} else if pi == nil && age > a.keyTrust() {
+		return c.confirm(ctx, created.PaymentIntentID)
+	}
+	if age > a.keyTrust() {
 		// Stripe may have forgotten the confirm key: read the
 		// PaymentIntent rather than confirm blindly (confirming a settled
 		// PaymentIntent is refused, though never charged twice).
-		if pi, err = a.Payments.Get(ctx, piID); err != nil {
+		pi, err := a.Payments.Get(ctx, piID)
+		if err != nil {
 			return ChargeResult{}, fmt.Errorf("retrieve payment intent of order %d past the key window: %w", in.OrderID, err)
 		}
+		return c.adopt(ctx, pi, false)
 	}
-	if pi != nil {
-		if d := c.differs(pi); d != "" {
-			return c.unexpected(ctx, pi, d)
-		}
-		if v, _, _ := pi.Verdict(); v != payment.VerdictUnconfirmed {
-			// Found confirmed already (by list or retrieve): record it.
-			return c.settle(ctx, pi, true)
-		}
-	}
-
 	return c.confirm(ctx, piID)
+}
+
+// adopt goes on with a PaymentIntent found by a lookup (a list of the
+// claim's window, or a retrieve by the recorded ID): it must be the
+// request's (else it is recorded unexpected), its ID is recorded when it is
+// not yet (record), and it is recorded for what it is when it was confirmed
+// already, or confirmed now when it was not.
+func (c charging) adopt(ctx context.Context, pi *payment.Charge, record bool) (ChargeResult, error) {
+	if d := c.differs(pi); d != "" {
+		return c.unexpected(ctx, pi, d)
+	}
+	if record {
+		if err := c.recordID(ctx, pi.PaymentIntentID); err != nil {
+			return ChargeResult{}, err
+		}
+	}
+	if v, _, _ := pi.Verdict(); v != payment.VerdictUnconfirmed {
+		return c.settle(ctx, pi, true)
+	}
+	return c.confirm(ctx, pi.PaymentIntentID)
 }
 
 // confirm confirms the recorded PaymentIntent piID under the confirm key and
@@ -444,17 +450,7 @@ func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, 
 	switch {
 	case err == nil:
 		activity.GetLogger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		c := charging{a: a, in: in, key: key, token: token}
-		if d := c.differs(ch); d != "" {
-			return c.unexpected(ctx, ch, d)
-		}
-		if err := c.recordID(ctx, ch.PaymentIntentID); err != nil {
-			return ChargeResult{}, err
-		}
-		if v, _, _ := ch.Verdict(); v != payment.VerdictUnconfirmed {
-			return c.settle(ctx, ch, true)
-		}
-		return c.confirm(ctx, ch.PaymentIntentID)
+		return charging{a: a, in: in, key: key, token: token}.adopt(ctx, ch, true)
 	case !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an ambiguous create: %w", in.OrderID, err)
 	}
