@@ -2,6 +2,7 @@ package soak
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -30,7 +31,19 @@ func (w *workers) restartOne(i int) error {
 		return fmt.Errorf("the old worker did not stop within %s of SIGTERM and was killed", drainGrace)
 	}
 	if err := old.Err(); err != nil {
-		return fmt.Errorf("the old worker exited with %w", err)
+		return fmt.Errorf("the old worker exited with %w; its last error lines:\n%s", err, lastErrors(old.Logs(), 5))
 	}
 	return nil
+}
+
+// lastErrors returns the last n log lines of a worker at level ERROR, for a
+// violation to say why the worker failed.
+func lastErrors(logs string, n int) string {
+	var errs []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) {
+			errs = append(errs, l)
+		}
+	}
+	return strings.Join(errs[max(0, len(errs)-n):], "\n")
 }
