@@ -69,7 +69,7 @@ func (m *mapEnv) Environ() []string {
 // that the table, this list and the code move together.
 var everyVariable = map[string]string{
 	"DATABASE_URL": "postgres://ro@db:5432/effectively", "DATABASE_MAX_CONNS": "16",
-	"EFFECTIVELY_TASK_QUEUE": "orders",
+	"EFFECTIVELY_TASK_QUEUE": "orders", "EFFECTIVELY_KEY_NAMESPACE": "eu-1",
 	"STRIPE_API_KEY":         "sk_test_x", "STRIPE_BASE_URL": "http://127.0.0.1:12111",
 	"SENDGRID_API_KEY": "SG.x", "SENDGRID_BASE_URL": "http://127.0.0.1:12112",
 	"EMAIL_FROM": "shop@example.com", "EMAIL_FROM_NAME": "Shop", "EMAIL_POLICY": "at-most-once",
