@@ -21,7 +21,7 @@ func TestChargeOrderNamespacesShareAStripeAccount(t *testing.T) {
 	in := charge("evt_shared", 42, "pm_card_visa")
 	ids := map[string]string{}
 	for _, ns := range []string{"eu", "us"} {
-		pc, err := payment.New(payment.Config{APIKey: "sk_test_" + ns, BaseURL: sims.StripeURL, Timeout: 10 * time.Second, Namespace: ns}) //nolint:gosec // fake key for the simulator
+		pc, err := payment.New(payment.Config{APIKey: "sk_test_" + ns, BaseURL: sims.StripeURL, Timeout: 10 * time.Second, Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,7 @@ func (m *mapEnv) Environ() []string {
 // that the table, this list and the code move together.
 var everyVariable = map[string]string{
 	"DATABASE_URL": "postgres://ro@db:5432/effectively", "DATABASE_MAX_CONNS": "16",
-	"EFFECTIVELY_TASK_QUEUE": "orders", "EFFECTIVELY_KEY_NAMESPACE": "eu-1",
+	"EFFECTIVELY_TASK_QUEUE": "orders",
 	"STRIPE_API_KEY":         "sk_test_x", "STRIPE_BASE_URL": "http://127.0.0.1:12111",
 	"SENDGRID_API_KEY": "SG.x", "SENDGRID_BASE_URL": "http://127.0.0.1:12112",
 	"EMAIL_FROM": "shop@example.com", "EMAIL_FROM_NAME": "Shop", "EMAIL_POLICY": "at-most-once",
@@ -84,7 +84,7 @@ var everyVariable = map[string]string{
 	"NATS_ACK_WAIT": "10s", "NATS_BACKOFF": "1m,2m", "NATS_MAX_DELIVER": "4",
 	"NATS_HANDLERS": "2", "NATS_STARTERS": "3",
 	"NATS_DUPLICATE_WINDOW": "1m", "NATS_EVENTS_STREAM": "E", "NATS_EVENTS_PREFIX": "s.events",
-	"RETENTION": "40d", "PRUNE_EVERY": "2h",
+	"RETENTION": "40d", "PRUNE_EVERY": "2h", "EFFECTIVELY_KEY_NAMESPACE": "eu-1",
 	"TEMPORAL_ADDRESS": "temporal:7233", "TEMPORAL_NAMESPACE": "shop", "TEMPORAL_API_KEY": "key",
 	"TEMPORAL_TLS": "true", "TEMPORAL_TLS_CLIENT_CERT_PATH": "", "TEMPORAL_TLS_CLIENT_CERT_DATA": "",
 	"TEMPORAL_TLS_CLIENT_KEY_PATH": "", "TEMPORAL_TLS_CLIENT_KEY_DATA": "", "TEMPORAL_TLS_SERVER_CA_CERT_PATH": "",
