@@ -21,6 +21,7 @@ import (
 
 	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/outbox"
@@ -34,6 +35,9 @@ import (
 
 // Lookup reads one environment variable; os.LookupEnv in production.
 type Lookup func(name string) (string, bool)
+
+// EnvKeyNamespace names the key namespace's variable (Config.KeyNamespace).
+const EnvKeyNamespace = "EFFECTIVELY_KEY_NAMESPACE"
 
 // Env is an environment Load reads: LookupEnv reads one variable, Environ
 // lists them all (Temporal's envconfig scans it for TEMPORAL_GRPC_META_*).
@@ -56,6 +60,14 @@ type Config struct {
 	// TaskQueue is the Temporal task queue (EFFECTIVELY_TASK_QUEUE).
 	// Default workflows.DefaultTaskQueue.
 	TaskQueue string
+	// KeyNamespace scopes the keys and tags the objects effectively gives
+	// Stripe and SendGrid (EFFECTIVELY_KEY_NAMESPACE; default empty: none,
+	// keys stay "payment:evt_…"): 1 to 64 characters of A-Z a-z 0-9 _ - .
+	// LoadEnv copies it into Stripe, Email and Webhooks. Required, and
+	// different per deployment, when deployments share a Stripe or SendGrid
+	// account and a message-ID space; see docs/configuration.md before
+	// changing it on a running deployment.
+	KeyNamespace string
 	// Stripe configures the Stripe client (STRIPE_API_KEY, STRIPE_BASE_URL).
 	Stripe payment.Config
 	// Email configures the SendGrid client (SENDGRID_API_KEY,
@@ -346,6 +358,11 @@ func LoadEnv(env Env) (Config, error) {
 		AllowPublicListeners:      boolean(EnvAllowPublicListeners),
 		AllowInsecureProviderURLs: boolean(EnvAllowInsecureProviderURLs),
 	}
+	c.KeyNamespace = get(EnvKeyNamespace, "")
+	if err := identity.ValidateNamespace(c.KeyNamespace); err != nil {
+		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvKeyNamespace, c.KeyNamespace, err))
+	}
+	c.Stripe.Namespace, c.Email.Namespace, c.Webhooks.Namespace = c.KeyNamespace, c.KeyNamespace, c.KeyNamespace
 	if c.WebhookAddr == "off" {
 		c.WebhookAddr = ""
 	}
@@ -605,6 +622,7 @@ func (c Config) LogValue() slog.Value {
 	}
 	return slog.GroupValue(
 		slog.String("task_queue", c.TaskQueue),
+		slog.String("key_namespace", base(c.KeyNamespace, "none")),
 		slog.Int("database_max_conns", c.DatabaseMaxConns),
 		slog.String("stripe_base_url", base(c.Stripe.BaseURL, "https://api.stripe.com")),
 		slog.String("stripe_api_key", set(c.Stripe.APIKey)),

@@ -27,15 +27,17 @@ func TestValidateNamesTheVariable(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"no stripe key": {map[string]string{"SENDGRID_API_KEY": "SG.x"}, "STRIPE_API_KEY"},
-		"bad policy":    {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EMAIL_POLICY": "sometimes"}, "EMAIL_POLICY"},
-		"key window":    {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "30h"}, "24h0m0s"},
-		"bad duration":  {map[string]string{"PAYMENT_SCHEDULE_TO_CLOSE": "soon"}, "PAYMENT_SCHEDULE_TO_CLOSE"},
-		"bad log level": {map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
-		"local budget":  {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "23h", "LOCAL_START_TO_CLOSE": "1m"}, "local attempt"},
-		"poll past max": {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_PROCESSING_POLL": "2h", "PAYMENT_PROCESSING_MAX_WAIT": "1h"}, "PaymentProcessingPoll"},
-		"tiny pool":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "DATABASE_MAX_CONNS": "2"}, "DATABASE_MAX_CONNS"},
-		"bad drain":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EFFECTIVELY_DRAIN_TIMEOUT": "-1s"}, "EFFECTIVELY_DRAIN_TIMEOUT"},
+		"no stripe key":  {map[string]string{"SENDGRID_API_KEY": "SG.x"}, "STRIPE_API_KEY"},
+		"bad policy":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EMAIL_POLICY": "sometimes"}, "EMAIL_POLICY"},
+		"key window":     {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "30h"}, "24h0m0s"},
+		"bad duration":   {map[string]string{"PAYMENT_SCHEDULE_TO_CLOSE": "soon"}, "PAYMENT_SCHEDULE_TO_CLOSE"},
+		"bad log level":  {map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		"local budget":   {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "23h", "LOCAL_START_TO_CLOSE": "1m"}, "local attempt"},
+		"poll past max":  {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_PROCESSING_POLL": "2h", "PAYMENT_PROCESSING_MAX_WAIT": "1h"}, "PaymentProcessingPoll"},
+		"tiny pool":      {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "DATABASE_MAX_CONNS": "2"}, "DATABASE_MAX_CONNS"},
+		"bad drain":      {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EFFECTIVELY_DRAIN_TIMEOUT": "-1s"}, "EFFECTIVELY_DRAIN_TIMEOUT"},
+		"bad namespace":  {map[string]string{"EFFECTIVELY_KEY_NAMESPACE": "eu/1"}, "EFFECTIVELY_KEY_NAMESPACE"},
+		"long namespace": {map[string]string{"EFFECTIVELY_KEY_NAMESPACE": strings.Repeat("n", 65)}, "EFFECTIVELY_KEY_NAMESPACE"},
 	}
 	for name, tt := range tests {
 		c, err := Load(env(tt.env))
@@ -45,6 +47,25 @@ func TestValidateNamesTheVariable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, tt.want)
 		}
+	}
+}
+
+// TestKeyNamespace: empty by default (keys unscoped), and one variable
+// scopes the Stripe client, the SendGrid client and the webhooks alike.
+func TestKeyNamespace(t *testing.T) {
+	c, err := Load(env(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.KeyNamespace != "" || c.Stripe.Namespace != "" || c.Email.Namespace != "" || c.Webhooks.Namespace != "" {
+		t.Fatalf("default namespace %q/%q/%q/%q, want none", c.KeyNamespace, c.Stripe.Namespace, c.Email.Namespace, c.Webhooks.Namespace)
+	}
+	c, err = Load(env(map[string]string{"EFFECTIVELY_KEY_NAMESPACE": " eu-1 "}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.KeyNamespace != "eu-1" || c.Stripe.Namespace != "eu-1" || c.Email.Namespace != "eu-1" || c.Webhooks.Namespace != "eu-1" {
+		t.Fatalf("namespace %q/%q/%q/%q, want eu-1 everywhere", c.KeyNamespace, c.Stripe.Namespace, c.Email.Namespace, c.Webhooks.Namespace)
 	}
 }
 

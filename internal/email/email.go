@@ -7,6 +7,11 @@
 //
 //	"custom_args": {"idempotency_key": "email:evt_1", "message_id": "evt_1"}
 //
+// A Client with a key namespace (Config.Namespace, EFFECTIVELY_KEY_NAMESPACE)
+// adds it as custom_args.effectively_namespace, so that the event webhook of
+// each deployment sharing the SendGrid account can tell its own mails from
+// the others' with the same key (see internal/webhook).
+//
 // The key shows in SendGrid's event webhook and activity feed, but SendGrid
 // does not use it to deduplicate: a mail sent twice is delivered twice. Making
 // the mail effectively-once is the caller's job (the effect ledger), and this
@@ -50,6 +55,7 @@ import (
 	"github.com/sendgrid/sendgrid-go"
 	sgmail "github.com/sendgrid/sendgrid-go/helpers/mail"
 
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/tracing"
 )
 
@@ -80,6 +86,8 @@ const mailSendPath = "/v3/mail/send"
 const (
 	argIdempotencyKey = "idempotency_key"
 	argMessageID      = "message_id"
+	// ArgNamespace carries Config.Namespace, when set.
+	ArgNamespace = "effectively_namespace"
 )
 
 var (
@@ -110,6 +118,12 @@ type Config struct {
 	// SandboxMode asks SendGrid to validate mails without delivering them:
 	// it answers 200 with no X-Message-Id.
 	SandboxMode bool
+	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
+	// default: when set, every mail carries it as
+	// custom_args.effectively_namespace next to its idempotency key. The
+	// key itself stays the ledger's ("email:evt_1"): SendGrid does not
+	// deduplicate on it, and the webhook looks the ledger row up by it.
+	Namespace string
 	// HTTPClient, when not nil, sends the requests. The Client uses a copy,
 	// which does not follow redirects unless HTTPClient.CheckRedirect is set.
 	// Nil means a dedicated client whose Timeout is Config.Timeout.
@@ -165,6 +179,9 @@ func (c *Config) validate() error {
 	if c.Timeout < 0 {
 		return invalid("Timeout", "is negative (%s)", c.Timeout)
 	}
+	if err := identity.ValidateNamespace(c.Namespace); err != nil {
+		return invalid("Namespace (EFFECTIVELY_KEY_NAMESPACE)", "%v", err)
+	}
 	return nil
 }
 
@@ -175,6 +192,7 @@ type Client struct {
 	from     *sgmail.Email
 	timeout  time.Duration
 	sandbox  bool
+	ns       string // Config.Namespace
 	rest     *rest.Client
 	redactor *strings.Replacer
 }
@@ -209,6 +227,7 @@ func New(cfg Config) (*Client, error) {
 		from:     sgmail.NewEmail(cfg.FromName, cfg.From),
 		timeout:  cfg.Timeout,
 		sandbox:  cfg.SandboxMode,
+		ns:       cfg.Namespace,
 		rest:     &rest.Client{HTTPClient: hc},
 		redactor: strings.NewReplacer(cfg.APIKey, "[redacted]"),
 	}, nil
@@ -289,6 +308,9 @@ func (c *Client) body(m Mail) ([]byte, error) {
 	msg.SetCustomArg(argIdempotencyKey, m.IdempotencyKey)
 	if m.MessageID != "" {
 		msg.SetCustomArg(argMessageID, m.MessageID)
+	}
+	if c.ns != "" {
+		msg.SetCustomArg(ArgNamespace, c.ns)
 	}
 	if c.sandbox {
 		msg.SetMailSettings(sgmail.NewMailSettings().SetSandboxMode(sgmail.NewSetting(true)))

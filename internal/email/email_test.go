@@ -621,3 +621,27 @@ func TestValidateAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestSendCarriesNamespace: with a key namespace, every mail carries it in
+// custom_args next to the unchanged ledger key; without, it carries none
+// (TestSendDelivers).
+func TestSendCarriesNamespace(t *testing.T) {
+	sim, srv := newSim(t)
+	c, err := email.New(email.Config{APIKey: testKey, BaseURL: srv.URL, Namespace: "eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Send(context.Background(), receipt("evt_1")); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	want := map[string]string{"idempotency_key": "email:evt_1", "message_id": "evt_1", "effectively_namespace": "eu"}
+	if got := sim.Messages()[0].CustomArgs; !reflect.DeepEqual(got, want) {
+		t.Errorf("custom_args = %v, want %v", got, want)
+	}
+	for _, ns := range []string{"e/u", strings.Repeat("n", 65)} {
+		_, err := email.New(email.Config{APIKey: testKey, Namespace: ns})
+		if !errors.Is(err, email.ErrInvalidConfig) || !strings.Contains(err.Error(), "EFFECTIVELY_KEY_NAMESPACE") {
+			t.Errorf("New(namespace %q) = %v, want ErrInvalidConfig naming EFFECTIVELY_KEY_NAMESPACE", ns, err)
+		}
+	}
+}

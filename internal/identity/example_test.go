@@ -18,3 +18,14 @@ func Example() {
 	// payment:evt_91c2
 	// email:evt_91c2
 }
+
+func ExampleScope() {
+	pay := identity.MustKey(identity.EffectPayment, "evt_91c2")
+	none, _ := identity.Scope("", pay)
+	eu, _ := identity.Scope("eu", pay)
+	fmt.Println(none)
+	fmt.Println(eu)
+	// Output:
+	// payment:evt_91c2
+	// eu/payment:evt_91c2
+}

@@ -18,6 +18,12 @@
 //
 // The encodings are injective: consumer names and effect names may not contain
 // the separator, so two different inputs never produce the same output.
+//
+// A key namespace (EFFECTIVELY_KEY_NAMESPACE) scopes the keys that reach a
+// provider: Scope("eu", "payment:evt_91c2") == "eu/payment:evt_91c2". The
+// Postgres ledger and the workflows keep the unscoped keys; only the
+// provider clients (internal/payment, internal/email) scope them, so that
+// deployments sharing one Stripe account never replay each other's keys.
 package identity
 
 import (
@@ -25,6 +31,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // MaxMessageIDLen is the longest message ID accepted.
@@ -36,6 +43,15 @@ const MaxKeyLen = 255
 
 // MaxConsumerLen bounds consumer names, which are part of workflow IDs.
 const MaxConsumerLen = 64
+
+// MaxNamespaceLen bounds a key namespace. With it, the separator, the
+// longest effect name and a hashed message ID, a scoped key stays far
+// below MaxKeyLen (see Scope).
+const MaxNamespaceLen = 64
+
+// NamespaceSeparator separates a key namespace from the key it scopes. It
+// occurs in no key and no namespace, so the first one splits a scoped key.
+const NamespaceSeparator = "/"
 
 // Effect names one kind of external side effect. It prefixes the idempotency
 // key, so the payment and the email of one message never share a key.
@@ -91,6 +107,23 @@ func ValidateConsumer(name string) error {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
 			return fmt.Errorf("%w: consumer name has character %q at position %d (allowed: a-z 0-9 - and dot)", ErrInvalid, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateNamespace reports whether ns is usable as a key namespace: empty
+// (no namespace), or 1 to 64 characters of A-Z a-z 0-9 _ - . (no '/',
+// which separates it from the key, and no ':', which separates a key's
+// effect from its message ID).
+func ValidateNamespace(ns string) error {
+	if len(ns) > MaxNamespaceLen {
+		return fmt.Errorf("%w: key namespace is %d characters, the limit is %d", ErrInvalid, len(ns), MaxNamespaceLen)
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		if !idChar(c) || c == ':' {
+			return fmt.Errorf("%w: key namespace has character %q at position %d (allowed: A-Z a-z 0-9 _ - and dot)", ErrInvalid, c, i)
 		}
 	}
 	return nil
@@ -170,6 +203,48 @@ func Key(effect Effect, messageID string) (string, error) {
 		return "", fmt.Errorf("%w: effect name %q is too long for a %d-character key", ErrInvalid, effect, MaxKeyLen)
 	}
 	return k, nil
+}
+
+// Scope returns key as a provider sees it under the key namespace ns: key
+// itself when ns is empty (so a deployment without a namespace keeps
+// "payment:evt_91c2"), else "<ns>/<key>", e.g. "eu/payment:evt_91c2".
+//
+// key is a key Key returned, "<effect>:<message ID>" or its hashed form.
+// When "<ns>/<key>" would be longer than MaxKeyLen, Scope applies Key's
+// shortening rule to the scoped key: "<ns>/<effect>:~<hex SHA-256 of the
+// message ID>". A scoped key is thus a function of the namespace, the
+// effect and the message ID alone, never longer than MaxKeyLen (at most
+// MaxNamespaceLen+1+len(effect)+2+64 once hashed), and injective: a
+// namespace contains no '/', a key none either, and a message ID no '~'.
+func Scope(ns, key string) (string, error) {
+	if ns == "" {
+		return key, nil
+	}
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	effect, rest, ok := strings.Cut(key, ":")
+	if !ok || rest == "" || strings.Contains(key, NamespaceSeparator) {
+		return "", fmt.Errorf("%w: %q is not an idempotency key", ErrInvalid, key)
+	}
+	if err := validateEffect(Effect(effect)); err != nil {
+		return "", err
+	}
+	scoped := ns + NamespaceSeparator + key
+	if len(scoped) <= MaxKeyLen {
+		return scoped, nil
+	}
+	// Only an unhashed key gets here: a hashed one is at most
+	// len(effect)+66 characters.
+	if err := ValidateMessageID(rest); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(rest))
+	scoped = ns + NamespaceSeparator + effect + ":~" + hex.EncodeToString(sum[:])
+	if len(scoped) > MaxKeyLen {
+		return "", fmt.Errorf("%w: effect name %q is too long for a %d-character key", ErrInvalid, effect, MaxKeyLen)
+	}
+	return scoped, nil
 }
 
 // MustKey is Key for inputs already validated; it panics on invalid input.

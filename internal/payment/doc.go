@@ -69,6 +69,19 @@
 // for looking up data older than that lag. The simulator in
 // sim/stripesim lags by Options.SearchLag (a minute by default).
 //
+// # Key namespace
+//
+// Stripe keeps idempotency keys per account. Deployments that share an
+// account and a message-ID space set Config.Namespace
+// (EFFECTIVELY_KEY_NAMESPACE), one per deployment: the Client then sends
+// every key scoped (identity.Scope: "eu/payment:evt_1", hashed like
+// identity.Key when too long, so within MaxIdempotencyKeyLen), tags what it
+// creates with metadata[effectively_namespace], and its lookups skip
+// objects of another namespace, so one deployment never replays or adopts
+// another's PaymentIntent or Refund. Callers keep passing unscoped keys,
+// which are also the Postgres ledger's. Without a namespace nothing
+// changes: keys are sent as given and no metadata is added.
+//
 // # Configuration
 //
 // Config.APIKey is meant to come from the STRIPE_API_KEY environment variable

@@ -24,9 +24,14 @@ import (
 
 // Create creates req's PaymentIntent without confirming it, under
 // req.IdempotencyKey (the create key: every attempt returns the same
-// PaymentIntent for 24 hours). The parameters depend on req alone.
+// PaymentIntent for 24 hours), scoped by the Client's key namespace. The
+// parameters depend on req and the namespace alone.
 func (c *Client) Create(ctx context.Context, req ChargeRequest) (*Charge, error) {
 	if err := req.validate(); err != nil {
+		return nil, fmt.Errorf("payment: create: %w", err)
+	}
+	key, err := c.scope(req.IdempotencyKey)
+	if err != nil {
 		return nil, fmt.Errorf("payment: create: %w", err)
 	}
 	params := &stripe.PaymentIntentParams{
@@ -39,10 +44,13 @@ func (c *Client) Create(ctx context.Context, req ChargeRequest) (*Charge, error)
 	if req.OrderID != 0 {
 		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
 	}
+	if c.namespace != "" {
+		params.AddMetadata(MetadataNamespace, c.namespace)
+	}
 	if req.CustomerRef != "" {
 		params.Description = stripe.String(req.CustomerRef)
 	}
-	params.SetIdempotencyKey(req.IdempotencyKey)
+	params.SetIdempotencyKey(key)
 	params.Context = ctx
 	pi, err := c.api.PaymentIntents.New(params)
 	if err != nil {
@@ -52,7 +60,8 @@ func (c *Client) Create(ctx context.Context, req ChargeRequest) (*Charge, error)
 }
 
 // Confirm confirms PaymentIntent paymentIntentID off-session under
-// idempotencyKey (the confirm key). A decline is an error of class
+// idempotencyKey (the confirm key), scoped by the Client's key namespace.
+// A decline is an error of class
 // ClassDeclined; any other answer is the PaymentIntent, whatever its Status
 // (see Verdict).
 func (c *Client) Confirm(ctx context.Context, paymentIntentID, idempotencyKey string) (*Charge, error) {
@@ -62,8 +71,12 @@ func (c *Client) Confirm(ctx context.Context, paymentIntentID, idempotencyKey st
 	case idempotencyKey == "" || strings.TrimSpace(idempotencyKey) != idempotencyKey || len(idempotencyKey) > MaxIdempotencyKeyLen:
 		return nil, fmt.Errorf("payment: confirm: %w", localError("a valid idempotency key is required"))
 	}
+	key, err := c.scope(idempotencyKey)
+	if err != nil {
+		return nil, fmt.Errorf("payment: confirm: %w", err)
+	}
 	params := &stripe.PaymentIntentConfirmParams{OffSession: stripe.Bool(true)}
-	params.SetIdempotencyKey(idempotencyKey)
+	params.SetIdempotencyKey(key)
 	params.Context = ctx
 	pi, err := c.api.PaymentIntents.Confirm(paymentIntentID, params)
 	if err != nil {
@@ -78,7 +91,10 @@ const MaxListed = 10000
 
 // FindInWindow lists the PaymentIntents created between from and to
 // (inclusive, to the second) and returns the one whose metadata[message_id]
-// is messageID: a succeeded one, else a processing one, else the newest.
+// is messageID and whose key namespace is the Client's (see
+// Config.Namespace): a succeeded one, else a processing one, else the
+// newest. Another deployment's PaymentIntent for the same message ID is
+// skipped.
 // List is strongly consistent, unlike Search. It returns an error wrapping
 // ErrNotFound when there is none.
 func (c *Client) FindInWindow(ctx context.Context, messageID string, from, to time.Time) (*Charge, error) {
@@ -100,7 +116,7 @@ func (c *Client) FindInWindow(ctx context.Context, messageID string, from, to ti
 				localError("window too large to list"))
 		}
 		pi := it.PaymentIntent()
-		if pi.Metadata["message_id"] != messageID {
+		if pi.Metadata["message_id"] != messageID || !c.ours(pi.Metadata) {
 			continue
 		}
 		if best == nil || better(pi, best) {

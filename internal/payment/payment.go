@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/tracing"
 )
 
@@ -67,12 +68,26 @@ type Config struct {
 	// level, warnings and errors at their own. Response bodies are never
 	// logged. Nil discards everything.
 	Logger *slog.Logger
+	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
+	// default. When set, every Idempotency-Key the Client sends is scoped
+	// by it (identity.Scope: "eu/payment:evt_1"), every PaymentIntent and
+	// Refund it creates carries it as metadata[effectively_namespace], and
+	// its lookups (FindInWindow, FindByMessageID, FindRefund) only return
+	// objects with the same namespace, absent when Namespace is empty. So
+	// deployments sharing one Stripe account and one message-ID space never
+	// replay or adopt each other's payments. At most
+	// identity.MaxNamespaceLen characters of A-Z a-z 0-9 _ - .
+	Namespace string
 }
+
+// MetadataNamespace is the metadata key that carries Config.Namespace on
+// the PaymentIntents and Refunds a Client creates with a namespace.
+const MetadataNamespace = "effectively_namespace"
 
 // String describes c with the API key redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("payment.Config{APIKey:%s BaseURL:%q Timeout:%s MaxNetworkRetries:%d}",
-		redactKey(c.APIKey), c.BaseURL, c.Timeout, c.MaxNetworkRetries)
+	return fmt.Sprintf("payment.Config{APIKey:%s BaseURL:%q Timeout:%s MaxNetworkRetries:%d Namespace:%q}",
+		redactKey(c.APIKey), c.BaseURL, c.Timeout, c.MaxNetworkRetries, c.Namespace)
 }
 
 // GoString describes c for %#v with the API key redacted.
@@ -85,6 +100,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("base_url", c.BaseURL),
 		slog.Duration("timeout", c.Timeout),
 		slog.Int64("max_network_retries", c.MaxNetworkRetries),
+		slog.String("namespace", c.Namespace),
 	)
 }
 
@@ -131,13 +147,17 @@ func (c Config) validate() error {
 	if c.MaxNetworkRetries < NoNetworkRetries || c.MaxNetworkRetries > MaxNetworkRetriesLimit {
 		return invalid("MaxNetworkRetries must be between %d and %d", NoNetworkRetries, MaxNetworkRetriesLimit)
 	}
+	if err := identity.ValidateNamespace(c.Namespace); err != nil {
+		return invalid("Namespace (EFFECTIVELY_KEY_NAMESPACE): %v", err)
+	}
 	return nil
 }
 
 // Client charges cards through Stripe. It is safe for concurrent use.
 type Client struct {
-	api    *client.API
-	apiKey string // only to scrub it from error messages
+	api       *client.API
+	apiKey    string // only to scrub it from error messages
+	namespace string // Config.Namespace
 }
 
 // New returns a Client configured by cfg, or an error wrapping
@@ -184,7 +204,7 @@ func New(cfg Config) (*Client, error) {
 	})
 	api := &client.API{}
 	api.Init(cfg.APIKey, &stripe.Backends{API: backend})
-	return &Client{api: api, apiKey: cfg.APIKey}, nil
+	return &Client{api: api, apiKey: cfg.APIKey, namespace: cfg.Namespace}, nil
 }
 
 // ChargeRequest describes one charge.
@@ -242,6 +262,9 @@ type Charge struct {
 	Replayed bool
 	// MessageID is the PaymentIntent's metadata[message_id].
 	MessageID string
+	// Namespace is the PaymentIntent's metadata[effectively_namespace]:
+	// the key namespace of the Client that created it, "" for none.
+	Namespace string
 	// PaymentMethod is the PaymentIntent's payment method ID, empty when it
 	// has none (Stripe detaches it from a declined PaymentIntent).
 	PaymentMethod string
@@ -275,7 +298,12 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (*Charge, error)
 	if err := req.validate(); err != nil {
 		return nil, fmt.Errorf("payment: charge: %w", err)
 	}
-	params := chargeParams(req)
+	key, err := c.scope(req.IdempotencyKey)
+	if err != nil {
+		return nil, fmt.Errorf("payment: charge: %w", err)
+	}
+	params := chargeParams(req, c.namespace)
+	params.SetIdempotencyKey(key)
 	params.Context = ctx
 	pi, err := c.api.PaymentIntents.New(params)
 	if err != nil {
@@ -284,9 +312,10 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (*Charge, error)
 	return toCharge(pi), nil
 }
 
-// chargeParams builds the PaymentIntent parameters for req. They depend on
-// req alone, so every attempt sends the same request.
-func chargeParams(req ChargeRequest) *stripe.PaymentIntentParams {
+// chargeParams builds the PaymentIntent parameters for req under the key
+// namespace ns, without the idempotency key (Charge sets the scoped one).
+// They depend on req and ns alone, so every attempt sends the same request.
+func chargeParams(req ChargeRequest, ns string) *stripe.PaymentIntentParams {
 	params := &stripe.PaymentIntentParams{
 		Amount:             stripe.Int64(req.Amount),
 		Currency:           stripe.String(strings.ToLower(req.Currency)),
@@ -299,11 +328,30 @@ func chargeParams(req ChargeRequest) *stripe.PaymentIntentParams {
 	if req.OrderID != 0 {
 		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
 	}
+	if ns != "" {
+		params.AddMetadata(MetadataNamespace, ns)
+	}
 	if req.CustomerRef != "" {
 		params.Description = stripe.String(req.CustomerRef)
 	}
-	params.SetIdempotencyKey(req.IdempotencyKey)
 	return params
+}
+
+// scope returns the Idempotency-Key sent for key: key scoped by the
+// Client's namespace (identity.Scope), key itself without one.
+func (c *Client) scope(key string) (string, error) {
+	scoped, err := identity.Scope(c.namespace, key)
+	if err != nil {
+		return "", localError("IdempotencyKey cannot be scoped by the key namespace: " + err.Error())
+	}
+	return scoped, nil
+}
+
+// ours reports whether metadata names the Client's key namespace: the same
+// namespace, or none on either side. An object of another deployment that
+// shares the Stripe account is never ours, even for the same message ID.
+func (c *Client) ours(metadata map[string]string) bool {
+	return metadata[MetadataNamespace] == c.namespace
 }
 
 // Get retrieves a PaymentIntent by ID. A PaymentIntent that does not exist
@@ -335,14 +383,17 @@ func (c *Client) FindByMessageID(ctx context.Context, messageID string) (*Charge
 	params := &stripe.PaymentIntentSearchParams{}
 	params.Context = ctx
 	params.Query = "metadata['message_id']:'" + quoteSearchValue(messageID) + "'"
+	if c.namespace != "" {
+		params.Query += " AND metadata['" + MetadataNamespace + "']:'" + quoteSearchValue(c.namespace) + "'"
+	}
 	params.Limit = stripe.Int64(maxSearchResults)
 
 	var best *stripe.PaymentIntent
 	it := c.api.PaymentIntents.Search(params)
 	for n := 0; n < maxSearchResults && it.Next(); n++ {
 		pi := it.PaymentIntent()
-		if pi.Metadata["message_id"] != messageID {
-			continue // defensive: only exact matches count
+		if pi.Metadata["message_id"] != messageID || !c.ours(pi.Metadata) {
+			continue // only exact matches, of this namespace, count
 		}
 		if best == nil || better(pi, best) {
 			best = pi
@@ -389,6 +440,7 @@ func toCharge(pi *stripe.PaymentIntent) *Charge {
 		Amount:          pi.Amount,
 		Currency:        string(pi.Currency),
 		MessageID:       pi.Metadata["message_id"],
+		Namespace:       pi.Metadata[MetadataNamespace],
 
 		CancellationReason: string(pi.CancellationReason),
 	}

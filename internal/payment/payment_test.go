@@ -115,7 +115,7 @@ func TestChargeParamsAreDeterministic(t *testing.T) {
 	req := chargeRequest("evt_1")
 	encode := func() string {
 		v := &form.Values{}
-		form.AppendTo(v, chargeParams(req))
+		form.AppendTo(v, chargeParams(req, ""))
 		return v.Encode()
 	}
 	first := encode()
@@ -131,13 +131,11 @@ func TestChargeParamsAreDeterministic(t *testing.T) {
 	if first != want {
 		t.Errorf("params:\n got %s\nwant %s", first, want)
 	}
-	if p := chargeParams(req); p.IdempotencyKey == nil || *p.IdempotencyKey != "payment:evt_1" {
-		t.Errorf("idempotency key = %v", p.IdempotencyKey)
-	}
+	// The Idempotency-Key is set by Charge, scoped (see namespace_test.go).
 
 	req.OrderID, req.CustomerRef, req.Currency = 0, "", "EUR"
 	v := &form.Values{}
-	form.AppendTo(v, chargeParams(req))
+	form.AppendTo(v, chargeParams(req, ""))
 	if got := v.Encode(); strings.Contains(got, "order_id") || strings.Contains(got, "description") || !strings.Contains(got, "currency=eur") {
 		t.Errorf("params = %s, want no order_id or description and currency=eur", got)
 	}

@@ -62,7 +62,7 @@ func (r *Refund) Failed() bool {
 }
 
 // Refund creates a Stripe Refund of req.PaymentIntentID under
-// req.IdempotencyKey. Stripe answers a repeat of the key with the first
+// req.IdempotencyKey, scoped by the Client's key namespace. Stripe answers a repeat of the key with the first
 // answer (Replayed), so a retried refund never refunds twice. Errors wrap an
 // *Error, classified like Charge's: a refusal (the amount is more than
 // what remains, the charge was disputed) is ClassInvalid.
@@ -70,7 +70,12 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (*Refund, error)
 	if err := req.validate(); err != nil {
 		return nil, fmt.Errorf("payment: refund: %w", err)
 	}
-	params := refundParams(req)
+	key, err := c.scope(req.IdempotencyKey)
+	if err != nil {
+		return nil, fmt.Errorf("payment: refund: %w", err)
+	}
+	params := refundParams(req, c.namespace)
+	params.SetIdempotencyKey(key)
 	params.Context = ctx
 	r, err := c.api.Refunds.New(params)
 	if err != nil {
@@ -79,9 +84,10 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (*Refund, error)
 	return toRefund(r), nil
 }
 
-// refundParams builds the Refund parameters for req. They depend on req
-// alone, so every attempt sends the same request.
-func refundParams(req RefundRequest) *stripe.RefundParams {
+// refundParams builds the Refund parameters for req under the key
+// namespace ns, without the idempotency key (Refund sets the scoped one).
+// They depend on req and ns alone, so every attempt sends the same request.
+func refundParams(req RefundRequest, ns string) *stripe.RefundParams {
 	params := &stripe.RefundParams{
 		PaymentIntent: stripe.String(req.PaymentIntentID),
 		Amount:        stripe.Int64(req.Amount),
@@ -93,7 +99,9 @@ func refundParams(req RefundRequest) *stripe.RefundParams {
 	if req.OrderID != 0 {
 		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
 	}
-	params.SetIdempotencyKey(req.IdempotencyKey)
+	if ns != "" {
+		params.AddMetadata(MetadataNamespace, ns)
+	}
 	return params
 }
 
@@ -104,7 +112,8 @@ const maxListedRefunds = 100
 // FindRefund looks for the refund a message made of a PaymentIntent, by
 // listing the PaymentIntent's refunds: unlike search, the list API is
 // strongly consistent, so "not found" right after an ambiguous answer means
-// no refund was created. It returns an error wrapping ErrNotFound when there
+// no refund was created. Only a refund of the Client's key namespace
+// counts. It returns an error wrapping ErrNotFound when there
 // is none.
 func (c *Client) FindRefund(ctx context.Context, paymentIntentID, messageID string) (*Refund, error) {
 	if paymentIntentID == "" || messageID == "" {
@@ -115,7 +124,7 @@ func (c *Client) FindRefund(ctx context.Context, paymentIntentID, messageID stri
 	params.Limit = stripe.Int64(maxListedRefunds)
 	it := c.api.Refunds.List(params)
 	for n := 0; n < maxListedRefunds && it.Next(); n++ {
-		if r := it.Refund(); r.Metadata["message_id"] == messageID {
+		if r := it.Refund(); r.Metadata["message_id"] == messageID && c.ours(r.Metadata) {
 			return toRefund(r), nil
 		}
 	}

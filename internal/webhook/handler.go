@@ -15,6 +15,7 @@ import (
 
 	"github.com/sendgrid/sendgrid-go/helpers/eventwebhook"
 
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/store"
 )
 
@@ -66,6 +67,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for SendGrid's timestamp. Default time.Now.
 	Now func() time.Time
+	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
+	// default. A Stripe account or a SendGrid account shared by several
+	// deployments sends every deployment's events to every endpoint: an
+	// event about an object effectively made (a PaymentIntent or Charge
+	// whose metadata names a message, a mail keyed "email:…") under
+	// another namespace (metadata[effectively_namespace] or
+	// custom_args.effectively_namespace, absent for none) is acknowledged
+	// and otherwise ignored, never recorded nor applied to the ledger.
+	Namespace string
 }
 
 // Enabled reports whether any route is on.
@@ -125,6 +135,9 @@ func New(st *store.Store, sig Signaler, m *Metrics, cfg Config) (*Handler, error
 	if cfg.StripeTolerance < 0 || cfg.SendGridTolerance < 0 || cfg.StripeMaxBody < 0 || cfg.SendGridMaxBody < 0 {
 		return nil, errors.New("webhook: tolerances and body caps must not be negative")
 	}
+	if err := identity.ValidateNamespace(cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("webhook: Namespace (EFFECTIVELY_KEY_NAMESPACE): %w", err)
+	}
 	h := &Handler{store: st, signal: sig, metrics: m, cfg: cfg, mux: http.NewServeMux()}
 	if cfg.SendGridPublicKey != "" {
 		key, err := eventwebhook.ConvertPublicKeyBase64ToECDSA(cfg.SendGridPublicKey)
@@ -178,6 +191,17 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, provider, resul
 		slog.String("provider", provider), slog.String("result", result), slog.Int("status", status),
 		slog.String("reason", reason), slog.String("remote", r.RemoteAddr), slog.Int64("content_length", r.ContentLength))
 	http.Error(w, result, status)
+}
+
+// ignoreForeign answers 200 to a request whose every event belongs to
+// another key namespace: nothing was recorded, and the provider must not
+// retry it.
+func (h *Handler) ignoreForeign(w http.ResponseWriter, r *http.Request, provider, reason string) {
+	h.metrics.count(provider, ResultForeign)
+	h.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "webhook event of another key namespace ignored",
+		slog.String("provider", provider), slog.String("reason", reason))
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"received":true}` + "\n"))
 }
 
 // accept answers 200 once what the request carried is committed.

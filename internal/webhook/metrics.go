@@ -21,6 +21,7 @@ const (
 	ResultTooLarge     = "too_large"     // body over the cap
 	ResultBadRequest   = "bad_request"   // verified but unusable (not JSON, no ID, wrong API version)
 	ResultError        = "error"         // our failure (database, signal): the provider retries
+	ResultForeign      = "foreign"       // verified, every event another key namespace's: acknowledged, nothing recorded
 )
 
 // Metrics holds the webhook counter. Build it once with NewMetrics.
@@ -34,7 +35,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_webhook_requests_total",
-		Help: "Provider webhook requests by provider (stripe, sendgrid) and result (accepted, duplicate, bad_signature, stale, too_large, bad_request, error).",
+		Help: "Provider webhook requests by provider (stripe, sendgrid) and result (accepted, duplicate, foreign, bad_signature, stale, too_large, bad_request, error).",
 	}, []string{"provider", "result"})
 	if reg != nil {
 		if err := reg.Register(c); err != nil {

@@ -13,12 +13,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/sendgrid/sendgrid-go/helpers/eventwebhook"
 
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/store"
 )
 
 // sendgridEvent is the part of one Event Webhook event effectively reads.
-// The mail's custom_args arrive as top-level fields; idempotency_key is the
-// one effectively sends (see internal/email).
+// The mail's custom_args arrive as top-level fields; idempotency_key and
+// effectively_namespace (email.ArgNamespace) are the ones effectively sends
+// (see internal/email).
 type sendgridEvent struct {
 	SGEventID      string `json:"sg_event_id"`
 	SGMessageID    string `json:"sg_message_id"`
@@ -26,6 +28,18 @@ type sendgridEvent struct {
 	Timestamp      int64  `json:"timestamp"`
 	Reason         string `json:"reason"`
 	IdempotencyKey string `json:"idempotency_key"`
+	Namespace      string `json:"effectively_namespace"`
+}
+
+// emailKeyPrefix begins the key of every mail effectively sends
+// (identity.EffectEmail).
+const emailKeyPrefix = string(identity.EffectEmail) + ":"
+
+// foreign reports whether ev is about a mail effectively sent under another
+// key namespace (Config.Namespace): another deployment's receipt, whose key
+// may well be one of ours too.
+func (h *Handler) foreign(ev sendgridEvent) bool {
+	return strings.HasPrefix(ev.IdempotencyKey, emailKeyPrefix) && ev.Namespace != h.cfg.Namespace
 }
 
 // maxEventIDLen bounds sg_event_id, which becomes an inbox message ID.
@@ -55,8 +69,12 @@ func (h *Handler) serveSendGrid(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctx := r.Context()
-	anyNew := false
+	anyNew, anyOurs := false, false
 	for i, ev := range events {
+		if h.foreign(ev) {
+			continue // not recorded: another deployment's endpoint records it
+		}
+		anyOurs = true
 		inserted, err := h.recordSendGrid(ctx, ev, raws[i])
 		if err != nil {
 			// The events before it are committed; SendGrid retries the
@@ -66,6 +84,10 @@ func (h *Handler) serveSendGrid(w http.ResponseWriter, r *http.Request) {
 		}
 		anyNew = anyNew || inserted
 	}
+	if !anyOurs && len(events) > 0 {
+		h.ignoreForeign(w, r, ProviderSendGrid, fmt.Sprintf("%d events of other key namespaces", len(events)))
+		return
+	}
 	h.accept(w, ProviderSendGrid, anyNew)
 }
 
@@ -73,7 +95,8 @@ func (h *Handler) serveSendGrid(w http.ResponseWriter, r *http.Request) {
 // receipt of ours, the receipt ledger.
 func (h *Handler) recordSendGrid(ctx context.Context, ev sendgridEvent, raw []byte) (bool, error) {
 	var res store.EmailEventResult
-	ours := strings.HasPrefix(ev.IdempotencyKey, "email:")
+	// The caller skipped other namespaces' mails.
+	ours := strings.HasPrefix(ev.IdempotencyKey, emailKeyPrefix)
 	inserted, err := h.store.RecordProviderEvent(ctx, store.ProviderEvent{
 		Consumer: ConsumerSendGrid, EventID: ev.SGEventID, Payload: raw, PayloadHash: sha256Hex(raw), Source: "webhook",
 	}, func(ctx context.Context, tx pgx.Tx) error {

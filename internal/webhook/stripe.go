@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/workflows"
 )
@@ -84,6 +86,10 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 			h.refuse(w, r, ProviderStripe, ResultBadRequest, "payment_intent event without a PaymentIntent")
 			return
 		}
+		if h.foreignStripe(pi.Metadata) {
+			h.ignoreForeign(w, r, ProviderStripe, "payment intent of key namespace "+strconv.Quote(pi.Metadata[payment.MetadataNamespace]))
+			return
+		}
 		pe = paymentEvent(ev, pi)
 		apply = func(ctx context.Context, tx pgx.Tx) error {
 			var err error
@@ -94,6 +100,10 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 		var ch stripeCharge
 		if err := json.Unmarshal(ev.Data.Raw, &ch); err != nil || ch.ID == "" {
 			h.refuse(w, r, ProviderStripe, ResultBadRequest, "charge.refunded event without a Charge")
+			return
+		}
+		if h.foreignStripe(ch.Metadata) {
+			h.ignoreForeign(w, r, ProviderStripe, "charge of key namespace "+strconv.Quote(ch.Metadata[payment.MetadataNamespace]))
 			return
 		}
 		apply = func(ctx context.Context, tx pgx.Tx) error {
@@ -183,6 +193,14 @@ func paymentEvent(ev stripe.Event, pi stripeIntent) *store.PaymentEvent {
 		}
 	}
 	return pe
+}
+
+// foreignStripe reports whether an object's metadata names a message of
+// another key namespace (Config.Namespace): another deployment's payment,
+// whose message ID may well be one of ours too. Objects that name no
+// message are not effectively's and are handled as before.
+func (h *Handler) foreignStripe(metadata map[string]string) bool {
+	return metadata["message_id"] != "" && metadata[payment.MetadataNamespace] != h.cfg.Namespace
 }
 
 // paymentKey is the ledger key of the message a PaymentIntent names in its

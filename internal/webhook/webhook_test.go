@@ -403,11 +403,18 @@ func TestStripeSignalFailures(t *testing.T) {
 // sendgridEnv builds an env with a SendGrid key.
 func sendgridEnv(t *testing.T, tolerance time.Duration, maxBody int64) (*env, func(body []byte, at time.Time) *httptest.ResponseRecorder) {
 	t.Helper()
+	return sendgridEnvWith(t, webhook.Config{SendGridTolerance: tolerance, SendGridMaxBody: maxBody})
+}
+
+// sendgridEnvWith builds an env with a SendGrid key and cfg.
+func sendgridEnvWith(t *testing.T, cfg webhook.Config) (*env, func(body []byte, at time.Time) *httptest.ResponseRecorder) {
+	t.Helper()
 	priv, pub, err := sendgridsim.GenerateWebhookKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, webhook.Config{SendGridPublicKey: pub, SendGridTolerance: tolerance, SendGridMaxBody: maxBody})
+	cfg.SendGridPublicKey = pub
+	e := newEnv(t, cfg)
 	post := func(body []byte, at time.Time) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, webhook.SendGridPath, bytes.NewReader(body))
 		if !at.IsZero() {
