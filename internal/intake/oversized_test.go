@@ -103,10 +103,12 @@ func TestOversizedLinesStayDistinct(t *testing.T) {
 }
 
 // TestConsumerQuarantinesOversizedMessages publishes oversized messages to
-// JetStream (the broker takes up to 1 MB): the consumer quarantines each as
-// too_large without keeping the whole, acks it, and starts nothing.
+// a stream without a message size limit of its own, as an operator's may be
+// (the broker takes up to 1 MB): the consumer quarantines each as too_large
+// without keeping the whole, acks it, and starts nothing.
 func TestConsumerQuarantinesOversizedMessages(t *testing.T) {
 	h := newHarness(t, nil)
+	h.j = testenv.NewJetStream(t, testenv.JetStreamOptions{MaxMsgSize: -1})
 	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
 	for _, m := range msgs {
 		h.j.Publish(t, []byte(m), "")
