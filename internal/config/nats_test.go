@@ -24,8 +24,8 @@ func TestNATSDefaults(t *testing.T) {
 		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 16 {
 		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
 	}
-	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour {
-		t.Fatalf("retention defaults: %s every %s", c.Retention, c.PruneEvery)
+	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour || c.QuarantineRetention != 30*24*time.Hour {
+		t.Fatalf("retention defaults: %s, quarantine %s, every %s", c.Retention, c.QuarantineRetention, c.PruneEvery)
 	}
 }
 
@@ -61,24 +61,26 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"unlimited max deliver":       {map[string]string{"NATS_MAX_DELIVER": "-1"}, "NATS_MAX_DELIVER"},
-		"max deliver not a number":    {map[string]string{"NATS_MAX_DELIVER": "many"}, "NATS_MAX_DELIVER"},
-		"max deliver under backoff":   {map[string]string{"NATS_MAX_DELIVER": "3"}, "NATS_BACKOFF"},
-		"bad backoff":                 {map[string]string{"NATS_BACKOFF": "1m,soon"}, "NATS_BACKOFF"},
-		"stream with a dot":           {map[string]string{"NATS_STREAM": "a.b"}, "NATS_STREAM"},
-		"consumer with a space":       {map[string]string{"NATS_CONSUMER": "a b"}, "NATS_CONSUMER"},
-		"subject with inner wildcard": {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
-		"empty subject token":         {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
-		"bad url":                     {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
-		"bad second url in a list":    {map[string]string{"NATS_URL": "nats://a:4222,user:pw@b:4222"}, "NATS_URL (URL 2 of 2)"},
-		"bad retention":               {map[string]string{"RETENTION": "a while"}, "RETENTION"},
-		"negative retention":          {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
-		"negative ack wait":           {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
-		"bad events prefix":           {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
-		"no handlers":                 {map[string]string{"NATS_HANDLERS": "0"}, "NATS_HANDLERS"},
-		"negative handlers":           {map[string]string{"NATS_HANDLERS": "-2"}, "NATS_HANDLERS"},
-		"handlers not a number":       {map[string]string{"NATS_HANDLERS": "lots"}, "NATS_HANDLERS"},
-		"no starters":                 {map[string]string{"NATS_STARTERS": "0"}, "NATS_STARTERS"},
+		"unlimited max deliver":         {map[string]string{"NATS_MAX_DELIVER": "-1"}, "NATS_MAX_DELIVER"},
+		"max deliver not a number":      {map[string]string{"NATS_MAX_DELIVER": "many"}, "NATS_MAX_DELIVER"},
+		"max deliver under backoff":     {map[string]string{"NATS_MAX_DELIVER": "3"}, "NATS_BACKOFF"},
+		"bad backoff":                   {map[string]string{"NATS_BACKOFF": "1m,soon"}, "NATS_BACKOFF"},
+		"stream with a dot":             {map[string]string{"NATS_STREAM": "a.b"}, "NATS_STREAM"},
+		"consumer with a space":         {map[string]string{"NATS_CONSUMER": "a b"}, "NATS_CONSUMER"},
+		"subject with inner wildcard":   {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
+		"empty subject token":           {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
+		"bad url":                       {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
+		"bad second url in a list":      {map[string]string{"NATS_URL": "nats://a:4222,user:pw@b:4222"}, "NATS_URL (URL 2 of 2)"},
+		"bad retention":                 {map[string]string{"RETENTION": "a while"}, "RETENTION"},
+		"negative retention":            {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
+		"bad quarantine retention":      {map[string]string{"QUARANTINE_RETENTION": "a while"}, "QUARANTINE_RETENTION"},
+		"negative quarantine retention": {map[string]string{"QUARANTINE_RETENTION": "-1h"}, "QUARANTINE_RETENTION"},
+		"negative ack wait":             {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
+		"bad events prefix":             {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
+		"no handlers":                   {map[string]string{"NATS_HANDLERS": "0"}, "NATS_HANDLERS"},
+		"negative handlers":             {map[string]string{"NATS_HANDLERS": "-2"}, "NATS_HANDLERS"},
+		"handlers not a number":         {map[string]string{"NATS_HANDLERS": "lots"}, "NATS_HANDLERS"},
+		"no starters":                   {map[string]string{"NATS_STARTERS": "0"}, "NATS_STARTERS"},
 	}
 	for name, tt := range tests {
 		m := map[string]string{}

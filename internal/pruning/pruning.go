@@ -70,7 +70,7 @@ func EnsureSchedule(ctx context.Context, c client.Client, cfg ScheduleConfig) (c
 		TaskQueue: cfg.TaskQueue,
 		// A run that cannot finish within a period is abandoned for the next.
 		WorkflowExecutionTimeout: max(cfg.Every, time.Hour),
-		StaticSummary:            "Delete processed-message, inbox and outbox rows older than the retention",
+		StaticSummary:            "Delete processed-message, inbox and outbox rows older than the retention, and quarantine rows older than the quarantine retention",
 	}
 	sc := c.ScheduleClient()
 	// Several workers starting at once race here: one creates, the others
