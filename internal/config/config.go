@@ -92,8 +92,9 @@ type Config struct {
 	Retention time.Duration
 	// QuarantineRetention is how long a quarantine row is kept after the
 	// last copy of its message arrived (QUARANTINE_RETENTION, a Go duration
-	// or a number of days). Default 720h (30 days). The worker refuses to
-	// start when it is shorter than the redelivery horizon.
+	// or a number of days). Default 720h (30 days), or Retention when that
+	// is longer. The worker refuses to start when it is shorter than the
+	// redelivery horizon.
 	QuarantineRetention time.Duration
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
 	// Default 1h.
@@ -200,7 +201,7 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 const DefaultRetention = 30 * 24 * time.Hour
 
 // DefaultQuarantineRetention is how long quarantine rows are kept when
-// QUARANTINE_RETENTION is not set.
+// QUARANTINE_RETENTION is not set (or RETENTION, when that is longer).
 const DefaultQuarantineRetention = 30 * 24 * time.Hour
 
 // DefaultDrainTimeout bounds the graceful shutdown when
@@ -344,7 +345,7 @@ func LoadEnv(env Env) (Config, error) {
 			EventsPrefix:    get("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix),
 		},
 		Retention:           durOr("RETENTION", DefaultRetention),
-		QuarantineRetention: durOr("QUARANTINE_RETENTION", DefaultQuarantineRetention),
+		QuarantineRetention: dur("QUARANTINE_RETENTION"),
 		PruneEvery:          durOr("PRUNE_EVERY", pruning.DefaultEvery),
 		WebhookAddr:         get("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082"),
 		Webhooks: webhook.Config{
@@ -358,6 +359,11 @@ func LoadEnv(env Env) (Config, error) {
 	}
 	if c.WebhookAddr == "off" {
 		c.WebhookAddr = ""
+	}
+	if c.QuarantineRetention == 0 {
+		// Unset: never shorter than RETENTION, so that a RETENTION raised
+		// past 30 days for a long horizon does not make the default refused.
+		c.QuarantineRetention = max(DefaultQuarantineRetention, c.Retention)
 	}
 	switch {
 	case get("EMAIL_RESEND_GRACE", "") != "":

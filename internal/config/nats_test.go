@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -26,6 +27,31 @@ func TestNATSDefaults(t *testing.T) {
 	}
 	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour || c.QuarantineRetention != 30*24*time.Hour {
 		t.Fatalf("retention defaults: %s, quarantine %s, every %s", c.Retention, c.QuarantineRetention, c.PruneEvery)
+	}
+}
+
+// TestQuarantineRetentionDefault: unset, QUARANTINE_RETENTION is 30 days or
+// RETENTION when that is longer, so that raising RETENTION for a long
+// horizon never gets the default refused; set, it is taken as given.
+func TestQuarantineRetentionDefault(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		want time.Duration
+	}{
+		{map[string]string{"RETENTION": "10d"}, 30 * 24 * time.Hour},
+		{map[string]string{"RETENTION": "60d"}, 60 * 24 * time.Hour},
+		{map[string]string{"RETENTION": "60d", "QUARANTINE_RETENTION": "7d"}, 7 * 24 * time.Hour},
+		{map[string]string{"QUARANTINE_RETENTION": "90d"}, 90 * 24 * time.Hour},
+	} {
+		m := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}
+		maps.Copy(m, tt.env)
+		c, err := Load(env(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.QuarantineRetention != tt.want {
+			t.Errorf("%v: quarantine retention %s, want %s", tt.env, c.QuarantineRetention, tt.want)
+		}
 	}
 }
 
