@@ -236,9 +236,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	policy.Quarantine = cfg.QuarantineRetention
-	if err := policy.CheckQuarantine(); err != nil {
-		return fmt.Errorf("%w: QUARANTINE_RETENTION: %w", errBadConfig, err)
+	if policy, err = pruning.WithQuarantine(policy, cfg.QuarantineRetention); err != nil {
+		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
 	logger.Info("retention is safe", "retention", policy.Keep.String(), "quarantine_retention", policy.Quarantine.String(), "horizon", policy.Horizon.String())
 	metrics.RegisterRetentionHeadroom(reg, policy.Keep, policy.Horizon.Total)

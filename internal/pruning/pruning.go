@@ -155,3 +155,18 @@ func Policy(ctx context.Context, c client.Client, namespace string, keep time.Du
 	}
 	return p, nil
 }
+
+// WithQuarantine returns p with the quarantine retention keep
+// (QUARANTINE_RETENTION). A keep shorter than p's horizon is refused with an
+// error naming the variable and both durations: the worker then refuses to
+// start, as it does for RETENTION.
+func WithQuarantine(p retention.Policy, keep time.Duration) (retention.Policy, error) {
+	p.Quarantine = keep
+	if keep <= 0 {
+		return retention.Policy{}, fmt.Errorf("QUARANTINE_RETENTION=%s: must be positive", keep)
+	}
+	if err := p.CheckQuarantine(); err != nil {
+		return retention.Policy{}, fmt.Errorf("QUARANTINE_RETENTION: %w", err)
+	}
+	return p, nil
+}
