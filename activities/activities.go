@@ -58,7 +58,8 @@ type Activities struct {
 	// absence is taken as proof that nothing was created. Default 5.
 	AmbiguousAttempts int32
 	// Retention is how long Prune keeps processed-message, inbox and outbox
-	// rows, with the horizon the worker checked it against at start. The
+	// rows (and quarantine rows: Retention.Quarantine), with the horizon the
+	// worker checked it against at start. The
 	// zero value makes Prune refuse to delete anything.
 	Retention retention.Policy
 	// KeyTrust is how long after the claim Stripe's idempotency keys are

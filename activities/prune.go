@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -31,14 +32,19 @@ type PruneInput struct {
 type PruneResult struct {
 	// Retention is the retention the rows were pruned with.
 	Retention string `json:"retention"`
+	// Quarantine is the quarantine retention the quarantine rows were
+	// pruned with; empty when they are kept for good.
+	Quarantine string `json:"quarantine,omitempty"`
 	// Deleted maps a table name to the rows deleted from it.
 	Deleted map[string]int64 `json:"deleted"`
 }
 
 // Prune deletes the processed-message rows, dispatched inbox rows and
-// published outbox rows older than the worker's retention, in batches, and
-// heartbeats after each batch. A pending inbox row or an unpublished outbox
-// event is never deleted.
+// published outbox rows older than the worker's retention, then the
+// quarantine rows whose last copy is older than the quarantine retention
+// (Retention.Quarantine; none when it is 0), in batches, and heartbeats
+// after each batch. A pending inbox row or an unpublished outbox event is
+// never deleted.
 //
 // The retention comes from the worker (Activities.Retention), which checked
 // it against the redelivery horizon at start; Prune checks it again and
@@ -61,9 +67,22 @@ func (a *Activities) Prune(ctx context.Context, in PruneInput) (PruneResult, err
 		}
 	}
 	logger := activity.GetLogger(ctx)
+	type target struct {
+		table string
+		age   time.Duration
+	}
+	targets := make([]target, 0, len(store.PruneTables)+1)
 	for _, table := range store.PruneTables {
+		targets = append(targets, target{table, a.Retention.Keep})
+	}
+	if a.Retention.Quarantine > 0 {
+		res.Quarantine = a.Retention.Quarantine.String()
+		targets = append(targets, target{store.PruneQuarantine, a.Retention.Quarantine})
+	}
+	for _, tg := range targets {
+		table := tg.table
 		for {
-			n, err := a.Store.Prune(ctx, table, a.Retention.Keep, batch)
+			n, err := a.Store.Prune(ctx, table, tg.age, batch)
 			if err != nil {
 				return res, fmt.Errorf("prune: %w", err)
 			}

@@ -236,7 +236,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	logger.Info("retention is safe", "retention", policy.Keep.String(), "horizon", policy.Horizon.String())
+	if policy, err = pruning.WithQuarantine(policy, cfg.QuarantineRetention); err != nil {
+		return fmt.Errorf("%w: %w", errBadConfig, err)
+	}
+	logger.Info("retention is safe", "retention", policy.Keep.String(), "quarantine_retention", policy.Quarantine.String(), "horizon", policy.Horizon.String())
 	metrics.RegisterRetentionHeadroom(reg, policy.Keep, policy.Horizon.Total)
 	metrics.RegisterBacklog(reg, st, 2*time.Second, logger)
 
@@ -429,7 +432,9 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 	}
 	// Streams the worker creates drop messages older than the retention, so
 	// that a replay of the stream never meets a message whose record was
-	// pruned. An existing stream is the broker owner's: warn only.
+	// pruned, and refuse a message larger than the intake accepts
+	// (intake.MaxStreamMsgSize). An existing stream is the broker owner's:
+	// warn only, never change it.
 	for _, spec := range []intake.StreamSpec{
 		{Name: n.JetStream.Stream, Subjects: []string{n.JetStream.Subject}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 		{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
@@ -439,12 +444,21 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 			return fail(err)
 		}
 		if created {
-			logger.Info("created stream", "stream", spec.Name, "subjects", spec.Subjects, "max_age", spec.MaxAge.String())
+			logger.Info("created stream", "stream", spec.Name, "subjects", spec.Subjects, "max_age", spec.MaxAge.String(),
+				"max_msg_size", intake.MaxStreamMsgSize)
 			continue
 		}
-		if info, err := s.Info(ctx); err == nil && (info.Config.MaxAge == 0 || info.Config.MaxAge > cfg.Retention) {
+		info, err := s.Info(ctx)
+		if err != nil {
+			continue
+		}
+		if info.Config.MaxAge == 0 || info.Config.MaxAge > cfg.Retention {
 			logger.Warn("stream keeps messages longer than the retention: replaying it through a new consumer would run messages whose records were pruned",
 				"stream", spec.Name, "max_age", info.Config.MaxAge.String(), "retention", cfg.Retention.String())
+		}
+		if intake.LooseMessageLimit(info.Config) {
+			logger.Warn("stream stores messages larger than the intake accepts: an oversized one is delivered and quarantined as too_large (size, SHA-256, first 1 KiB) instead of being refused by the broker; set the stream's max_msg_size",
+				"stream", spec.Name, "max_msg_size", info.Config.MaxMsgSize, "limit", intake.MaxStreamMsgSize)
 		}
 	}
 	jsCfg := n.JetStream

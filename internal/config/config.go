@@ -102,6 +102,12 @@ type Config struct {
 	// number of days such as 30d). Default 720h (30 days). The worker
 	// refuses to start when it is shorter than the redelivery horizon.
 	Retention time.Duration
+	// QuarantineRetention is how long a quarantine row is kept after the
+	// last copy of its message arrived (QUARANTINE_RETENTION, a Go duration
+	// or a number of days). Default 720h (30 days), or Retention when that
+	// is longer. The worker refuses to start when it is shorter than the
+	// redelivery horizon.
+	QuarantineRetention time.Duration
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
 	// Default 1h.
 	PruneEvery time.Duration
@@ -205,6 +211,10 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // DefaultRetention is how long records are kept when RETENTION is not set.
 const DefaultRetention = 30 * 24 * time.Hour
+
+// DefaultQuarantineRetention is how long quarantine rows are kept when
+// QUARANTINE_RETENTION is not set (or RETENTION, when that is longer).
+const DefaultQuarantineRetention = 30 * 24 * time.Hour
 
 // DefaultDrainTimeout bounds the graceful shutdown when
 // EFFECTIVELY_DRAIN_TIMEOUT is not set.
@@ -346,9 +356,10 @@ func LoadEnv(env Env) (Config, error) {
 			EventsStream:    get("NATS_EVENTS_STREAM", outbox.DefaultStream),
 			EventsPrefix:    get("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix),
 		},
-		Retention:   durOr("RETENTION", DefaultRetention),
-		PruneEvery:  durOr("PRUNE_EVERY", pruning.DefaultEvery),
-		WebhookAddr: get("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082"),
+		Retention:           durOr("RETENTION", DefaultRetention),
+		QuarantineRetention: dur("QUARANTINE_RETENTION"),
+		PruneEvery:          durOr("PRUNE_EVERY", pruning.DefaultEvery),
+		WebhookAddr:         get("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082"),
 		Webhooks: webhook.Config{
 			StripeSecrets:     list(get("STRIPE_WEBHOOK_SECRETS", "")),
 			StripeTolerance:   durOr("STRIPE_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
@@ -365,6 +376,11 @@ func LoadEnv(env Env) (Config, error) {
 	c.Stripe.Namespace, c.Email.Namespace, c.Webhooks.Namespace = c.KeyNamespace, c.KeyNamespace, c.KeyNamespace
 	if c.WebhookAddr == "off" {
 		c.WebhookAddr = ""
+	}
+	if c.QuarantineRetention == 0 {
+		// Unset: never shorter than RETENTION, so that a RETENTION raised
+		// past 30 days for a long horizon does not make the default refused.
+		c.QuarantineRetention = max(DefaultQuarantineRetention, c.Retention)
 	}
 	switch {
 	case get("EMAIL_RESEND_GRACE", "") != "":
@@ -468,6 +484,9 @@ func (c Config) validateBroker() []error {
 	var errs []error
 	if c.Retention <= 0 {
 		errs = append(errs, fmt.Errorf("RETENTION=%s: must be positive", c.Retention))
+	}
+	if c.QuarantineRetention <= 0 {
+		errs = append(errs, fmt.Errorf("QUARANTINE_RETENTION=%s: must be positive", c.QuarantineRetention))
 	}
 	if c.PruneEvery <= 0 {
 		errs = append(errs, fmt.Errorf("PRUNE_EVERY=%s: must be positive", c.PruneEvery))
@@ -639,6 +658,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("nats_handlers", c.NATS.JetStream.Handlers),
 		slog.Int("nats_starters", c.NATS.JetStream.Starters),
 		slog.String("retention", c.Retention.String()),
+		slog.String("quarantine_retention", c.QuarantineRetention.String()),
 		slog.String("temporal_address", base(c.Temporal.Options.HostPort, "localhost:7233")),
 		slog.String("temporal_namespace", base(c.Temporal.Options.Namespace, "default")),
 		slog.Bool("payload_encryption", c.Temporal.Keys != nil),

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,8 +25,33 @@ func TestNATSDefaults(t *testing.T) {
 		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 16 {
 		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
 	}
-	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour {
-		t.Fatalf("retention defaults: %s every %s", c.Retention, c.PruneEvery)
+	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour || c.QuarantineRetention != 30*24*time.Hour {
+		t.Fatalf("retention defaults: %s, quarantine %s, every %s", c.Retention, c.QuarantineRetention, c.PruneEvery)
+	}
+}
+
+// TestQuarantineRetentionDefault: unset, QUARANTINE_RETENTION is 30 days or
+// RETENTION when that is longer, so that raising RETENTION for a long
+// horizon never gets the default refused; set, it is taken as given.
+func TestQuarantineRetentionDefault(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		want time.Duration
+	}{
+		{map[string]string{"RETENTION": "10d"}, 30 * 24 * time.Hour},
+		{map[string]string{"RETENTION": "60d"}, 60 * 24 * time.Hour},
+		{map[string]string{"RETENTION": "60d", "QUARANTINE_RETENTION": "7d"}, 7 * 24 * time.Hour},
+		{map[string]string{"QUARANTINE_RETENTION": "90d"}, 90 * 24 * time.Hour},
+	} {
+		m := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}
+		maps.Copy(m, tt.env)
+		c, err := Load(env(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.QuarantineRetention != tt.want {
+			t.Errorf("%v: quarantine retention %s, want %s", tt.env, c.QuarantineRetention, tt.want)
+		}
 	}
 }
 
@@ -61,24 +87,26 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"unlimited max deliver":       {map[string]string{"NATS_MAX_DELIVER": "-1"}, "NATS_MAX_DELIVER"},
-		"max deliver not a number":    {map[string]string{"NATS_MAX_DELIVER": "many"}, "NATS_MAX_DELIVER"},
-		"max deliver under backoff":   {map[string]string{"NATS_MAX_DELIVER": "3"}, "NATS_BACKOFF"},
-		"bad backoff":                 {map[string]string{"NATS_BACKOFF": "1m,soon"}, "NATS_BACKOFF"},
-		"stream with a dot":           {map[string]string{"NATS_STREAM": "a.b"}, "NATS_STREAM"},
-		"consumer with a space":       {map[string]string{"NATS_CONSUMER": "a b"}, "NATS_CONSUMER"},
-		"subject with inner wildcard": {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
-		"empty subject token":         {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
-		"bad url":                     {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
-		"bad second url in a list":    {map[string]string{"NATS_URL": "nats://a:4222,user:pw@b:4222"}, "NATS_URL (URL 2 of 2)"},
-		"bad retention":               {map[string]string{"RETENTION": "a while"}, "RETENTION"},
-		"negative retention":          {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
-		"negative ack wait":           {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
-		"bad events prefix":           {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
-		"no handlers":                 {map[string]string{"NATS_HANDLERS": "0"}, "NATS_HANDLERS"},
-		"negative handlers":           {map[string]string{"NATS_HANDLERS": "-2"}, "NATS_HANDLERS"},
-		"handlers not a number":       {map[string]string{"NATS_HANDLERS": "lots"}, "NATS_HANDLERS"},
-		"no starters":                 {map[string]string{"NATS_STARTERS": "0"}, "NATS_STARTERS"},
+		"unlimited max deliver":         {map[string]string{"NATS_MAX_DELIVER": "-1"}, "NATS_MAX_DELIVER"},
+		"max deliver not a number":      {map[string]string{"NATS_MAX_DELIVER": "many"}, "NATS_MAX_DELIVER"},
+		"max deliver under backoff":     {map[string]string{"NATS_MAX_DELIVER": "3"}, "NATS_BACKOFF"},
+		"bad backoff":                   {map[string]string{"NATS_BACKOFF": "1m,soon"}, "NATS_BACKOFF"},
+		"stream with a dot":             {map[string]string{"NATS_STREAM": "a.b"}, "NATS_STREAM"},
+		"consumer with a space":         {map[string]string{"NATS_CONSUMER": "a b"}, "NATS_CONSUMER"},
+		"subject with inner wildcard":   {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
+		"empty subject token":           {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
+		"bad url":                       {map[string]string{"NATS_URL": "::"}, "NATS_URL"},
+		"bad second url in a list":      {map[string]string{"NATS_URL": "nats://a:4222,user:pw@b:4222"}, "NATS_URL (URL 2 of 2)"},
+		"bad retention":                 {map[string]string{"RETENTION": "a while"}, "RETENTION"},
+		"negative retention":            {map[string]string{"RETENTION": "-1h"}, "RETENTION"},
+		"bad quarantine retention":      {map[string]string{"QUARANTINE_RETENTION": "a while"}, "QUARANTINE_RETENTION"},
+		"negative quarantine retention": {map[string]string{"QUARANTINE_RETENTION": "-1h"}, "QUARANTINE_RETENTION"},
+		"negative ack wait":             {map[string]string{"NATS_ACK_WAIT": "-1s"}, "NATS_ACK_WAIT"},
+		"bad events prefix":             {map[string]string{"NATS_EVENTS_PREFIX": "a.>"}, "NATS_EVENTS_PREFIX"},
+		"no handlers":                   {map[string]string{"NATS_HANDLERS": "0"}, "NATS_HANDLERS"},
+		"negative handlers":             {map[string]string{"NATS_HANDLERS": "-2"}, "NATS_HANDLERS"},
+		"handlers not a number":         {map[string]string{"NATS_HANDLERS": "lots"}, "NATS_HANDLERS"},
+		"no starters":                   {map[string]string{"NATS_STARTERS": "0"}, "NATS_STARTERS"},
 	}
 	for name, tt := range tests {
 		m := map[string]string{}

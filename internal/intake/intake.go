@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -245,14 +246,23 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 	return rec, nil
 }
 
-// reject quarantines a message that cannot be processed.
+// reject quarantines a message that cannot be processed. A raw longer than
+// message.MaxSize (a delivery quarantined after its last try by a stream
+// without a size limit of its own, say) is kept like a too_large message:
+// its first message.OversizedPrefix bytes, its size and the SHA-256 of the
+// whole, under reason. No quarantine row ever holds more than
+// message.MaxSize bytes.
 func (in *Intake) reject(ctx context.Context, raw []byte, source, consumer, messageID, reason string, cause error) (Result, error) {
-	if messageID == "" {
-		messageID = looseID(raw)
+	q := store.QuarantineEntry{Source: source, Consumer: consumer, MessageID: messageID, Raw: raw, Reason: reason, Detail: cause.Error()}
+	if len(raw) > message.MaxSize {
+		sum := sha256.Sum256(raw)
+		q.Raw, q.Size, q.SHA256 = raw[:message.OversizedPrefix], int64(len(raw)), hex.EncodeToString(sum[:])
+		return in.quarantine(ctx, q)
 	}
-	return in.quarantine(ctx, store.QuarantineEntry{
-		Source: source, Consumer: consumer, MessageID: messageID, Raw: raw, Reason: reason, Detail: cause.Error(),
-	})
+	if q.MessageID == "" {
+		q.MessageID = looseID(raw)
+	}
+	return in.quarantine(ctx, q)
 }
 
 // quarantine keeps q and reports it as an invalid message.

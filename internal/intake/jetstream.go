@@ -562,6 +562,19 @@ func (c *Consumer) quarantineLast(ctx context.Context, msg jetstream.Msg, md *je
 	}
 }
 
+// StreamHeaderAllowance is the room a stream the worker creates leaves for
+// a message's NATS headers (Nats-Msg-Id, Nats-Expected-Stream, traceparent,
+// tracestate) on top of message.MaxSize: the server counts headers and
+// payload together against a stream's MaxMsgSize.
+const StreamHeaderAllowance = 4 << 10
+
+// MaxStreamMsgSize is the MaxMsgSize of the streams the worker creates:
+// the intake's message limit (message.MaxSize) plus the header allowance.
+// The broker then refuses a larger publish outright, so that neither the
+// stream nor the consumer ever holds a message the intake would only
+// quarantine as too_large.
+const MaxStreamMsgSize = message.MaxSize + StreamHeaderAllowance
+
 // StreamSpec describes a stream EnsureStream creates when it is missing.
 type StreamSpec struct {
 	// Name of the stream.
@@ -575,6 +588,12 @@ type StreamSpec struct {
 	// it to the retention, so that a replay of the stream (a new consumer,
 	// or a reset one) never meets a message whose record was pruned.
 	MaxAge time.Duration
+	// MaxMsgSize is the largest message (headers and payload) the stream
+	// stores; the server refuses a larger publish. Default
+	// MaxStreamMsgSize; -1 sets no limit of the stream's own (the server's
+	// max_payload still applies), for tests of what an operator's unbounded
+	// stream delivers.
+	MaxMsgSize int32
 }
 
 // EnsureStream returns the stream spec.Name, creating it from spec when it
@@ -591,6 +610,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 	if spec.Duplicates <= 0 {
 		spec.Duplicates = DefaultDuplicateWindow
 	}
+	if spec.MaxMsgSize == 0 {
+		spec.MaxMsgSize = MaxStreamMsgSize
+	}
 	s, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:       spec.Name,
 		Subjects:   spec.Subjects,
@@ -598,6 +620,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		Retention:  jetstream.LimitsPolicy,
 		Duplicates: spec.Duplicates,
 		MaxAge:     spec.MaxAge,
+		MaxMsgSize: spec.MaxMsgSize,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// Another worker created it a moment ago.
@@ -608,6 +631,16 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		return nil, false, fmt.Errorf("create stream %s: %w", spec.Name, err)
 	}
 	return s, true, nil
+}
+
+// LooseMessageLimit reports whether a stream configured as c stores
+// messages larger than MaxStreamMsgSize, or has no size limit of its own.
+// EnsureStream leaves such an existing stream as it is (it is the broker
+// owner's); the worker warns about it, since an oversized message then
+// reaches the consumer, which quarantines it as too_large by its size,
+// digest and first bytes.
+func LooseMessageLimit(c jetstream.StreamConfig) bool {
+	return c.MaxMsgSize <= 0 || c.MaxMsgSize > MaxStreamMsgSize
 }
 
 // PublishSubject returns the subject a message of type typ is published on

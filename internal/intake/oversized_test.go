@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -103,10 +104,12 @@ func TestOversizedLinesStayDistinct(t *testing.T) {
 }
 
 // TestConsumerQuarantinesOversizedMessages publishes oversized messages to
-// JetStream (the broker takes up to 1 MB): the consumer quarantines each as
-// too_large without keeping the whole, acks it, and starts nothing.
+// a stream without a message size limit of its own, as an operator's may be
+// (the broker takes up to 1 MB): the consumer quarantines each as too_large
+// without keeping the whole, acks it, and starts nothing.
 func TestConsumerQuarantinesOversizedMessages(t *testing.T) {
 	h := newHarness(t, nil)
+	h.j = testenv.NewJetStream(t, testenv.JetStreamOptions{MaxMsgSize: -1})
 	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
 	for _, m := range msgs {
 		h.j.Publish(t, []byte(m), "")
@@ -125,5 +128,46 @@ func TestConsumerQuarantinesOversizedMessages(t *testing.T) {
 	h.checkOversizedRows(t, msgs)
 	if n := len(h.tc.starts()); n != 0 {
 		t.Errorf("%d workflows started for oversized messages", n)
+	}
+}
+
+// TestEveryQuarantinePathIsBounded: whatever path quarantines a message
+// that is not too_large by decode — a delivery past max deliver from a
+// stream without a size limit, an inbox row that no longer decodes — a raw
+// over message.MaxSize keeps only its prefix, with its size and the SHA-256
+// of the whole; a bad message within the limit is kept whole.
+func TestEveryQuarantinePathIsBounded(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	big := oversizedMsg("evt_big_deliver")
+	for reason, raw := range map[string]string{store.ReasonMaxDeliver: big, store.ReasonInvalid: oversizedMsg("evt_big_inbox")} {
+		res, err := intake.Reject(h.in, ctx, []byte(raw), intake.SourceJetStream, "", "", reason, errors.New("test"))
+		if err != nil || res.Status != intake.StatusInvalid {
+			t.Fatalf("reject %s: %v, %v", reason, res.Status, err)
+		}
+	}
+	// At the limit: kept whole.
+	atLimit := `{"id":"evt_at_limit","type":"order.placed","data":{"pad":"` + strings.Repeat("p", message.MaxSize) + `"}}`
+	atLimit = atLimit[:message.MaxSize]
+	if _, err := intake.Reject(h.in, ctx, []byte(atLimit), "inbox", "orders", "evt_at_limit", store.ReasonInvalid, errors.New("test")); err != nil {
+		t.Fatal(err)
+	}
+	rows := h.quarantineRows(t)
+	if len(rows) != 3 {
+		t.Fatalf("%d quarantine rows, want 3", len(rows))
+	}
+	for _, r := range rows {
+		if len(r.Raw) > message.MaxSize {
+			t.Errorf("row %s keeps %d bytes, over the limit %d", r.Reason, len(r.Raw), message.MaxSize)
+		}
+	}
+	bigSum := sha256.Sum256([]byte(big))
+	r := rows[hex.EncodeToString(bigSum[:])]
+	if r.Reason != store.ReasonMaxDeliver || r.Size != int64(len(big)) || string(r.Raw) != big[:message.OversizedPrefix] {
+		t.Errorf("oversized row: reason %s, size %d, %d bytes kept; want max_deliver, size %d and the first %d bytes", r.Reason, r.Size, len(r.Raw), len(big), message.OversizedPrefix)
+	}
+	limitSum := sha256.Sum256([]byte(atLimit))
+	if r := rows[hex.EncodeToString(limitSum[:])]; string(r.Raw) != atLimit || r.Size != message.MaxSize {
+		t.Errorf("row at the limit keeps %d of %d bytes (size %d), want it whole", len(r.Raw), message.MaxSize, r.Size)
 	}
 }

@@ -70,7 +70,7 @@ func EnsureSchedule(ctx context.Context, c client.Client, cfg ScheduleConfig) (c
 		TaskQueue: cfg.TaskQueue,
 		// A run that cannot finish within a period is abandoned for the next.
 		WorkflowExecutionTimeout: max(cfg.Every, time.Hour),
-		StaticSummary:            "Delete processed-message, inbox and outbox rows older than the retention",
+		StaticSummary:            "Delete processed-message, inbox and outbox rows older than the retention, and quarantine rows older than the quarantine retention",
 	}
 	sc := c.ScheduleClient()
 	// Several workers starting at once race here: one creates, the others
@@ -152,6 +152,21 @@ func Policy(ctx context.Context, c client.Client, namespace string, keep time.Du
 	p := retention.Policy{Keep: keep, Horizon: h}
 	if err := p.Check(); err != nil {
 		return retention.Policy{}, fmt.Errorf("RETENTION: %w", err)
+	}
+	return p, nil
+}
+
+// WithQuarantine returns p with the quarantine retention keep
+// (QUARANTINE_RETENTION). A keep shorter than p's horizon is refused with an
+// error naming the variable and both durations: the worker then refuses to
+// start, as it does for RETENTION.
+func WithQuarantine(p retention.Policy, keep time.Duration) (retention.Policy, error) {
+	p.Quarantine = keep
+	if keep <= 0 {
+		return retention.Policy{}, fmt.Errorf("QUARANTINE_RETENTION=%s: must be positive", keep)
+	}
+	if err := p.CheckQuarantine(); err != nil {
+		return retention.Policy{}, fmt.Errorf("QUARANTINE_RETENTION: %w", err)
 	}
 	return p, nil
 }

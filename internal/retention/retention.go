@@ -126,11 +126,16 @@ func Compute(in Inputs) (Horizon, error) {
 type Policy struct {
 	// Keep is how long records are kept (RETENTION).
 	Keep time.Duration
+	// Quarantine is how long a quarantine row is kept after the last copy
+	// of its message arrived (QUARANTINE_RETENTION); 0 keeps quarantine
+	// rows for good.
+	Quarantine time.Duration
 	// Horizon is the shortest safe retention.
 	Horizon Horizon
 }
 
-// Check refuses a retention shorter than the horizon, naming both.
+// Check refuses a retention (or a set quarantine retention) shorter than
+// the horizon, naming both.
 func (p Policy) Check() error {
 	if p.Keep <= 0 {
 		return fmt.Errorf("retention %s must be positive", p.Keep)
@@ -138,6 +143,22 @@ func (p Policy) Check() error {
 	if p.Keep < p.Horizon.Total {
 		return fmt.Errorf("retention %s is shorter than the safe horizon %s: a redelivered copy could arrive after its record was pruned and run again",
 			p.Keep, p.Horizon)
+	}
+	return p.CheckQuarantine()
+}
+
+// CheckQuarantine refuses a quarantine retention shorter than the horizon,
+// naming both: a copy of a quarantined message can arrive as long as a
+// copy of any message can, and it must find the row that recognises it (and
+// counts it) rather than open a new one with its history of copies and
+// retries forgotten. 0 (never pruned) passes.
+func (p Policy) CheckQuarantine() error {
+	switch {
+	case p.Quarantine < 0:
+		return fmt.Errorf("quarantine retention %s must not be negative", p.Quarantine)
+	case p.Quarantine > 0 && p.Quarantine < p.Horizon.Total:
+		return fmt.Errorf("quarantine retention %s is shorter than the safe horizon %s: a redelivered copy of a quarantined message could arrive after its row was pruned and be quarantined again as a new entry",
+			p.Quarantine, p.Horizon)
 	}
 	return nil
 }

@@ -100,6 +100,39 @@ func TestPolicyCheck(t *testing.T) {
 	}
 }
 
+func TestPolicyCheckQuarantine(t *testing.T) {
+	h, err := Compute(Inputs{Redelivery: &Redelivery{AckWait: time.Minute, MaxDeliver: 5}, DuplicateWindow: 2 * time.Minute, NamespaceRetention: 72 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		quarantine time.Duration
+		ok         bool
+	}{
+		{30 * 24 * time.Hour, true},
+		{h.Total, true},
+		{0, true}, // never pruned
+		{h.Total - time.Second, false},
+		{time.Hour, false},
+		{-time.Hour, false},
+	}
+	for _, tt := range tests {
+		p := Policy{Keep: 30 * 24 * time.Hour, Quarantine: tt.quarantine, Horizon: h}
+		err := p.CheckQuarantine()
+		if (err == nil) != tt.ok {
+			t.Errorf("quarantine %s: err = %v, want ok %v", tt.quarantine, err, tt.ok)
+		}
+		if cerr := p.Check(); (cerr == nil) != tt.ok {
+			t.Errorf("quarantine %s: Check = %v, want ok %v", tt.quarantine, cerr, tt.ok)
+		}
+		if err != nil && tt.quarantine > 0 {
+			if !strings.Contains(err.Error(), "quarantine retention "+tt.quarantine.String()) || !strings.Contains(err.Error(), h.Total.String()) {
+				t.Errorf("quarantine %s: error %q does not name both %s and %s", tt.quarantine, err, tt.quarantine, h.Total)
+			}
+		}
+	}
+}
+
 func ExamplePolicy_Check() {
 	h, _ := Compute(Inputs{
 		Redelivery:         &Redelivery{MaxDeliver: 5, BackOff: []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute}},

@@ -11,6 +11,9 @@ const (
 	PruneProcessedMessages = "processed_messages"
 	PruneInbox             = "inbox"
 	PruneOutbox            = "outbox"
+	// PruneQuarantine is pruned past the quarantine retention, not the
+	// retention; it is not in PruneTables.
+	PruneQuarantine = "quarantine"
 )
 
 // pruneQueries delete at most $2 rows older than $1 seconds, by the
@@ -36,10 +39,18 @@ var pruneQueries = map[string]string{
 			SELECT event_id FROM outbox
 			 WHERE published_at < now() - make_interval(secs => $1)
 			 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+	// A quarantine row ages from the last copy of its message: a message
+	// that keeps arriving keeps its row, which recognises and counts it.
+	PruneQuarantine: `
+		DELETE FROM quarantine WHERE id IN (
+			SELECT id FROM quarantine
+			 WHERE last_seen_at < now() - make_interval(secs => $1)
+			   AND received_at < now() - make_interval(secs => $1)
+			 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 }
 
-// PruneTables lists the tables Prune accepts, in the order a pruning run
-// visits them.
+// PruneTables lists the record tables, pruned past the retention, in the
+// order a pruning run visits them. Prune also accepts PruneQuarantine.
 var PruneTables = []string{PruneProcessedMessages, PruneInbox, PruneOutbox}
 
 // Prune deletes up to limit rows of table that are older than olderThan and

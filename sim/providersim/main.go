@@ -27,23 +27,24 @@ func main() {
 	stripeAddr := flag.String("stripe-addr", ":12111", "listen address of the Stripe simulator")
 	sendgridAddr := flag.String("sendgrid-addr", ":12112", "listen address of the SendGrid simulator")
 	latency := flag.Duration("latency", 0, "latency added to every provider API request")
+	maxObjects := flag.Int("max-objects", 0, "objects each simulator keeps (PaymentIntents, Refunds, idempotency keys, recorded mails), the oldest forgotten past it; 0 for the default (1,000,000)")
 	flag.Parse()
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, logger, *stripeAddr, *sendgridAddr, *latency); err != nil {
+	if err := run(ctx, logger, *stripeAddr, *sendgridAddr, *latency, *maxObjects); err != nil {
 		logger.Error("providersim stopped", "error", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, logger *slog.Logger, stripeAddr, sendgridAddr string, latency time.Duration) error {
+func run(ctx context.Context, logger *slog.Logger, stripeAddr, sendgridAddr string, latency time.Duration, maxObjects int) error {
 	servers := []struct {
 		name, addr string
 		h          http.Handler
 	}{
-		{"stripe", stripeAddr, stripesim.New(stripesim.Options{Latency: latency, Logger: logger.With("sim", "stripe")})},
-		{"sendgrid", sendgridAddr, sendgridsim.New(sendgridsim.Options{Latency: latency, Logger: logger.With("sim", "sendgrid")})},
+		{"stripe", stripeAddr, stripesim.New(stripesim.Options{Latency: latency, Logger: logger.With("sim", "stripe"), MaxObjects: maxObjects, MaxIdempotencyKeys: maxObjects})},
+		{"sendgrid", sendgridAddr, sendgridsim.New(sendgridsim.Options{Latency: latency, Logger: logger.With("sim", "sendgrid"), MaxMessages: maxObjects})},
 	}
 	errc := make(chan error, len(servers))
 	var running []*http.Server

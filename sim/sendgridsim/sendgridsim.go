@@ -32,7 +32,7 @@
 // The same handler serves a control API, for tests in other processes:
 //
 //	GET    /_sim/stats     Stats: {"deliveries":1,"deliveries_by_key":{"email:evt_1":1},"requests":1,...}
-//	GET    /_sim/messages  the delivered mails, a JSON array of Delivered
+//	GET    /_sim/messages  the delivered mails (the last Options.MaxMessages), a JSON array of Delivered
 //	GET    /_sim/faults    the active faults: {"faults":[{...,"times":2,"remaining":1}]}
 //	POST   /_sim/faults    add a Fault: {"match":{"message_id":"evt_1"},"kind":"lost_after","times":1} (201)
 //	DELETE /_sim/faults    remove every fault: {"ok":true}
@@ -42,6 +42,14 @@
 //
 // Control errors answer 400 with {"error":"…"}; unknown members are errors,
 // so that a misspelled fault fails loudly.
+//
+// # Bounds
+//
+// The recorded mails are bounded by Options.MaxMessages (default a
+// million), the oldest forgotten first; Stats count every delivery since the
+// last reset (DeliveriesByKey holds one entry per idempotency key). The
+// Event Webhook queue holds at most WebhookConfig.QueueSize deliveries
+// (default 4096); a delivery that finds it full is dropped and counted.
 //
 // A Server is safe for concurrent use.
 package sendgridsim
@@ -66,6 +74,10 @@ import (
 // a mail, attachments included, to 30 MB.
 const MaxBodyBytes = 30 << 20
 
+// DefaultMaxMessages is how many delivered mails a Server records when
+// Options.MaxMessages is zero: far more than a bench or soak run sends.
+const DefaultMaxMessages = 1_000_000
+
 // MailSendPath is the path of the simulated Mail Send endpoint.
 const MailSendPath = "/v3/mail/send"
 
@@ -79,6 +91,10 @@ type Options struct {
 	// APIKey, when not empty, is the only API key accepted. When empty, any
 	// key of the form "SG.…" is accepted.
 	APIKey string
+	// MaxMessages bounds the delivered mails recorded (Messages, GET
+	// /_sim/messages): past it the oldest is forgotten. Stats still count
+	// every delivery. Zero means DefaultMaxMessages.
+	MaxMessages int
 }
 
 // Stats counts what a Server has seen since it was created or last reset.
@@ -131,7 +147,8 @@ type Server struct {
 	latency     time.Duration
 	faults      simfault.List[Match] // locks itself
 	stats       Stats
-	messages    []Delivered
+	messages    []Delivered // oldest first, at most maxMessages
+	maxMessages int
 
 	hooks atomic.Pointer[webhooks] // Event Webhook, when started (webhooks.go)
 }
@@ -146,7 +163,11 @@ func New(opts Options) *Server {
 		log:         logger,
 		apiKey:      opts.APIKey,
 		baseLatency: max(opts.Latency, 0),
+		maxMessages: opts.MaxMessages,
 		mux:         http.NewServeMux(),
+	}
+	if s.maxMessages <= 0 {
+		s.maxMessages = DefaultMaxMessages
 	}
 	s.resetLocked()
 	s.mux.HandleFunc("POST "+MailSendPath, s.handleMailSend)
@@ -191,7 +212,8 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Messages returns a copy of the delivered mails, oldest first.
+// Messages returns a copy of the delivered mails, oldest first: the last
+// Options.MaxMessages of them.
 func (s *Server) Messages() []Delivered {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -316,6 +338,10 @@ func (s *Server) deliver(ctx context.Context, m *parsedMail) string {
 		Time:       time.Now().UTC(),
 	})
 	s.emitLocked(s.messages[len(s.messages)-1])
+	if len(s.messages) > s.maxMessages {
+		s.messages[0] = Delivered{}
+		s.messages = s.messages[1:]
+	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, "sendgridsim: mail delivered",
 		slog.String("x_message_id", id), slog.String("idempotency_key", m.idempotencyKey),
 		slog.Int("deliveries_for_key", s.stats.DeliveriesByKey[m.idempotencyKey]))

@@ -50,6 +50,20 @@
 // POST requests without a key are executed every time. Every PaymentIntent
 // that reaches status succeeded counts as one charge in Stats.
 //
+// # Bounds
+//
+// The simulator's memory is bounded. It keeps at most Options.MaxObjects
+// PaymentIntents and as many Refunds (default DefaultMaxObjects, a million)
+// and forgets the oldest past that: retrieve answers 404 resource_missing
+// for a forgotten object, list and search no longer return it, and it can
+// no longer be refunded. Idempotency keys expire after Options.KeyTTL (24
+// hours, like Stripe's) and at most Options.MaxIdempotencyKeys are kept
+// (default a million): past that the oldest settled key is forgotten and a
+// request reusing it executes again, as after its expiry. A key whose first
+// request is still executing is never forgotten. Stats are counters, not
+// objects: they count everything since the last reset (ChargesByMessage
+// and RefundsByMessage hold one entry per message ID).
+//
 // # Faults
 //
 // AddFault (or POST /_sim/faults) makes matching requests misbehave:

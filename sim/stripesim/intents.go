@@ -276,6 +276,7 @@ func (s *Server) create(form url.Values) (operation, *apiError) {
 		}
 		s.intents[pi.ID] = pi
 		s.order = append(s.order, pi)
+		s.evictIntentsLocked()
 		if req.confirm {
 			return s.attemptLocked(pi, requestID)
 		}

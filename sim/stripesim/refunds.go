@@ -121,6 +121,7 @@ func (s *Server) createRefund(form url.Values) (operation, *apiError) {
 		s.refunds[r.ID] = r
 		s.refundOrder = append(s.refundOrder, r)
 		s.refunded[pi.ID] += amount
+		s.evictRefundsLocked()
 		s.stats.Refunds++
 		s.stats.RefundedAmount += amount
 		if msg := md["message_id"]; msg != "" {

@@ -21,6 +21,15 @@ import (
 // zero. Stripe keeps them for at least 24 hours.
 const DefaultKeyTTL = 24 * time.Hour
 
+// DefaultMaxObjects is how many PaymentIntents, and how many Refunds, a
+// Server keeps when Options.MaxObjects is zero: far more than a bench or
+// soak run creates, so that they never meet an eviction.
+const DefaultMaxObjects = 1_000_000
+
+// DefaultMaxIdempotencyKeys is how many idempotency keys a Server keeps
+// when Options.MaxIdempotencyKeys is zero.
+const DefaultMaxIdempotencyKeys = 1_000_000
+
 // MaxIdempotencyKeyLen is the longest Idempotency-Key Stripe accepts.
 const MaxIdempotencyKeyLen = 255
 
@@ -45,6 +54,17 @@ type Options struct {
 	// it at once. Zero means DefaultSearchLag (a minute); NoSearchLag makes
 	// Search see it at once.
 	SearchLag time.Duration
+	// MaxObjects bounds the PaymentIntents kept, and separately the
+	// Refunds: past it the oldest one is forgotten (retrieve answers 404
+	// resource_missing for it, and list and search no longer return it).
+	// Zero means DefaultMaxObjects. Stats are counters and are not
+	// affected.
+	MaxObjects int
+	// MaxIdempotencyKeys bounds the idempotency keys kept besides their
+	// KeyTTL expiry: past it the oldest settled key is forgotten, and a
+	// reuse of it executes as a new request. Zero means
+	// DefaultMaxIdempotencyKeys.
+	MaxIdempotencyKeys int
 	// ProcessingDelay is how long a PaymentIntent confirmed with
 	// pm_card_processing (or pm_card_processingDeclined) stays processing
 	// before it settles by itself, seen at the next read of it. Zero means
@@ -106,7 +126,11 @@ type Server struct {
 	intents   map[string]*paymentIntent
 	order     []*paymentIntent // creation order
 	keys      map[string]*keyEntry
-	reserved  int // reservations since the last sweep of expired keys
+	keyOrder  []keyRef // keys by reservation, oldest first; may hold stale refs
+	reserved  int      // reservations since the last sweep of expired keys
+	// maxObjects and maxKeys are the bounds of Options.
+	maxObjects int
+	maxKeys    int
 	// Refunds: by ID, in creation order, and the amount refunded per
 	// PaymentIntent.
 	refunds     map[string]*refund
@@ -115,6 +139,13 @@ type Server struct {
 	stats       Stats
 
 	hooks atomic.Pointer[webhooks] // signed events, when started (webhooks.go)
+}
+
+// keyRef names a key in keyOrder. It is stale once s.keys[key] is no
+// longer entry (the key expired, was released or evicted).
+type keyRef struct {
+	key   string
+	entry *keyEntry
 }
 
 // keyEntry is the idempotency layer's record of one key.
@@ -137,6 +168,14 @@ func New(opts Options) *Server {
 
 		processingDelay: opts.ProcessingDelay,
 		searchLag:       opts.SearchLag,
+		maxObjects:      opts.MaxObjects,
+		maxKeys:         opts.MaxIdempotencyKeys,
+	}
+	if s.maxObjects <= 0 {
+		s.maxObjects = DefaultMaxObjects
+	}
+	if s.maxKeys <= 0 {
+		s.maxKeys = DefaultMaxIdempotencyKeys
 	}
 	switch {
 	case s.searchLag == 0:
@@ -190,6 +229,7 @@ func (s *Server) resetLocked() {
 	s.intents = make(map[string]*paymentIntent)
 	s.order = nil
 	s.keys = make(map[string]*keyEntry)
+	s.keyOrder = nil
 	s.reserved = 0
 	s.refunds = make(map[string]*refund)
 	s.refundOrder = nil
@@ -367,11 +407,14 @@ func (s *Server) reserve(key string, hash [sha256.Size]byte, requestID string) (
 	entry, ok := s.keys[key]
 	switch {
 	case !ok:
-		s.keys[key] = &keyEntry{hash: hash, inFlight: true, requestID: requestID, created: now}
+		entry = &keyEntry{hash: hash, inFlight: true, requestID: requestID, created: now}
+		s.keys[key] = entry
+		s.keyOrder = append(s.keyOrder, keyRef{key, entry})
 		s.reserved++
 		if s.reserved >= 256 {
 			s.sweepLocked(now)
 		}
+		s.evictKeysLocked()
 		return nil, nil
 	case entry.hash != hash:
 		s.stats.IdempotencyErrors++
@@ -418,7 +461,8 @@ func (s *Server) saveLocked(key string, resp response) {
 	entry.created = s.now()
 }
 
-// sweepLocked drops expired keys. s.mu must be held.
+// sweepLocked drops expired keys, and the stale references to them in
+// keyOrder. s.mu must be held.
 func (s *Server) sweepLocked(now time.Time) {
 	s.reserved = 0
 	for key, entry := range s.keys {
@@ -426,6 +470,66 @@ func (s *Server) sweepLocked(now time.Time) {
 			delete(s.keys, key)
 		}
 	}
+	if len(s.keyOrder) > 2*len(s.keys)+256 {
+		live := make([]keyRef, 0, len(s.keys))
+		for _, ref := range s.keyOrder {
+			if s.keys[ref.key] == ref.entry {
+				live = append(live, ref)
+			}
+		}
+		s.keyOrder = live
+	}
+}
+
+// evictKeysLocked forgets the oldest settled keys while more than maxKeys
+// are kept. A key whose request is still in flight is not forgotten (a
+// concurrent retry must still meet the 409): it goes to the back of the
+// line. s.mu must be held.
+func (s *Server) evictKeysLocked() {
+	for tries := len(s.keyOrder); len(s.keys) > s.maxKeys && tries > 0 && len(s.keyOrder) > 0; tries-- {
+		ref := s.keyOrder[0]
+		s.keyOrder[0] = keyRef{}
+		s.keyOrder = s.keyOrder[1:]
+		switch {
+		case s.keys[ref.key] != ref.entry: // stale
+		case ref.entry.inFlight:
+			s.keyOrder = append(s.keyOrder, ref)
+		default:
+			delete(s.keys, ref.key)
+		}
+	}
+}
+
+// evictIntentsLocked forgets the oldest PaymentIntents (and what is
+// refunded of them) while more than maxObjects are kept. s.mu must be
+// held.
+func (s *Server) evictIntentsLocked() {
+	for len(s.order) > s.maxObjects {
+		pi := s.order[0]
+		s.order[0] = nil
+		s.order = s.order[1:]
+		delete(s.intents, pi.ID)
+		delete(s.refunded, pi.ID)
+	}
+}
+
+// evictRefundsLocked forgets the oldest Refunds while more than maxObjects
+// are kept. s.mu must be held.
+func (s *Server) evictRefundsLocked() {
+	for len(s.refundOrder) > s.maxObjects {
+		r := s.refundOrder[0]
+		s.refundOrder[0] = nil
+		s.refundOrder = s.refundOrder[1:]
+		delete(s.refunds, r.ID)
+	}
+}
+
+// Objects reports how many PaymentIntents, Refunds and idempotency keys
+// the Server holds now.
+func (s *Server) Objects() (intents, refunds, keys int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.intents), len(s.refunds), len(s.keys)
 }
 
 // fingerprint is a canonical hash of a request's method, path and

@@ -47,6 +47,10 @@ type JetStreamOptions struct {
 	// Duplicates is the publish deduplication window of both streams.
 	// Default 2m.
 	Duplicates time.Duration
+	// MaxMsgSize is the largest message both streams store. Default
+	// intake.MaxStreamMsgSize, as the worker creates them; -1 for no limit
+	// of the streams' own, as an operator's stream may have.
+	MaxMsgSize int32
 }
 
 // NewJetStream connects to the NATS server and creates the test's streams.
@@ -73,8 +77,8 @@ func NewJetStream(t testing.TB, o JetStreamOptions) *JetStream {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, spec := range []intake.StreamSpec{
-		{Name: j.Stream, Subjects: []string{j.Subject}, Duplicates: o.Duplicates, MaxAge: time.Hour},
-		{Name: j.EventsStream, Subjects: []string{j.EventsPrefix + ".>"}, Duplicates: o.Duplicates, MaxAge: time.Hour},
+		{Name: j.Stream, Subjects: []string{j.Subject}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize},
+		{Name: j.EventsStream, Subjects: []string{j.EventsPrefix + ".>"}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize},
 	} {
 		_, created, err := intake.EnsureStream(ctx, js, spec)
 		if err != nil {

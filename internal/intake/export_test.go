@@ -1,0 +1,6 @@
+package intake
+
+// Reject is reject, the one way a message that is not too_large by decode
+// (max_deliver, payload_mismatch, an inbox row that no longer decodes)
+// enters the quarantine.
+var Reject = (*Intake).reject
