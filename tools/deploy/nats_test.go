@@ -67,9 +67,8 @@ func startNATS(t *testing.T, env map[string]string) natsServer {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("nats-server output:\n%s", out.String())
+		if err := <-exited; t.Failed() {
+			t.Logf("nats-server output (%v):\n%s", err, out.String())
 		}
 	})
 	s := natsServer{url: "nats://" + client, monitor: "http://" + monitor}
