@@ -20,6 +20,10 @@ run: $(BIN)/temporal ## run the whole local stack, send the examples, keep runni
 demo: $(BIN)/temporal ## like run, but stop after the report
 	go run ./tools/devstack -exit
 
+.PHONY: compose-env
+compose-env: ## write .env for docker-compose.yml with fresh local secrets (kept if it exists)
+	./deploy/compose-env.sh
+
 .PHONY: test
 test: $(BIN)/temporal ## run every test (needs Postgres at 127.0.0.1:5432; builds the Temporal CLI once)
 	go test -count=1 -timeout 20m ./...
