@@ -220,8 +220,8 @@ func TestChargeOrderWebhookBeforeTheRecord(t *testing.T) {
 		t.Errorf("ledger row settled by %q, %v; want the webhook's event (it came first)", settledBy, err)
 	}
 	for q, want := range map[string]int{
-		`SELECT count(*) FROM processed_messages WHERE message_id = $1`:          1,
-		`SELECT count(*) FROM outbox WHERE event_id = 'order.paid:' || $1`:       1,
+		`SELECT count(*) FROM processed_messages WHERE message_id = $1`:         1,
+		`SELECT count(*) FROM outbox WHERE event_id = 'order.paid:' || $1`:      1,
 		`SELECT count(*) FROM orders WHERE message_id = $1 AND status = 'paid'`: 1,
 	} {
 		var n int
