@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -61,14 +62,20 @@ type ChargeResult struct {
 // ChargeOrder charges the order of one message exactly once.
 //
 // Safe to retry: the order is claimed in Postgres first (payments.order_id is
-// unique), then the payment goes create, record, confirm: the PaymentIntent
-// is created unconfirmed under the key "paymentintent:<message id>", its ID
-// is recorded in Postgres, and only then is it confirmed under
-// "payment:<message id>". A PaymentIntent succeeds at most once, so once its
-// ID is recorded no retry can charge twice, and any ambiguous answer
-// (a replayed 500, a lost response, a claim older than the key window) is
-// settled by retrieving it by ID, a strongly consistent read. The outcome
-// commits with the message's processed row in one transaction.
+// unique), then the PaymentIntent is created unconfirmed under the key
+// "paymentintent:<message id>" and confirmed under "payment:<message id>",
+// and what the confirmation says is recorded, with the PaymentIntent's ID,
+// in one transaction: claim, create, confirm, record. The ID is not
+// recorded on its own before the confirmation, because nothing needs it
+// there: a retry within Stripe's key window creates again under the create
+// key, which replays the same PaymentIntent (a PaymentIntent succeeds at most
+// once, and the confirm key replays the confirmation), and a retry past the
+// window that finds no ID recorded lists the claim's time window first
+// (FindInWindow, strongly consistent) and goes on with the PaymentIntent it
+// finds instead of creating one. An ambiguous confirmation (a replayed 500,
+// a refusal) is settled by retrieving the PaymentIntent by ID, a strongly
+// consistent read. The outcome commits with the message's processed row in
+// one transaction.
 //
 // Only a succeeded PaymentIntent is recorded as paid. processing is
 // recorded as such and returned as PaymentProcessing (the workflow waits
@@ -78,8 +85,10 @@ type ChargeResult struct {
 // non-retryable ErrTypeUnexpectedState for an operator. A PaymentIntent
 // found by a lookup (retrieve, list) whose amount, currency or payment
 // method differs from the request's is not this payment: it is recorded
-// unexpected the same way, never confirmed, paid or failed. Transport errors,
-// 409, 429 and 5xx are returned as retryable errors.
+// unexpected the same way, never confirmed, paid or failed. A PaymentIntent
+// found by a list has its ID recorded before it is confirmed (adopt), so
+// later retries retrieve it rather than list again. Transport errors, 409,
+// 429 and 5xx are returned as retryable errors.
 //
 // The steps from the claim to the record run on a context that a worker
 // stop does not cancel (beginEffect): a deploy lets them finish.
@@ -123,7 +132,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		// This claim owns the payment: go on.
 	}
 	token := claim.Claim
-	c := charging{a: a, in: in, key: key, token: token}
+	c := charging{a: a, in: in, key: key, token: token, claimedAt: claim.Payment.CreatedAt}
 
 	failpoint.Hit(failpoint.PaymentAfterClaim)
 	piID := claim.Payment.PaymentIntentID
@@ -150,10 +159,9 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		if err != nil {
 			return c.createFailed(ctx, err)
 		}
+		// No transaction here: the record after the confirmation carries
+		// the ID (see ChargeOrder).
 		failpoint.Hit(failpoint.PaymentAfterCreate)
-		if err := c.recordID(ctx, created.PaymentIntentID); err != nil {
-			return ChargeResult{}, err
-		}
 		return c.confirm(ctx, created.PaymentIntentID)
 	}
 	if age > a.keyTrust() {
@@ -210,10 +218,15 @@ type charging struct {
 	in    ChargeInput
 	key   string
 	token int32
+	// claimedAt is when the payment was first claimed (payments.created_at):
+	// the start of the window a list searches.
+	claimedAt time.Time
 }
 
-// recordID records the PaymentIntent's ID under the claim before it is
-// confirmed.
+// recordID records the ID of a PaymentIntent found by a list under the
+// claim, before it is confirmed, so that later attempts retrieve it instead
+// of listing again. The first attempt's happy path never calls it: its
+// record after the confirmation carries the ID.
 func (c charging) recordID(ctx context.Context, piID string) error {
 	if err := c.a.Store.RecordPaymentIntentID(ctx, c.in.Consumer, c.in.MessageID, c.key, c.token, piID); err != nil {
 		return fenced(fmt.Errorf("record payment intent of order %d: %w", c.in.OrderID, err))
@@ -317,24 +330,22 @@ func (c charging) confirmFailed(ctx context.Context, piID string, err error) (Ch
 		return c.legacyCharge(ctx, piID, err)
 	default:
 		// In flight (409), rate limited (429), transport errors, 5xx:
-		// retry with backoff under the same key; the ID is recorded.
+		// retry with backoff under the same keys: the retry's create
+		// replays this PaymentIntent (past the key window, the list of the
+		// claim's window finds it).
 		return ChargeResult{}, fmt.Errorf("confirm payment of order %d: %w", in.OrderID, err)
 	}
 }
 
 // legacyCharge handles a confirm key that Stripe saw with other
-// parameters. Before create, record, confirm, "payment:<message id>" keyed
+// parameters. Before create then confirm, "payment:<message id>" keyed
 // one request that created and confirmed the PaymentIntent, so a payment
 // claimed by an older worker and retried by this one meets its own key
 // here: that PaymentIntent, found by a list of the claim's window, is the
 // payment. Anything else is a bug, and final.
 func (c charging) legacyCharge(ctx context.Context, piID string, cause error) (ChargeResult, error) {
 	in := c.in
-	p, err := c.a.Store.PaymentOf(ctx, in.Consumer, in.MessageID)
-	if err != nil {
-		return ChargeResult{}, fmt.Errorf("read payment of order %d: %w", in.OrderID, err)
-	}
-	found, err := c.a.Payments.FindInWindow(ctx, in.MessageID, p.CreatedAt.Add(-reconcile.ClockSkew), c.a.now().Add(reconcile.ClockSkew))
+	found, err := c.a.Payments.FindInWindow(ctx, in.MessageID, c.claimedAt.Add(-reconcile.ClockSkew), c.a.now().Add(reconcile.ClockSkew))
 	switch {
 	case err == nil && found.PaymentIntentID != piID:
 		if v, _, _ := found.Verdict(); v != payment.VerdictUnconfirmed {
@@ -360,7 +371,7 @@ func (c charging) createFailed(ctx context.Context, err error) (ChargeResult, er
 	case payment.ClassIdempotencyMismatch:
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
 	case payment.ClassAmbiguous:
-		return c.a.reconcile(ctx, in, c.key, c.token, err)
+		return c.a.reconcile(ctx, in, c.key, c.token, c.claimedAt, err)
 	default:
 		return ChargeResult{}, fmt.Errorf("create payment intent of order %d: %w", in.OrderID, err)
 	}
@@ -441,16 +452,12 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 // local and the regular activity add up): nothing exists at Stripe, so
 // nothing was charged, and the payment is recorded as failed with code
 // create_failed. It never creates again on a guess.
-func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, token int32, cause error) (ChargeResult, error) {
-	p, err := a.Store.PaymentOf(ctx, in.Consumer, in.MessageID)
-	if err != nil {
-		return ChargeResult{}, fmt.Errorf("read payment of order %d after an ambiguous create: %w", in.OrderID, err)
-	}
-	ch, err := a.Payments.FindInWindow(ctx, in.MessageID, p.CreatedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
+func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, token int32, claimedAt time.Time, cause error) (ChargeResult, error) {
+	ch, err := a.Payments.FindInWindow(ctx, in.MessageID, claimedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
 	switch {
 	case err == nil:
 		activity.GetLogger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		return charging{a: a, in: in, key: key, token: token}.adopt(ctx, ch, true)
+		return charging{a: a, in: in, key: key, token: token, claimedAt: claimedAt}.adopt(ctx, ch, true)
 	case !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an ambiguous create: %w", in.OrderID, err)
 	}

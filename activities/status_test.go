@@ -159,8 +159,9 @@ func TestChargeStatusUnexpected(t *testing.T) {
 // TestChargeLostResponseUnderSearchLag: the confirmation charges and its
 // response is lost; the next attempt comes after Stripe forgot the keys.
 // Search would not see the PaymentIntent for a minute (the simulator's
-// default lag), but the attempt retrieves it by the ID recorded before the
-// confirmation: recorded paid, no unknown, one charge, no search.
+// default lag), and no ID was recorded (the ID is recorded with the
+// outcome), but the attempt lists the claim's window, strongly consistent:
+// recorded paid, no unknown, one charge, no search.
 func TestChargeLostResponseUnderSearchLag(t *testing.T) {
 	sim := stripesim.New(stripesim.Options{KeyTTL: time.Second}) // default search lag: 60 s
 	srv := httptest.NewServer(sim)
@@ -222,7 +223,7 @@ func TestChargeStripeCallsPerMessage(t *testing.T) {
 }
 
 // TestChargeOrderFromTheSingleRequestScheme: a payment claimed by a worker
-// from before create, record, confirm, which created and confirmed it in
+// from before create then confirm, which created and confirmed it in
 // one request under "payment:<id>", and retried by this one: the confirm
 // key meets its old use, and the list of the claim's window finds the
 // charge. Recorded paid, one charge.

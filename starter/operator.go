@@ -201,11 +201,14 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 // It may run again when there is no payment row, when the payment is final
 // (succeeded: the new run sends the receipt without charging; failed: it
 // ends as payment_failed without calling Stripe), or when it is claimed
-// with no PaymentIntent ID: create, record, confirm never confirms a
-// PaymentIntent before its ID is recorded, so none was charged (and the new
-// run's create is replayed under its key, or past the key window lists the
-// claim's window first). In every refused case
-// `starter resolve` settles the payment first.
+// with no PaymentIntent ID. That one may hide a PaymentIntent, even a
+// confirmed one (the ID is recorded with the confirmation's outcome, and
+// the earlier run may have stopped in between), but the new run's
+// ChargeOrder finds it: its create is replayed under the same key, which
+// returns the same PaymentIntent, and past the key window it lists the
+// claim's window first; so the new run records that charge rather than
+// making another. In every refused case `starter resolve` settles the
+// payment first.
 func redriveRefusal(p *store.Payment) string {
 	if p == nil {
 		return ""

@@ -29,10 +29,11 @@ const (
 	IntakeAfterInsert = "intake.after_insert"
 	// PaymentAfterClaim: the order is claimed, Stripe not yet called.
 	PaymentAfterClaim = "payment.after_claim"
-	// PaymentAfterCreate: the PaymentIntent is created (unconfirmed), its
-	// ID not yet recorded.
+	// PaymentAfterCreate: the PaymentIntent is created, not yet confirmed;
+	// Postgres holds no trace of it (its ID is recorded with the outcome).
 	PaymentAfterCreate = "payment.after_create"
-	// PaymentAfterCharge: Stripe charged, the result not yet recorded.
+	// PaymentAfterCharge: Stripe charged, neither the result nor the
+	// PaymentIntent's ID recorded yet.
 	PaymentAfterCharge = "payment.after_charge"
 	// PaymentAfterRecord: the payment is committed, the activity not completed.
 	PaymentAfterRecord = "payment.after_record"

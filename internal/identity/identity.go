@@ -12,9 +12,10 @@
 //	Key(EffectPaymentIntent, "evt_91c2")     == "paymentintent:evt_91c2"
 //
 // A payment takes two Stripe requests, each with its own key: the
-// PaymentIntent is created (unconfirmed) under "paymentintent:<id>", its ID
-// is recorded in Postgres, and it is confirmed under "payment:<id>", which is
-// also the key of the payment's ledger row.
+// PaymentIntent is created (unconfirmed) under "paymentintent:<id>" and
+// confirmed under "payment:<id>", which is also the key of the payment's
+// ledger row; its ID is recorded in Postgres with the confirmation's outcome.
+// A retry's create replays the same PaymentIntent under its key.
 //
 // The encodings are injective: consumer names and effect names may not contain
 // the separator, so two different inputs never produce the same output.

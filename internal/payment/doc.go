@@ -45,14 +45,15 @@
 // same key either executes the request (Stripe saved nothing) or replays the
 // saved 500, which is then classified ambiguous.
 //
-// # Create, record, confirm
+// # Create, then confirm
 //
 // Create makes the PaymentIntent unconfirmed (nothing can be charged yet)
-// under its own key; the caller records its ID; Confirm charges it under
-// another key. A PaymentIntent succeeds at most once, so once its ID is
-// recorded an ambiguous answer is settled by Get, a strongly consistent
-// read. FindInWindow lists the PaymentIntents created over a time window
-// (also strongly consistent) for a create whose ID was never recorded.
+// under its own key, which replays the same PaymentIntent for 24 hours;
+// Confirm charges it under another key. A PaymentIntent succeeds at most
+// once, so an ambiguous confirmation is settled by Get, a strongly
+// consistent read. FindInWindow lists the PaymentIntents created over a
+// time window (also strongly consistent) for a create whose key expired
+// before its ID was recorded.
 // Charge (create and confirm in one request) remains for callers that need
 // a single request.
 //

@@ -10,15 +10,16 @@ import (
 	"github.com/stripe/stripe-go/v76"
 )
 
-// Create, record, confirm. Create makes the PaymentIntent without
-// confirming it (nothing can be charged yet); the caller records its ID;
-// Confirm then charges it, under a key of its own. An ambiguous answer to
-// either is settled by Get on the recorded ID, which is strongly
-// consistent, instead of by Search, which Stripe documents as eventually
-// consistent (normally a minute behind, up to an hour during incidents).
-// A PaymentIntent succeeds at most once, whatever the key of a confirm, so
-// once its ID is recorded no retry can charge twice. When the create itself
-// was ambiguous and its key has expired, FindInWindow lists the
+// Create, then confirm. Create makes the PaymentIntent without confirming
+// it (nothing can be charged yet), under a key that replays the same
+// PaymentIntent for 24 hours; Confirm then charges it, under a key of its
+// own. An ambiguous confirmation is settled by Get on the PaymentIntent's
+// ID, which is strongly consistent, instead of by Search, which Stripe
+// documents as eventually consistent (normally a minute behind, up to an
+// hour during incidents). A PaymentIntent succeeds at most once, whatever
+// the key of a confirm, so no retry that reaches the same PaymentIntent can
+// charge twice. When the create itself was ambiguous, or its key has
+// expired before the caller recorded the ID, FindInWindow lists the
 // PaymentIntents created over the claim's time window, also strongly
 // consistent.
 

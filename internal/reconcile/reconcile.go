@@ -2,9 +2,11 @@
 //
 // An open payment (claimed, processing, unknown, unexpected) is settled by a
 // strongly consistent read of its PaymentIntent: a retrieve by the ID
-// recorded in Postgres before the PaymentIntent was confirmed, or, when no
-// ID was recorded, a list of the PaymentIntents created over the claim's
-// time window, matched on metadata[message_id]. Search is never used: Stripe
+// recorded in Postgres, or, when no ID is recorded (a claimed payment: the
+// payment activity records the ID with the confirmation's outcome, so a
+// claimed row may hide a PaymentIntent, even a confirmed one), a list of the
+// PaymentIntents created over the claim's time window, matched on
+// metadata[message_id]. Search is never used: Stripe
 // documents it as eventually consistent. The workflow's wait for a
 // processing payment and `starter resolve` both settle through Resolve, and
 // a final payment (succeeded, failed) is never moved.

@@ -7,17 +7,19 @@ import (
 	"slices"
 )
 
-// Create, record, confirm: the payment activity records the PaymentIntent's
-// ID (RecordPaymentIntentID) before it confirms it, so an ambiguous answer
-// is settled by a retrieve by ID. A confirmation that leaves the payment
+// Create, confirm, record: the payment activity records the PaymentIntent's
+// ID with the confirmation's outcome, in the same statement. Only a
+// PaymentIntent found by a list (a retry past the key window, an ambiguous
+// create) has its ID recorded on its own before it is confirmed
+// (RecordPaymentIntentID). A confirmation that leaves the payment
 // processing or in a status nobody asked for is recorded as such
 // (RecordPaymentProcessing, RecordPaymentUnexpected): open cases, which
 // SettlePayment later settles from what Stripe says.
 
-// RecordPaymentIntentID records the PaymentIntent created for the payment
-// of message (consumer, messageID) under the claim, before it is
-// confirmed: once the ID is in Postgres, every later attempt confirms or
-// reads that PaymentIntent and no other. The payment must still be claimed
+// RecordPaymentIntentID records the PaymentIntent found for the payment of
+// message (consumer, messageID) under the claim, before it is confirmed:
+// once the ID is in Postgres, every later attempt confirms or reads that
+// PaymentIntent and no other. The payment must still be claimed
 // under claim (else ErrFenced); an ID already recorded must be the same
 // (else ErrMismatch). Recording the same ID again is a no-op.
 func (s *Store) RecordPaymentIntentID(ctx context.Context, consumer, messageID, key string, claim int32, paymentIntentID string) error {

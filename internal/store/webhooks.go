@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,7 +95,13 @@ type PaymentEvent struct {
 	// PaymentProcessing or PaymentFailed.
 	Target PaymentState
 	// Status is the PaymentIntent's Stripe status.
-	Status         string
+	Status string
+	// Amount and Currency are the PaymentIntent's; 0 and "" when the event
+	// does not say. A payment found by Key alone (no PaymentIntent ID
+	// recorded yet) is settled only by a PaymentIntent of its amount and
+	// currency.
+	Amount         int64
+	Currency       string
 	ChargeID       string
 	FailureCode    string
 	DeclineCode    string
@@ -160,6 +167,13 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 	}
 	if p.PaymentIntentID != "" && p.PaymentIntentID != ev.PaymentIntentID {
 		return anomaly(fmt.Sprintf("event for PaymentIntent %s; the ledger records %s for this message", ev.PaymentIntentID, p.PaymentIntentID))
+	}
+	// Found by the message's key alone: the payment activity records the
+	// PaymentIntent's ID with the outcome, so a claimed row has none yet.
+	// A PaymentIntent of another amount or currency that names the message
+	// is not this payment (as for the activity's own lookups).
+	if p.PaymentIntentID == "" && ev.Amount != 0 && (ev.Amount != p.Amount || !strings.EqualFold(ev.Currency, p.Currency)) {
+		return anomaly(fmt.Sprintf("event for PaymentIntent %s of %d %s; the payment of this message is %d %s", ev.PaymentIntentID, ev.Amount, ev.Currency, p.Amount, p.Currency))
 	}
 	final := p.State == PaymentSucceeded || p.State == PaymentFailed
 	switch ev.Target {

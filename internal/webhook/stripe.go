@@ -37,6 +37,8 @@ const eventRefunded = "charge.refunded"
 type stripeIntent struct {
 	ID                 string            `json:"id"`
 	Status             string            `json:"status"`
+	Amount             int64             `json:"amount"`
+	Currency           string            `json:"currency"`
 	LatestCharge       json.RawMessage   `json:"latest_charge"` // an ID, or the expanded charge
 	Metadata           map[string]string `json:"metadata"`
 	CancellationReason string            `json:"cancellation_reason"`
@@ -182,6 +184,7 @@ func paymentEvent(ev stripe.Event, pi stripeIntent) *store.PaymentEvent {
 	pe := &store.PaymentEvent{
 		EventID: ev.ID, EventType: string(ev.Type), PaymentIntentID: pi.ID, Key: paymentKey(pi.Metadata),
 		Target: paymentEventTargets[string(ev.Type)], Status: pi.Status, ChargeID: chargeID(pi.LatestCharge),
+		Amount: pi.Amount, Currency: pi.Currency,
 	}
 	if e := pi.LastPaymentError; e != nil {
 		pe.FailureCode, pe.DeclineCode, pe.FailureMessage = e.Code, e.DeclineCode, e.Message

@@ -161,8 +161,11 @@ func TestCrashWindows(t *testing.T) {
 		wantEmails int
 	}{
 		{failpoint.PaymentAfterClaim, "at-least-once", 1},
-		// Created, its ID not recorded: the restart lists the claim's window.
+		// Created, not confirmed, nothing in Postgres but the claim: the
+		// restart's create replays the same PaymentIntent under its key.
 		{failpoint.PaymentAfterCreate, "at-least-once", 1},
+		// Confirmed, neither the outcome nor the PaymentIntent's ID
+		// recorded: the restart's create and confirm replay it.
 		{failpoint.PaymentAfterCharge, "at-least-once", 1},
 		{failpoint.PaymentAfterRecord, "at-least-once", 1},
 		// The documented receipt window: send-then-record repeats the email…
