@@ -88,3 +88,30 @@ func TestDiffers(t *testing.T) {
 		t.Errorf("a payment intent without a payment method differs: %q", got)
 	}
 }
+
+// TestDiffersComparesTestAliasesThroughMetadata: Stripe resolves a test
+// alias (pm_card_visa) into a new PaymentMethod ID on the PaymentIntent, so
+// a lookup compares the alias with the one its metadata says was asked for;
+// a real PaymentMethod ID matches only itself.
+func TestDiffersComparesTestAliasesThroughMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		onIntent, asked, req string
+		differs              bool
+	}{
+		{"alias resolved, same alias asked", "pm_1Abc", "pm_card_visa", "pm_card_visa", false},
+		{"alias resolved, another alias asked", "pm_1Abc", "pm_card_mastercard", "pm_card_visa", true},
+		{"alias resolved, nothing asked", "pm_1Abc", "", "pm_card_visa", true},
+		{"real method, same", "pm_1Real", "", "pm_1Real", false},
+		{"real method, another", "pm_1Other", "", "pm_1Real", true},
+		{"real method requested, metadata names it", "pm_1Other", "pm_1Real", "pm_1Real", true},
+		{"detached", "", "", "pm_card_visa", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Charge{Amount: 100, Currency: "usd", PaymentMethod: tc.onIntent, RequestedTestPaymentMethod: tc.asked}
+			if got := c.Differs(100, "USD", tc.req) != ""; got != tc.differs {
+				t.Fatalf("Differs = %q, want differs %v", c.Differs(100, "USD", tc.req), tc.differs)
+			}
+		})
+	}
+}

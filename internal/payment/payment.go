@@ -84,6 +84,36 @@ type Config struct {
 // the PaymentIntents and Refunds a Client creates with a namespace.
 const MetadataNamespace = "effectively_namespace"
 
+// MetadataTestPaymentMethod is the metadata key that keeps the test
+// payment method a request named (pm_card_visa and the other pm_card_
+// aliases). Stripe resolves such an alias into a new PaymentMethod (pm_1…)
+// on the PaymentIntent, so a lookup can only compare the alias with what
+// the request asked for through this key. A real PaymentMethod ID is kept
+// as it is by Stripe and is compared directly; it is not copied here.
+const MetadataTestPaymentMethod = "effectively_test_payment_method"
+
+// IsTestPaymentMethod reports whether pm is one of Stripe's test
+// payment-method aliases (pm_card_visa, pm_card_chargeDeclined, …), which
+// Stripe replaces by a new PaymentMethod ID on the PaymentIntent. They exist
+// only in test mode.
+func IsTestPaymentMethod(pm string) bool {
+	return strings.HasPrefix(pm, "pm_card_")
+}
+
+// addRequestMetadata sets the metadata every PaymentIntent of req carries.
+func addRequestMetadata(params *stripe.PaymentIntentParams, req ChargeRequest, ns string) {
+	params.AddMetadata("message_id", req.MessageID)
+	if req.OrderID != 0 {
+		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
+	}
+	if ns != "" {
+		params.AddMetadata(MetadataNamespace, ns)
+	}
+	if IsTestPaymentMethod(req.PaymentMethod) {
+		params.AddMetadata(MetadataTestPaymentMethod, req.PaymentMethod)
+	}
+}
+
 // String describes c with the API key redacted.
 func (c Config) String() string {
 	return fmt.Sprintf("payment.Config{APIKey:%s BaseURL:%q Timeout:%s MaxNetworkRetries:%d Namespace:%q}",
@@ -268,6 +298,10 @@ type Charge struct {
 	// PaymentMethod is the PaymentIntent's payment method ID, empty when it
 	// has none (Stripe detaches it from a declined PaymentIntent).
 	PaymentMethod string
+	// RequestedTestPaymentMethod is the test alias (pm_card_…) the request
+	// named, from metadata[effectively_test_payment_method]; Stripe shows a
+	// new PaymentMethod ID in PaymentMethod instead. Empty otherwise.
+	RequestedTestPaymentMethod string
 	// FailureCode and DeclineCode come from the PaymentIntent's
 	// last_payment_error: why its last confirmation failed.
 	FailureCode string
@@ -324,13 +358,7 @@ func chargeParams(req ChargeRequest, ns string) *stripe.PaymentIntentParams {
 		Confirm:            stripe.Bool(true),
 		OffSession:         stripe.Bool(true),
 	}
-	params.AddMetadata("message_id", req.MessageID)
-	if req.OrderID != 0 {
-		params.AddMetadata("order_id", strconv.FormatInt(req.OrderID, 10))
-	}
-	if ns != "" {
-		params.AddMetadata(MetadataNamespace, ns)
-	}
+	addRequestMetadata(params, req, ns)
 	if req.CustomerRef != "" {
 		params.Description = stripe.String(req.CustomerRef)
 	}
@@ -441,6 +469,8 @@ func toCharge(pi *stripe.PaymentIntent) *Charge {
 		Currency:        string(pi.Currency),
 		MessageID:       pi.Metadata["message_id"],
 		Namespace:       pi.Metadata[MetadataNamespace],
+
+		RequestedTestPaymentMethod: pi.Metadata[MetadataTestPaymentMethod],
 
 		CancellationReason: string(pi.CancellationReason),
 	}

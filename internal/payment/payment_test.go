@@ -126,7 +126,7 @@ func TestChargeParamsAreDeterministic(t *testing.T) {
 		}
 	}
 	const want = "amount=1500&confirm=true&currency=usd&description=customer+7" +
-		"&metadata[message_id]=evt_1&metadata[order_id]=42&payment_method=pm_card_visa" +
+		"&metadata[effectively_test_payment_method]=pm_card_visa&metadata[message_id]=evt_1&metadata[order_id]=42&payment_method=pm_card_visa" +
 		"&payment_method_types[0]=card&off_session=true"
 	if first != want {
 		t.Errorf("params:\n got %s\nwant %s", first, want)

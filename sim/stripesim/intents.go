@@ -104,6 +104,19 @@ type paymentIntent struct {
 	createdAt       time.Time
 	processingSince time.Time
 	settlesDeclined bool
+	// cardAlias is the test payment method the PaymentIntent was given
+	// (pm_card_visa): like Stripe, the simulator shows a new PaymentMethod
+	// ID in PaymentMethod instead, and charges by the alias's outcome.
+	cardAlias string
+}
+
+// setPaymentMethodLocked attaches the test payment method alias to pi the
+// way Stripe does: a new PaymentMethod object (pm_…) is created from the
+// alias, and its ID, not the alias, is the PaymentIntent's payment_method.
+func (s *Server) setPaymentMethodLocked(pi *paymentIntent, alias string) {
+	id := s.nextIDLocked("pm")
+	pi.PaymentMethod = &id
+	pi.cardAlias = alias
 }
 
 // operation performs a validated request and returns its answer. It runs
@@ -265,12 +278,14 @@ func (s *Server) create(form url.Values) (operation, *apiError) {
 			Customer:           optional(req.customer),
 			Description:        optional(req.description),
 			Metadata:           req.metadata,
-			PaymentMethod:      optional(req.paymentMethod),
 			PaymentMethodTypes: req.methodTypes,
 			ReceiptEmail:       optional(req.receiptEmail),
 			Status:             statusRequiresPaymentMethod,
 		}
 		pi.ClientSecret = pi.ID + "_secret_" + s.idStem
+		if req.paymentMethod != "" {
+			s.setPaymentMethodLocked(pi, req.paymentMethod)
+		}
 		if pi.PaymentMethod != nil {
 			pi.Status = statusRequiresConfirmation
 		}
@@ -309,7 +324,7 @@ func (s *Server) confirm(id string, form url.Values) (operation, *apiError) {
 			return errorResponse(e, requestID)
 		}
 		if pm != "" {
-			pi.PaymentMethod = &pm
+			s.setPaymentMethodLocked(pi, pm)
 		}
 		if pi.PaymentMethod == nil {
 			e := invalidRequest("payment_method", codeIntentUnexpectedState,
@@ -345,8 +360,7 @@ func noSuchIntent(id string) *apiError {
 // attemptLocked charges pi's payment method: the PaymentIntent either
 // succeeds, counting a charge, or is declined. s.mu must be held.
 func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
-	pm := *pi.PaymentMethod
-	outcome := testPaymentMethods[pm]
+	outcome := testPaymentMethods[pi.cardAlias]
 	if outcome.status != "" {
 		return s.enterStatusLocked(pi, outcome)
 	}
@@ -372,7 +386,7 @@ func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
 	// As on Stripe, a declined PaymentIntent loses its payment method and
 	// records the decline as its last_payment_error.
 	pi.Status = statusRequiresPaymentMethod
-	pi.PaymentMethod = nil
+	pi.PaymentMethod, pi.cardAlias = nil, ""
 	pi.LastPaymentError = decline()
 	s.emitLocked(EventIntentFailed, pi)
 	e := decline()

@@ -56,7 +56,7 @@ func (s *Server) enterStatusLocked(pi *paymentIntent, outcome cardOutcome) respo
 	case statusRequiresAction:
 		pi.NextAction = &nextAction{Type: "use_stripe_sdk"}
 	case statusRequiresPaymentMethod:
-		pi.PaymentMethod = nil
+		pi.PaymentMethod, pi.cardAlias = nil, ""
 		pi.LastPaymentError = &apiError{
 			Type: typeCard, Code: codeCardDeclined, DeclineCode: outcome.declineCode, Message: outcome.message,
 			DocURL: "https://stripe.com/docs/error-codes/card-declined",
@@ -98,7 +98,7 @@ func (s *Server) settleLocked(pi *paymentIntent, succeed bool) {
 		return
 	}
 	pi.Status = statusRequiresPaymentMethod
-	pi.PaymentMethod = nil
+	pi.PaymentMethod, pi.cardAlias = nil, ""
 	pi.LastPaymentError = &apiError{
 		Type: typeCard, Code: codeCardDeclined, DeclineCode: "generic_decline", Message: "Your card was declined.",
 		DocURL: "https://stripe.com/docs/error-codes/card-declined",
