@@ -408,7 +408,7 @@ type broker struct {
 // creates or updates the durable consumer. Nothing is fetched yet.
 func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
 	n := cfg.NATS
-	nc, err := nats.Connect(n.URL, nats.Name("effectively-worker"), nats.MaxReconnects(-1),
+	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected", "error", err.Error())
@@ -416,7 +416,7 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { logger.Info("nats reconnected") }))
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable): %w", err)
+		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable; credential %s, tls %s): %w", n.Auth.Method(), n.Auth.TLS(), err)
 	}
 	b := &broker{nc: nc}
 	fail := func(err error) (*broker, error) {
