@@ -132,6 +132,7 @@ var errBadConfig = errors.New("bad configuration")
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting worker", "config", cfg)
 	warnPublicListeners(cfg, logger)
+	warnInsecureDatabase(cfg, logger)
 	// One registry for the worker's metrics and the Temporal SDK's, served
 	// at /metrics on the health listener.
 	reg := prometheus.NewRegistry()
@@ -481,6 +482,14 @@ func warnPublicListeners(cfg config.Config, logger *slog.Logger) {
 	for _, l := range cfg.PublicListeners() {
 		logger.Warn("listener bound beyond loopback ("+config.EnvAllowPublicListeners+"=true): keep it behind a firewall or a network policy",
 			"listener", l.Name, "variable", l.Variable, "addr", l.Addr)
+	}
+}
+
+// warnInsecureDatabase logs a warning when DATABASE_URL reaches Postgres
+// beyond loopback without verified TLS (sslmode disable, allow or prefer).
+func warnInsecureDatabase(cfg config.Config, logger *slog.Logger) {
+	if w := cfg.DatabaseTLSWarning(); w != "" {
+		logger.Warn(w, "variable", "DATABASE_URL")
 	}
 }
 
