@@ -118,6 +118,9 @@ func TestPublishAndIntakeOverTLSWithUsers(t *testing.T) {
 	if !strings.Contains(stdout.String(), `"status":"`+pubStored+`"`) {
 		t.Fatalf("publish: %s", stdout.String())
 	}
+	if strings.Contains(stderr.String()+stdout.String(), publisherPW) {
+		t.Errorf("the starter's output holds the password:\n%s%s", stdout.String(), stderr.String())
+	}
 
 	testenv.Eventually(t, 20*time.Second, "the published message starts its workflow and is acked", func() bool {
 		if len(tc.starts()) != 1 {
@@ -133,11 +136,12 @@ func TestPublishAndIntakeOverTLSWithUsers(t *testing.T) {
 
 	// The publisher with a wrong password is refused, naming the variables.
 	t.Setenv("NATS_PASSWORD_FILE", "")
-	t.Setenv("NATS_PASSWORD", "wrong")
+	t.Setenv("NATS_PASSWORD", "wrong_pw_5c3a")
 	stdout.Reset()
 	stderr.Reset()
 	if code := run(ctx, []string{"publish", "-"}, strings.NewReader(msg+"\n"), &stdout, &stderr); code != exitError ||
-		!strings.Contains(stderr.String(), "Authorization Violation") || !strings.Contains(stderr.String(), "credential user") {
+		!strings.Contains(stderr.String(), "Authorization Violation") || !strings.Contains(stderr.String(), "credential user") ||
+		strings.Contains(stderr.String(), "wrong_pw_5c3a") {
 		t.Errorf("publish with a wrong password: exit %d, stderr %s", code, stderr.String())
 	}
 }

@@ -112,44 +112,62 @@ func TestNATSTokenOverTLS(t *testing.T) {
 	mustFail(t, "no token", base, "authorization violation")
 }
 
-// TestNATSTokenFileRotation: the token file is read again at each
-// reconnection. The file is rewritten, the server's token changed and
-// reloaded; the server drops the connection with the old token and the
-// client comes back with the new one, without a restart.
-func TestNATSTokenFileRotation(t *testing.T) {
+// TestNATSCredentialFileRotation: the token and password files are read
+// again at each reconnection. The file is rewritten, the server's
+// credential changed and reloaded; the server drops the connection with the
+// old one and the client comes back with the new one, without a restart.
+func TestNATSCredentialFileRotation(t *testing.T) {
 	pki := natstest.NewPKI(t)
-	conf := func(token string) string {
-		return natstest.TLSBlock(pki, false) + fmt.Sprintf("authorization {\n  token: %q\n}\n", token)
+	tests := map[string]struct {
+		conf func(secret string) string
+		file string // the variable holding the file
+		env  map[string]string
+	}{
+		"token": {
+			conf: func(s string) string { return fmt.Sprintf("authorization {\n  token: %q\n}\n", s) },
+			file: "NATS_TOKEN_FILE",
+		},
+		"password": {
+			conf: func(s string) string {
+				return fmt.Sprintf("authorization {\n  users: [ {user: worker, password: %q} ]\n}\n", s)
+			},
+			file: "NATS_PASSWORD_FILE",
+			env:  map[string]string{"NATS_USER": "worker"},
+		},
 	}
-	srv := natstest.Start(t, conf("tok_old_1111"))
-	tokenFile := writeFile(t, "token", "tok_old_1111\n")
-	c, err := Load(env(map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE": pki.CA, "NATS_TOKEN_FILE": tokenFile}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reconnected := make(chan struct{}, 1)
-	nc, err := c.NATS.Connect("effectively-test", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
-		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { t.Logf("async error (expected once): %v", err) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			srv := natstest.Start(t, natstest.TLSBlock(pki, false)+tt.conf("old_secret_1111"))
+			file := writeFile(t, "secret", "old_secret_1111\n")
+			c, err := Load(env(with(tt.env, "NATS_URL", srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE", pki.CA, tt.file, file)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			reconnected := make(chan struct{}, 1)
+			nc, err := c.NATS.Connect("effectively-test", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+				nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }),
+				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { t.Logf("async error (expected once): %v", err) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
 
-	if err := os.WriteFile(tokenFile, []byte("tok_new_2222\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv.Reload(t, conf("tok_new_2222"))
-	select {
-	case <-reconnected:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no reconnection with the new token; server log:\n%s", srv.Log())
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatalf("after the rotation: %v", err)
-	}
-	if !strings.Contains(srv.Log(), "Reloaded") {
-		t.Errorf("the server did not log a reload:\n%s", srv.Log())
+			if err := os.WriteFile(file, []byte("new_secret_2222\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			srv.Reload(t, natstest.TLSBlock(pki, false)+tt.conf("new_secret_2222"))
+			select {
+			case <-reconnected:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("no reconnection with the new %s; server log:\n%s", name, srv.Log())
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatalf("after the rotation: %v", err)
+			}
+			if !strings.Contains(srv.Log(), "Reloaded") {
+				t.Errorf("the server did not log a reload:\n%s", srv.Log())
+			}
+		})
 	}
 }
 
