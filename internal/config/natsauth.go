@@ -20,9 +20,9 @@ const (
 	EnvNATSPassword     = "NATS_PASSWORD"
 	EnvNATSPasswordFile = "NATS_PASSWORD_FILE"
 	EnvNATSToken        = "NATS_TOKEN"
-	EnvNATSTokenFile    = "NATS_TOKEN_FILE"
+	EnvNATSTokenFile    = "NATS_TOKEN_FILE" //nolint:gosec // G101: a variable's name, not a credential
 	EnvNATSNkeySeedFile = "NATS_NKEY_SEED_FILE"
-	EnvNATSCredsFile    = "NATS_CREDS_FILE"
+	EnvNATSCredsFile    = "NATS_CREDS_FILE" //nolint:gosec // G101: a variable's name, not a credential
 	EnvNATSTLSCAFile    = "NATS_TLS_CA_FILE"
 	EnvNATSTLSCertFile  = "NATS_TLS_CERT_FILE"
 	EnvNATSTLSKeyFile   = "NATS_TLS_KEY_FILE"

@@ -97,7 +97,9 @@ func Start(t testing.TB, conf string) *Server {
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(bin, "-c", path)
+	// Killed when the test ends (t.Context is cancelled), and waited for by
+	// the cleanup below.
+	s.cmd = exec.CommandContext(t.Context(), bin, "-c", path)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("natstest: start %s: %v", bin, err)
@@ -130,12 +132,16 @@ func (s *Server) fullConfig(conf string) string {
 // freePort returns a loopback port nothing listens on right now.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("natstest: listener address %v is not TCP", l.Addr())
+	}
+	return addr.Port
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's output and the test.
