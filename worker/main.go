@@ -410,6 +410,14 @@ type broker struct {
 func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
 	n := cfg.NATS
 	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
+		// Keep reconnecting when the server refuses the credential twice in
+		// a row (nats.go gives up then by default): during a rotation the
+		// server may take the new password or token before the file holds
+		// it, and the file is read again at each attempt.
+		nats.IgnoreAuthErrorAbort(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Warn("nats error", "error", err.Error())
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected", "error", err.Error())

@@ -32,8 +32,9 @@ const (
 // how they check the server: at most one credential (a user and password, a
 // token, an nkey seed or a creds file; or none, or the user information of
 // NATS_URL) and, apart from it, TLS. Every file is read at load, so that a
-// missing or malformed one stops the start, and again at each connection and
-// reconnection, so that a rotated file is picked up without a restart.
+// missing or malformed one stops the start; all but the nkey seed's public
+// key are read again at each connection, so that a rotated file is picked up
+// without a restart (see Options).
 type NATSAuth struct {
 	// User and Password (NATS_USER; NATS_PASSWORD, or the content of
 	// PasswordFile, NATS_PASSWORD_FILE).
@@ -239,9 +240,9 @@ func checkCredsFile(path string) error {
 // Options returns the nats.go options that authenticate and secure a
 // connection as configured; both the worker and the starter connect with
 // them (Connect). The password and token files are read again at every
-// connection attempt, the nkey seed, creds and TLS files by nats.go itself:
-// rotating a credential is rewriting its file. A file that stops reading
-// later leaves the last value read in use.
+// connection attempt, keeping the last value read when a file stops
+// reading; nats.go reads the creds and TLS files at every connection and
+// the nkey seed file at every signature, its public key once, here.
 func (n NATS) Options() ([]nats.Option, error) {
 	a := n.Auth
 	var opts []nats.Option
