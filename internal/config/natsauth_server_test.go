@@ -198,3 +198,15 @@ func TestNATSCARefusesPlaintext(t *testing.T) {
 	mustConnect(t, "plain, no TLS asked", map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1")})
 	mustFail(t, "plain server, CA set", map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE": pki.CA}, "secure connection")
 }
+
+// TestNATSCredsFile: a server in operator (JWT) mode accepts the user of
+// NATS_CREDS_FILE and refuses a client without it.
+func TestNATSCredsFile(t *testing.T) {
+	pki := natstest.NewPKI(t)
+	d := natstest.NewDecentralized(t)
+	srv := natstest.Start(t, natstest.TLSBlock(pki, false)+d.Conf)
+	base := map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE": pki.CA}
+	mustConnect(t, "creds file", with(base, "NATS_CREDS_FILE", d.CredsFile))
+	mustFail(t, "no creds", base, "authorization violation")
+	mustFail(t, "another operator's user", with(base, "NATS_CREDS_FILE", natstest.NewDecentralized(t).CredsFile), "authorization violation")
+}
