@@ -89,6 +89,7 @@ func TestNATSAuthAccepted(t *testing.T) {
 		"token file": {env: map[string]string{"NATS_TOKEN_FILE": tokenFile}, method: "token", tls: "url", check: func(a NATSAuth) bool { return a.Token == secret }},
 		"nkey, mtls": {env: map[string]string{"NATS_NKEY_SEED_FILE": nk.SeedFile, "NATS_TLS_CA_FILE": pki.CA, "NATS_TLS_CERT_FILE": pki.ClientCert, "NATS_TLS_KEY_FILE": pki.ClientKey}, method: "nkey", tls: "ca+client-cert"},
 		"ca only":    {env: map[string]string{"NATS_TLS_CA_FILE": pki.CA}, method: "none", tls: "ca"},
+		"creds":      {env: map[string]string{"NATS_CREDS_FILE": natstest.NewDecentralized(t).CredsFile}, method: "creds", tls: "url"},
 	}
 	for name, tt := range tests {
 		tt.env["STRIPE_API_KEY"], tt.env["SENDGRID_API_KEY"] = "k", "k"
