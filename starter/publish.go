@@ -61,9 +61,9 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	}
 	defer closeInput()
 
-	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("effectively-starter"))
+	nc, err := cfg.NATS.Connect("effectively-starter")
 	if err != nil {
-		return exitError, fmt.Errorf("connect to nats (NATS_URL): %w", err)
+		return exitError, fmt.Errorf("connect to nats (NATS_URL; credential %s, tls %s): %w", cfg.NATS.Auth.Method(), cfg.NATS.Auth.TLS(), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -132,6 +132,7 @@ var errBadConfig = errors.New("bad configuration")
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("starting worker", "config", cfg)
 	warnPublicListeners(cfg, logger)
+	warnInsecureDatabase(cfg, logger)
 	// One registry for the worker's metrics and the Temporal SDK's, served
 	// at /metrics on the health listener.
 	reg := prometheus.NewRegistry()
@@ -411,7 +412,15 @@ type broker struct {
 // creates or updates the durable consumer. Nothing is fetched yet.
 func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
 	n := cfg.NATS
-	nc, err := nats.Connect(n.URL, nats.Name("effectively-worker"), nats.MaxReconnects(-1),
+	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
+		// Keep reconnecting when the server refuses the credential twice in
+		// a row (nats.go gives up then by default): during a rotation the
+		// server may take the new password or token before the file holds
+		// it, and the file is read again at each attempt.
+		nats.IgnoreAuthErrorAbort(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Warn("nats error", "error", err.Error())
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected", "error", err.Error())
@@ -419,7 +428,7 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { logger.Info("nats reconnected") }))
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable): %w", err)
+		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable; credential %s, tls %s): %w", n.Auth.Method(), n.Auth.TLS(), err)
 	}
 	b := &broker{nc: nc}
 	fail := func(err error) (*broker, error) {
@@ -495,6 +504,14 @@ func warnPublicListeners(cfg config.Config, logger *slog.Logger) {
 	for _, l := range cfg.PublicListeners() {
 		logger.Warn("listener bound beyond loopback ("+config.EnvAllowPublicListeners+"=true): keep it behind a firewall or a network policy",
 			"listener", l.Name, "variable", l.Variable, "addr", l.Addr)
+	}
+}
+
+// warnInsecureDatabase logs a warning when DATABASE_URL reaches Postgres
+// beyond loopback without verified TLS (sslmode disable, allow or prefer).
+func warnInsecureDatabase(cfg config.Config, logger *slog.Logger) {
+	if w := cfg.DatabaseTLSWarning(); w != "" {
+		logger.Warn(w, "variable", "DATABASE_URL")
 	}
 }
 

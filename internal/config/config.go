@@ -201,6 +201,12 @@ type NATS struct {
 	// (NATS_EVENTS_PREFIX). Default effectively.events, so order.paid is
 	// published on effectively.events.order.paid.
 	EventsPrefix string
+	// Auth is the credential and the TLS files the worker and the starter
+	// connect with (NATS_USER, NATS_PASSWORD, NATS_PASSWORD_FILE,
+	// NATS_TOKEN, NATS_TOKEN_FILE, NATS_NKEY_SEED_FILE, NATS_CREDS_FILE,
+	// NATS_TLS_CA_FILE, NATS_TLS_CERT_FILE, NATS_TLS_KEY_FILE). Connect and
+	// Options apply it.
+	Auth NATSAuth
 }
 
 // Enabled reports whether the broker side runs at all.
@@ -394,6 +400,9 @@ func LoadEnv(env Env) (Config, error) {
 	if c.NATS.URL == "off" {
 		c.NATS.URL = ""
 	}
+	var authErrs []error
+	c.NATS.Auth, authErrs = loadNATSAuth(get, c.NATS.URL)
+	errs = append(errs, authErrs...)
 	c.logLevelSet = get("LOG_LEVEL", "") != ""
 	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: use debug, info, warn or error", get("LOG_LEVEL", "")))
@@ -652,6 +661,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("drain_timeout", c.DrainTimeout.String()),
 		slog.String("pprof_addr", base(c.PprofAddr, "off")),
 		slog.String("nats_url", base(redactURL(c.NATS.URL), "off")),
+		slog.String("nats_auth", c.NATS.Auth.Method()),
+		slog.String("nats_tls", c.NATS.Auth.TLS()),
 		slog.String("nats_stream", c.NATS.JetStream.Stream),
 		slog.String("nats_subject", c.NATS.JetStream.Subject),
 		slog.String("nats_consumer", c.NATS.JetStream.Durable),

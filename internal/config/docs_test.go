@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/effectively/effectively/tools/natstest"
 )
 
 // documentedVariables returns the variables named in the first column of
@@ -84,6 +86,11 @@ var everyVariable = map[string]string{
 	"NATS_ACK_WAIT": "10s", "NATS_BACKOFF": "1m,2m", "NATS_MAX_DELIVER": "4",
 	"NATS_HANDLERS": "2", "NATS_STARTERS": "3",
 	"NATS_DUPLICATE_WINDOW": "1m", "NATS_EVENTS_STREAM": "E", "NATS_EVENTS_PREFIX": "s.events",
+	// One credential (the user): the token, seed and creds files are "" here
+	// since they exclude it; TestNATSAuthAccepted loads them. The TLS files
+	// are made by the test.
+	"NATS_USER": "worker", "NATS_PASSWORD": "pw", "NATS_PASSWORD_FILE": "", "NATS_TOKEN": "", "NATS_TOKEN_FILE": "",
+	"NATS_NKEY_SEED_FILE": "", "NATS_CREDS_FILE": "", "NATS_TLS_CA_FILE": "", "NATS_TLS_CERT_FILE": "", "NATS_TLS_KEY_FILE": "",
 	"RETENTION": "40d", "QUARANTINE_RETENTION": "50d", "PRUNE_EVERY": "2h", "EFFECTIVELY_KEY_NAMESPACE": "eu-1",
 	"TEMPORAL_ADDRESS": "temporal:7233", "TEMPORAL_NAMESPACE": "shop", "TEMPORAL_API_KEY": "key",
 	"TEMPORAL_TLS": "true", "TEMPORAL_TLS_CLIENT_CERT_PATH": "", "TEMPORAL_TLS_CLIENT_CERT_DATA": "",
@@ -138,6 +145,8 @@ func TestDocumentedVariablesAreRead(t *testing.T) {
 		}
 	}
 	vals[GRPCMetaPrefix+"X_TENANT"] = "shop"
+	pki := natstest.NewPKI(t)
+	vals["NATS_TLS_CA_FILE"], vals["NATS_TLS_CERT_FILE"], vals["NATS_TLS_KEY_FILE"] = pki.CA, pki.ClientCert, pki.ClientKey
 	env := &mapEnv{vals: vals, read: map[string]bool{}}
 	c, err := LoadEnv(env)
 	if err != nil {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/sdk/client"
+
+	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/tools/natstest"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// noTemporal stands in for the Temporal client: connectBroker starts nothing.
+type noTemporal struct{ client.Client }
+
+// TestConnectBrokerWithTLSAndUser: the worker's broker connection takes the
+// NATS_* credentials and CA. Against a real nats-server requiring TLS and a
+// user it creates both streams and the consumer; with a wrong password it
+// fails naming the method, without the password. A rotation done in the
+// wrong order (the server takes the new password, the file follows after
+// several refused reconnections) still ends connected: the worker does not
+// give up after two refusals as nats.go does by default.
+func TestConnectBrokerWithTLSAndUser(t *testing.T) {
+	pki := natstest.NewPKI(t)
+	const password = "pw_broker_77d2"
+	srv := natstest.Start(t, natstest.TLSBlock(pki, false)+fmt.Sprintf("authorization {\n  users: [ {user: worker, password: %q} ]\n}\n", password))
+	// The pool connects lazily: connecting to the broker needs no Postgres.
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	in, err := intake.New(store.New(pool), noTemporal{}, intake.Config{Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(t.TempDir(), "nats-password")
+	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load := func(pw string) config.Config {
+		vals := map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE": pki.CA, "NATS_USER": "worker"}
+		if pw == "" {
+			vals["NATS_PASSWORD_FILE"] = pwFile
+		} else {
+			vals["NATS_PASSWORD"] = pw
+		}
+		cfg, err := config.Load(func(k string) (string, bool) { v, ok := vals[k]; return v, ok })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+
+	cfg := load("")
+	b, err := connectBroker(t.Context(), cfg, in, testenv.Logger(t))
+	if err != nil {
+		t.Fatalf("connectBroker: %v", err)
+	}
+	defer b.close()
+	if b.consumer == nil || b.relay == nil || !b.nc.TLSRequired() {
+		t.Fatalf("broker: consumer %v, relay %v, tls %v", b.consumer != nil, b.relay != nil, b.nc.TLSRequired())
+	}
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{cfg.NATS.JetStream.Stream, cfg.NATS.EventsStream} {
+		if _, err := js.Stream(t.Context(), name); err != nil {
+			t.Errorf("stream %s on the TLS server: %v", name, err)
+		}
+	}
+
+	_, err = connectBroker(t.Context(), load("wrong_pw_1234"), in, testenv.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "credential user, tls ca") || !strings.Contains(err.Error(), "Authorization Violation") ||
+		strings.Contains(err.Error(), "wrong_pw") {
+		t.Fatalf("with a wrong password: %v", err)
+	}
+
+	// Rotation, server first: the connection is dropped and refused (the
+	// wrong-password attempt above made one refusal already) until the
+	// file holds the new password.
+	const newPassword = "pw_broker_new_18e0"
+	before := strings.Count(srv.Log(), "authentication error")
+	srv.Reload(t, natstest.TLSBlock(pki, false)+fmt.Sprintf("authorization {\n  users: [ {user: worker, password: %q} ]\n}\n", newPassword))
+	testenv.Eventually(t, 30*time.Second, "three refused reconnections with the old password, or a closed connection", func() bool {
+		return strings.Count(srv.Log(), "authentication error") >= before+3 || b.nc.IsClosed()
+	})
+	if b.nc.IsClosed() {
+		t.Fatal("the worker's connection gave up after refused reconnections")
+	}
+	if err := os.WriteFile(pwFile, []byte(newPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "reconnected with the new password", b.nc.IsConnected)
+}
