@@ -176,14 +176,6 @@ func TestComposePorts(t *testing.T) {
 	}
 }
 
-// natsAuthPending are the NATS authentication variables (BRIEF: NATS_USER,
-// NATS_PASSWORD) that the worker and the starter get in docker-compose.yml
-// but that internal/config reads only once the nats-auth branch is merged.
-//
-// TODO(lead): delete natsAuthPending and its use in TestComposeEnvironment
-// after merging the nats-auth branch: config.Known must then know them.
-var natsAuthPending = []string{"NATS_USER", "NATS_PASSWORD"}
-
 // TestComposeEnvironment holds the worker's and the starter's environment to
 // what internal/config reads (a misspelt variable is silently ignored), loads
 // it with the real configuration code, and checks that each address names a
@@ -194,7 +186,7 @@ func TestComposeEnvironment(t *testing.T) {
 		svc := p.Services[name]
 		env := map[string]string{}
 		for k, v := range svc.Environment {
-			if !config.Known(k) && !slices.Contains(natsAuthPending, k) {
+			if !config.Known(k) {
 				t.Errorf("service %s sets %s, which the %s does not read (docs/configuration.md lists what it reads)", name, k, name)
 			}
 			if v != nil {
