@@ -8,7 +8,9 @@
 // a SendGrid Event Webhook key it serves the providers' webhooks on
 // EFFECTIVELY_WEBHOOK_ADDR (see docs/webhooks.md).
 //
-// The worker applies the database migrations at start. `worker migrate`
+// The worker applies the database migrations at start, then records its key
+// namespace in the database, or refuses to change it under open effects
+// (see guardKeyNamespace). `worker migrate`
 // applies them and exits, for a deployment that migrates as its own step
 // before rolling the workers (the starter never migrates: it names this
 // command when the schema is behind).
@@ -20,7 +22,9 @@
 // EFFECTIVELY_DRAIN_TIMEOUT, then the Temporal worker stops) or a finished
 // `worker migrate`, 1 when the worker cannot start or stops on an error (or
 // the migration fails), 2 for bad configuration, including a RETENTION
-// shorter than the redelivery horizon, or a bad command line.
+// shorter than the redelivery horizon or an EFFECTIVELY_KEY_NAMESPACE other
+// than the one recorded in the database while payments, refunds or receipts
+// made under that one are open, or a bad command line.
 package main
 
 import (

@@ -57,15 +57,19 @@ func (e *KeyNamespaceError) Error() string {
 		e.Recorded, e.Configured,
 		plural(e.Open.Payments, "payment"), plural(e.Open.Refunds, "refund"), plural(e.Open.Receipts, "receipt"),
 		e.Recorded)
+	var oldest []string
 	for _, k := range []struct {
 		kind string
 		ids  []string
 	}{{"payments", e.Open.PaymentMessages}, {"refunds", e.Open.RefundMessages}, {"receipts", e.Open.ReceiptMessages}} {
 		if len(k.ids) > 0 {
-			fmt.Fprintf(&b, "; oldest open %s: messages %s", k.kind, strings.Join(k.ids, ", "))
+			oldest = append(oldest, k.kind+" of messages "+strings.Join(k.ids, ", "))
 		}
 	}
-	fmt.Fprintf(&b, ": retried under %q their keys would be new requests at Stripe (a second refund, a second PaymentIntent). "+
+	if len(oldest) > 0 {
+		fmt.Fprintf(&b, " (the oldest: %s)", strings.Join(oldest, "; "))
+	}
+	fmt.Fprintf(&b, "; retried under %q their keys would be new requests at Stripe (a second refund, a second PaymentIntent). "+
 		"Drain first: run the workers with the recorded namespace %q until every one is final "+
 		"(`starter payments`, `starter status`, `starter resolve`; docs/runbook.md, \"Changing the key namespace\"), "+
 		"then start with the new one", e.Configured, e.Recorded)
