@@ -8,7 +8,9 @@
 // a SendGrid Event Webhook key it serves the providers' webhooks on
 // EFFECTIVELY_WEBHOOK_ADDR (see docs/webhooks.md).
 //
-// The worker applies the database migrations at start. `worker migrate`
+// The worker applies the database migrations at start, then records its key
+// namespace in the database, or refuses to change it under open effects
+// (see guardKeyNamespace). `worker migrate`
 // applies them and exits, for a deployment that migrates as its own step
 // before rolling the workers (the starter never migrates: it names this
 // command when the schema is behind).
@@ -20,7 +22,9 @@
 // EFFECTIVELY_DRAIN_TIMEOUT, then the Temporal worker stops) or a finished
 // `worker migrate`, 1 when the worker cannot start or stops on an error (or
 // the migration fails), 2 for bad configuration, including a RETENTION
-// shorter than the redelivery horizon, or a bad command line.
+// shorter than the redelivery horizon or an EFFECTIVELY_KEY_NAMESPACE other
+// than the one recorded in the database while payments, refunds or receipts
+// made under that one are open, or a bad command line.
 package main
 
 import (
@@ -37,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,6 +125,30 @@ func migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error 
 	return store.Migrate(ctx, pool, logger)
 }
 
+// guardKeyNamespace records the key namespace in the database, or refuses
+// to start (exit 2) when it differs from the recorded one while effects
+// made under that one are open: retried under new keys, they would be new
+// requests at Stripe (store.GuardKeyNamespace). `worker migrate` does not
+// run it: it changes the schema only, and may run from a job that is not
+// given the workers' configuration.
+func guardKeyNamespace(ctx context.Context, pool *pgxpool.Pool, configured string, logger *slog.Logger) error {
+	res, err := store.GuardKeyNamespace(ctx, pool, configured)
+	if errors.Is(err, store.ErrKeyNamespaceInUse) {
+		return fmt.Errorf("%w: %s: %w", errBadConfig, config.EnvKeyNamespace, err)
+	}
+	if err != nil {
+		return fmt.Errorf("key namespace guard: %w", err)
+	}
+	switch {
+	case res.Changed && res.HadRecord:
+		logger.Warn("key namespace changed: no payment, refund or receipt of the previous one was open",
+			"variable", config.EnvKeyNamespace, "previous", res.Recorded, "namespace", configured)
+	case !res.HadRecord:
+		logger.Info("key namespace recorded", "variable", config.EnvKeyNamespace, "namespace", configured)
+	}
+	return nil
+}
+
 // errBadConfig marks a refusal to start that the operator fixes in the
 // configuration (exit code 2).
 var errBadConfig = errors.New("bad configuration")
@@ -150,6 +179,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	defer pool.Close()
 	if err := store.Migrate(ctx, pool, logger); err != nil {
+		return err
+	}
+	if err := guardKeyNamespace(ctx, pool, cfg.KeyNamespace, logger); err != nil {
 		return err
 	}
 	// The provider clients' requests are timed by provider, operation and
