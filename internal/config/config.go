@@ -53,9 +53,10 @@ type Config struct {
 	// store.DefaultURL.
 	DatabaseURL string
 	// DatabaseMaxConns bounds the worker's Postgres pool
-	// (DATABASE_MAX_CONNS). Default 32: room for the JetStream handlers
-	// (NATS_HANDLERS), the fast-path starters, the dispatcher, the outbox
-	// relay and the activities.
+	// (DATABASE_MAX_CONNS). Default 32: room for the JetStream handlers'
+	// inbox transactions (two at once, whatever NATS_HANDLERS is), the
+	// fast-path starters, the dispatcher, the outbox relay and the
+	// activities.
 	DatabaseMaxConns int
 	// TaskQueue is the Temporal task queue (EFFECTIVELY_TASK_QUEUE).
 	// Default workflows.DefaultTaskQueue.
@@ -186,7 +187,7 @@ type NATS struct {
 	// NATS_ACK_WAIT (default 30s), NATS_MAX_DELIVER (default 5) and
 	// NATS_BACKOFF (the ack waits of the second, third, … delivery, comma
 	// separated, default 1m,5m,15m; "none" to use NATS_ACK_WAIT for all) and
-	// NATS_HANDLERS (deliveries settled at once, default 16, at least 1) and
+	// NATS_HANDLERS (deliveries settled at once, default 64, at least 1) and
 	// NATS_STARTERS (workflow starts in flight after the ack, default 32,
 	// at least 1).
 	JetStream intake.JetStreamConfig

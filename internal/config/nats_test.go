@@ -22,7 +22,7 @@ func TestNATSDefaults(t *testing.T) {
 	if !c.NATS.Enabled() || c.NATS.URL != DefaultNATSURL || js.Stream != "EFFECTIVELY" || js.Subject != "effectively.messages.>" ||
 		js.Durable != "effectively-worker" || js.AckWait != 30*time.Second || js.MaxDeliver != 5 ||
 		!reflect.DeepEqual(js.BackOff, intake.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
-		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 16 {
+		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 64 {
 		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
 	}
 	if c.Retention != 30*24*time.Hour || c.PruneEvery != time.Hour || c.QuarantineRetention != 30*24*time.Hour {

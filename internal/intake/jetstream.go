@@ -42,7 +42,11 @@ const (
 	// the worker creates (JetStream's own default).
 	DefaultDuplicateWindow = 2 * time.Minute
 	// DefaultHandlers is how many deliveries a Consumer settles at once.
-	DefaultHandlers = 16
+	// The inbox commits the handlers' inserts together (store.InsertInbox's
+	// group commit), so they share two connections rather than holding one
+	// each, and more of them keep both CPUs of a small machine busy where
+	// 16 left a burst of copies waiting on round trips.
+	DefaultHandlers = 64
 	// DefaultStarters is how many workflow starts a Consumer has in flight
 	// on its fast path.
 	DefaultStarters = 32
@@ -85,10 +89,11 @@ type JetStreamConfig struct {
 	// open pull requests (the iterator's PullMaxMessages). Default 100.
 	FetchBatch int
 	// Handlers is how many deliveries are settled at once: the handler
-	// goroutines that record a delivery and then ack it, each holding one
-	// Postgres connection while it records, so the store's pool should
-	// have room for them besides the Starters. Fetching goes on while they
-	// work and waits when all of them are busy. Default DefaultHandlers.
+	// goroutines that record a delivery and then ack it. Their inbox
+	// inserts share transactions (at most two at once, see
+	// store.InsertInbox), so they do not each need a Postgres connection.
+	// Fetching goes on while they work and waits when all of them are
+	// busy. Default DefaultHandlers.
 	Handlers int
 	// FetchWait is the expiry of each pull request the consumer keeps open
 	// (at least 1s). Default 30s.

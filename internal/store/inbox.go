@@ -1,9 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,35 +49,158 @@ func (r InboxResult) Mismatch(e InboxEntry) bool { return r.PayloadHash != e.Pay
 // InsertInbox records e unless (consumer, message ID) is already there, in one
 // round trip: the insert and the read of an existing row are one statement.
 // A copy of a recorded message is rejected by the primary key and counted.
+//
+// Concurrent calls share a transaction (group commit): a call made while
+// maxInboxFlushers transactions are running waits for one to end, and the
+// calls that gathered meanwhile, at most maxInboxGroup of them, go to
+// Postgres together as one pipelined transaction, one statement each. A
+// call that finds room goes at once, so a single caller pays nothing;
+// under load one commit (one WAL flush) records many messages.
+// Each call still returns only once its row is committed, so the caller
+// acks after the commit, as before. Should the shared transaction fail
+// (a deadlock with another process, a statement error), every call of it
+// runs again on its own and gets its own answer.
 func (s *Store) InsertInbox(ctx context.Context, e InboxEntry) (InboxResult, error) {
-	// A copy only bumps the row's duplicates counter, and that commit need
-	// not wait for the WAL flush: set_config(…, true) turns synchronous
-	// commit off for this statement's transaction, and only when nothing
-	// was inserted. A crash can then lose the last few milliseconds of
-	// counts, never a row; a new row commits durably before the caller
-	// acks the message.
-	const q = `
+	c := &inboxCall{ctx: ctx, e: e, done: make(chan struct{})}
+	g := &s.inbox
+	g.mu.Lock()
+	g.queue = append(g.queue, c)
+	lead := g.flushers < maxInboxFlushers
+	if lead {
+		g.flushers++
+	}
+	g.mu.Unlock()
+	if lead {
+		s.flushInbox(true)
+	}
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		// The shared transaction may still commit the row; the caller
+		// treats this like any failed insert (the message comes again
+		// and is recognised as a copy).
+		return InboxResult{}, fmt.Errorf("insert inbox %s/%s: %w", e.Consumer, e.MessageID, ctx.Err())
+	}
+}
+
+// maxInboxGroup bounds the calls one inbox transaction records.
+const maxInboxGroup = 64
+
+// maxInboxFlushers is how many inbox transactions run at once. One would
+// group the most, but Postgres runs a pipeline's statements one after the
+// other on one backend, so a burst of copies would be recorded on a single
+// core; two keep both cores of a small machine busy and still group.
+const maxInboxFlushers = 2
+
+// inboxGroup gathers the InsertInbox calls waiting for a transaction.
+type inboxGroup struct {
+	mu       sync.Mutex
+	queue    []*inboxCall
+	flushers int // flushInbox calls running; each takes from the queue
+}
+
+// inboxCall is one InsertInbox call and, once done is closed, its answer.
+type inboxCall struct {
+	ctx  context.Context
+	e    InboxEntry
+	res  InboxResult
+	err  error
+	done chan struct{}
+}
+
+// flushInbox records queued calls, one transaction per group, until the
+// queue is empty. Called by a caller that found fewer than
+// maxInboxFlushers running (lead): it records one group, its own call
+// normally among it, and hands any calls that gathered meanwhile to a
+// goroutine, which keeps its place among the flushers, so that the caller
+// returns as soon as its row is in.
+func (s *Store) flushInbox(lead bool) {
+	g := &s.inbox
+	for {
+		g.mu.Lock()
+		n := min(len(g.queue), maxInboxGroup)
+		if n == 0 {
+			g.flushers--
+			g.mu.Unlock()
+			return
+		}
+		group := slices.Clone(g.queue[:n])
+		g.queue = slices.Delete(g.queue, 0, n)
+		more := len(g.queue) > 0
+		g.mu.Unlock()
+		s.insertInboxGroup(group)
+		if lead && more {
+			go s.flushInbox(false)
+			return
+		}
+	}
+}
+
+// insertInboxGroup records group in one transaction, or each call on its
+// own when that fails, and answers every call.
+func (s *Store) insertInboxGroup(group []*inboxCall) {
+	live := group[:0:0]
+	for _, c := range group {
+		if err := c.ctx.Err(); err != nil {
+			c.err = fmt.Errorf("insert inbox %s/%s: %w", c.e.Consumer, c.e.MessageID, err)
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) > 1 && s.insertInboxTogether(live) == nil {
+		return
+	}
+	for _, c := range live {
+		c.res, c.err = s.insertInboxOne(c.ctx, c.e)
+		close(c.done)
+	}
+}
+
+// inboxInsert is the insert-or-count statement. For a single call it also
+// turns synchronous commit off when nothing was inserted: a copy only
+// bumps the row's duplicates counter, and that commit need not wait for
+// the WAL flush (set_config(…, true) lasts until the transaction ends). A
+// crash can then lose the last few milliseconds of counts, never a row; a
+// new row commits durably before the caller acks the message.
+const inboxInsert = `
 		WITH ins AS (
 			INSERT INTO inbox (consumer, message_id, payload, payload_sha256, source)
 			VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (consumer, message_id) DO NOTHING
 			RETURNING state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
 		), async AS (
-			SELECT set_config('synchronous_commit', 'off', true) WHERE NOT EXISTS (SELECT 1 FROM ins)
+			SELECT set_config('synchronous_commit', 'off', true) WHERE NOT EXISTS (SELECT 1 FROM ins) AND $6
 		), dup AS (
 			UPDATE inbox SET duplicates = duplicates + 1
-			 WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM async)
+			 WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)
+			   AND (EXISTS (SELECT 1 FROM async) OR NOT $6)
 			RETURNING state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
 		)
 		SELECT true, state, payload_sha256, workflow_id FROM ins
 		UNION ALL
 		SELECT false, state, payload_sha256, workflow_id FROM dup`
+
+// inboxGroupAsync ends a group's transaction: synchronous commit goes off
+// only when none of the group's rows was inserted by it. A row it inserted
+// has received_at = now(), the transaction's start; a row recorded before
+// has an earlier one (an equal one would only keep the commit synchronous).
+const inboxGroupAsync = `
+		SELECT set_config('synchronous_commit', 'off', true)
+		 WHERE NOT EXISTS (
+			SELECT 1 FROM inbox
+			 WHERE (consumer, message_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+			   AND received_at = now())`
+
+// insertInboxOne records e in a transaction of its own.
+func (s *Store) insertInboxOne(ctx context.Context, e InboxEntry) (InboxResult, error) {
 	// A concurrent insert of the same key can commit after this statement's
 	// snapshot was taken, leaving both branches empty: run it again, and the
 	// second run sees the committed row.
 	for range 3 {
 		var r InboxResult
-		err := s.pool.QueryRow(ctx, q, e.Consumer, e.MessageID, e.Payload, e.PayloadHash, e.Source).
+		err := s.pool.QueryRow(ctx, inboxInsert, e.Consumer, e.MessageID, e.Payload, e.PayloadHash, e.Source, true).
 			Scan(&r.Inserted, &r.State, &r.PayloadHash, &r.WorkflowID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
@@ -86,6 +212,98 @@ func (s *Store) InsertInbox(ctx context.Context, e InboxEntry) (InboxResult, err
 	}
 	return InboxResult{}, fmt.Errorf("insert inbox %s/%s: row neither inserted nor found", e.Consumer, e.MessageID)
 }
+
+// inboxGroupInsert records a group in one statement: each message ID once,
+// with the payload of its first copy in the group (ord, the calls' order)
+// and the group's other copies already counted, and for a row already
+// there, the group's copies added to its counter. It returns one row per
+// message ID: inserted or not, and the row's state and first payload hash.
+// A message ID it returns no row for met another transaction's insert that
+// committed after this statement's snapshot, and changed nothing.
+const inboxGroupInsert = `
+		WITH input AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[]) WITH ORDINALITY
+			    AS t(consumer, message_id, payload, payload_sha256, source, ord)
+		), firsts AS (
+			SELECT DISTINCT ON (consumer, message_id) consumer, message_id, payload, payload_sha256, source,
+			       count(*) OVER (PARTITION BY consumer, message_id) AS n
+			  FROM input
+			 ORDER BY consumer, message_id, ord
+		), ins AS (
+			INSERT INTO inbox (consumer, message_id, payload, payload_sha256, source, duplicates)
+			SELECT consumer, message_id, payload, payload_sha256, source, n - 1 FROM firsts ORDER BY consumer, message_id
+			ON CONFLICT (consumer, message_id) DO NOTHING
+			RETURNING consumer, message_id, state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
+		), dup AS (
+			UPDATE inbox i SET duplicates = i.duplicates + f.n
+			  FROM firsts f
+			 WHERE i.consumer = f.consumer AND i.message_id = f.message_id
+			   AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.consumer = f.consumer AND ins.message_id = f.message_id)
+			RETURNING i.consumer, i.message_id, i.state, i.payload_sha256, coalesce(i.workflow_id, '') AS workflow_id
+		)
+		SELECT true, consumer, message_id, state, payload_sha256, workflow_id FROM ins
+		UNION ALL
+		SELECT false, consumer, message_id, state, payload_sha256, workflow_id FROM dup`
+
+// insertInboxTogether records calls in one transaction: one pipelined
+// batch (statements sent before a single Sync run as one implicit
+// transaction) of inboxGroupInsert and inboxGroupAsync, the rows in key
+// order so that two processes' groups insert in the same order. It answers
+// the calls and returns nil once the batch committed, and answers none
+// when it did not. Of the calls for one message ID, the first (in the
+// order they came) inserted the row when the statement did; the others
+// are copies. A call whose message ID came back with no row runs again on
+// its own after the commit, and then sees the row.
+func (s *Store) insertInboxTogether(calls []*inboxCall) error {
+	calls = slices.Clone(calls)
+	slices.SortStableFunc(calls, func(a, b *inboxCall) int {
+		return cmp.Or(cmp.Compare(a.e.Consumer, b.e.Consumer), cmp.Compare(a.e.MessageID, b.e.MessageID))
+	})
+	// The batch outlives a caller that gives up: the others still want it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), inboxGroupTimeout)
+	defer cancel()
+	n := len(calls)
+	consumers, ids, hashes, sources := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	payloads := make([][]byte, n)
+	for i, c := range calls {
+		consumers[i], ids[i], payloads[i], hashes[i], sources[i] = c.e.Consumer, c.e.MessageID, c.e.Payload, c.e.PayloadHash, c.e.Source
+	}
+	type key struct{ consumer, messageID string }
+	rows := make(map[key]InboxResult, n)
+	var b pgx.Batch
+	b.Queue(inboxGroupInsert, consumers, ids, payloads, hashes, sources).Query(func(rs pgx.Rows) error {
+		for rs.Next() {
+			var k key
+			var r InboxResult
+			if err := rs.Scan(&r.Inserted, &k.consumer, &k.messageID, &r.State, &r.PayloadHash, &r.WorkflowID); err != nil {
+				return err
+			}
+			rows[k] = r
+		}
+		return rs.Err()
+	})
+	b.Queue(inboxGroupAsync, consumers, ids)
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("insert %d inbox rows: %w", n, translate(err))
+	}
+	for _, c := range calls {
+		k := key{c.e.Consumer, c.e.MessageID}
+		r, ok := rows[k]
+		if !ok {
+			c.res, c.err = s.insertInboxOne(c.ctx, c.e)
+			close(c.done)
+			continue
+		}
+		c.res = r
+		r.Inserted = false // the next calls for this ID are its copies
+		rows[k] = r
+		close(c.done)
+	}
+	return nil
+}
+
+// inboxGroupTimeout bounds one group's transaction.
+const inboxGroupTimeout = 30 * time.Second
 
 // MarkDispatched records that the message's workflow was started (or found
 // already started).

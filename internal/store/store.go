@@ -178,7 +178,8 @@ func translate(err error) error {
 
 // Store runs effectively's queries against one pool.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	inbox inboxGroup // InsertInbox calls waiting to share a transaction
 }
 
 // New returns a Store over pool. The pool is owned by the caller.

@@ -68,8 +68,9 @@ type Config struct {
 	// PlainClients is the plain consumer's concurrency. Default 8.
 	PlainClients int `json:"plain_clients"`
 	// DuplicateBurst is how many copies of already recorded messages are
-	// published at once to measure the suppression rate. Default the
-	// duplicates of the end-to-end run, at least 1000.
+	// published at once to measure the suppression rate. Default
+	// PlainMessages: the two rates it compares come from runs of one size
+	// (a short burst's rate is mostly its start and its last poll).
 	DuplicateBurst int `json:"duplicate_burst"`
 	// Warmup is how many messages (and reference workflows) run before each
 	// measured path, not counted. Default 20.
@@ -132,7 +133,7 @@ type Config struct {
 func QuickConfig() Config {
 	return Config{
 		Messages: 600, Sweep: []int{8, 64}, SweepMessages: 300,
-		FloorWorkflows: 300, NaiveWorkflows: 200, PlainMessages: 2000, DuplicateBurst: 500, ProfileSeconds: 4,
+		FloorWorkflows: 300, NaiveWorkflows: 200, PlainMessages: 2000, ProfileSeconds: 4,
 		PaidMessages: 100,
 	}
 }
@@ -172,7 +173,7 @@ func (c *Config) setDefaults() {
 	def(&c.NaiveWorkflows, 1000)
 	def(&c.PlainMessages, c.Messages)
 	def(&c.PlainClients, 8)
-	def(&c.DuplicateBurst, max(1000, int(float64(c.Messages)*c.DuplicateRatio)))
+	def(&c.DuplicateBurst, c.PlainMessages)
 	def(&c.Warmup, 20)
 	def(&c.PaidMessages, 200)
 	if c.Workers == nil {
@@ -334,12 +335,13 @@ type Report struct {
 	DuplicateEmails int `json:"duplicate_emails"`
 	// Ratios against the reference points; the floor's is the mean of
 	// Floor and FloorEnd (FloorMean).
-	FloorMean      float64  `json:"floor_mean"`
-	E2EOverFloor   float64  `json:"e2e_over_floor"`
-	E2EOverNaive   float64  `json:"e2e_over_naive"`
-	BurstOverPlain float64  `json:"burst_over_plain"`
-	MaxRate        float64  `json:"max_rate"`
-	Targets        []Target `json:"targets"`
+	FloorMean      float64 `json:"floor_mean"`
+	E2EOverFloor   float64 `json:"e2e_over_floor"`
+	E2EOverNaive   float64 `json:"e2e_over_naive"`
+	BurstOverPlain float64 `json:"burst_over_plain"`
+	// MaxRate is the best rate of the sweep, the base of the paced point.
+	MaxRate float64  `json:"max_rate"`
+	Targets []Target `json:"targets"`
 	// WorkerWarnings counts the worker's WARN and ERROR log lines by
 	// message, over the whole run.
 	WorkerWarnings []LogCount `json:"worker_warnings"`
@@ -505,7 +507,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	logf("bench: plain: %s; %s", rep.Plain.short(), rep.Plain.Costs.short())
 
 	// Timing only from here: the sweep, the paced point, the scale-out.
-	rep.MaxRate = rep.E2E.Throughput
+	// The paced point runs at a share of the sweep's best rate: runs of
+	// its size, right before it. The e2e run's rate would overstate what
+	// the stack manages by then (it is larger, and ran on a dev server
+	// holding less history, which the floor's before and after show).
 	for i, n := range cfg.Sweep {
 		p := planner.plan(fmt.Sprintf("sweep%d", i), cfg.SweepMessages, cfg.DuplicateRatio, cfg.DeclineRatio)
 		r, err := s.runE2E(ctx, cfg, p, e2eMode{inFlight: n})
@@ -524,7 +529,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if err != nil {
 			return rep, fmt.Errorf("paced point: %w", err)
 		}
-		r.Name = fmt.Sprintf("e2e at %.0f%% of the max rate", pacedShare*100)
+		r.Name = fmt.Sprintf("e2e at %.0f%% of the sweep's best rate", pacedShare*100)
 		rep.Paced = &r
 		logf("bench: %s (%.0f/s paced): %s", r.Name, rate, r.short())
 	}
@@ -582,8 +587,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// pacedShare is where the paced point runs: this share of the highest
-// rate the run measured.
+// pacedShare is where the paced point runs: this share of the sweep's
+// best rate.
 const pacedShare = 0.8
 
 // meter chains the counted phases: the reading that ends one phase starts
@@ -724,7 +729,7 @@ func (r *Report) evaluate() {
 	if r.Paced != nil {
 		p99 := r.Paced.Latency.P99
 		r.Targets = append(r.Targets, Target{What: "p99 at 80% of the max rate", Want: "≤ 150 ms", Value: ms(p99), Met: p99 <= p99Target*time.Millisecond && p99 > 0,
-			Measured: fmt.Sprintf("%.0f ms at %.1f msg/s paced (max %.1f)", ms(p99), r.Paced.TargetRate, r.MaxRate)})
+			Measured: fmt.Sprintf("%.0f ms at %.1f msg/s paced (the sweep's best %.1f)", ms(p99), r.Paced.TargetRate, r.MaxRate)})
 	} else {
 		r.Targets = append(r.Targets, Target{What: "p99 at 80% of the max rate", Want: "≤ 150 ms", Measured: "not measured (no sweep)"})
 	}

@@ -78,7 +78,9 @@ func (p *pgProxy) shapeCounts() map[string]int64 {
 // "UPDATE inbox" for an implicit one, "tx(INSERT payments; SELECT
 // payments)" for an explicit one (BEGIN … COMMIT), "prepare" for a
 // statement's preparation (no statement ran), "connect" for a session's
-// start.
+// start. A statement repeated back to back counts once, marked "×n" (the
+// inbox's group commit sends one insert per message in a pipeline), so
+// that groups of every size share a shape.
 func shape(stmts []string, start bool) string {
 	switch {
 	case start:
@@ -90,9 +92,28 @@ func shape(stmts []string, start bool) string {
 		if n := len(inner); n > 0 && inner[n-1] == "COMMIT" {
 			inner = inner[:n-1]
 		}
-		return "tx(" + strings.Join(inner, "; ") + ")"
+		return "tx(" + strings.Join(collapseRepeats(inner), "; ") + ")"
 	}
-	return strings.Join(stmts, "; ")
+	return strings.Join(collapseRepeats(stmts), "; ")
+}
+
+// collapseRepeats replaces a run of two or more equal labels by one
+// marked " ×n".
+func collapseRepeats(stmts []string) []string {
+	out := make([]string, 0, len(stmts))
+	for i := 0; i < len(stmts); {
+		j := i + 1
+		for j < len(stmts) && stmts[j] == stmts[i] {
+			j++
+		}
+		if j-i > 1 {
+			out = append(out, stmts[i]+" ×n")
+		} else {
+			out = append(out, stmts[i])
+		}
+		i = j
+	}
+	return out
 }
 
 var (

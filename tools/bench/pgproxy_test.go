@@ -69,6 +69,15 @@ func TestPGProxyCountsWhatPostgresCounts(t *testing.T) {
 	for i := 2; i < 5; i++ {
 		must(conn.Exec(ctx, `INSERT INTO t VALUES ($1)`, i)) // 1 + 3
 	}
+	// A pipelined batch (one Sync) is one implicit transaction, its
+	// repeated statement shown once.
+	var b pgx.Batch
+	for i := 5; i < 8; i++ {
+		b.Queue(`INSERT INTO t VALUES ($1)`, i)
+	}
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil { // 1
+		t.Fatal(err)
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -96,11 +105,11 @@ func TestPGProxyCountsWhatPostgresCounts(t *testing.T) {
 		t.Fatal("duplicate key accepted")
 	}
 	_ = tx.Commit(ctx) // a failed transaction's COMMIT rolls back: rollback 1
-	const wantCommits, wantRollbacks = 8, 3
+	const wantCommits, wantRollbacks = 9, 3
 	if c, r := p.commits.Load(), p.rollbacks.Load(); c != wantCommits || r != wantRollbacks {
 		t.Errorf("proxy counted %d commits and %d rollbacks, want %d and %d", c, r, wantCommits, wantRollbacks)
 	}
-	wantShapes := map[string]int64{"connect": 1, "CREATE": 1, "INSERT t": 4, "prepare": 1, "tx(INSERT t)": 1}
+	wantShapes := map[string]int64{"connect": 1, "CREATE": 1, "INSERT t": 4, "INSERT t ×n": 1, "prepare": 1, "tx(INSERT t)": 1}
 	if got := p.shapeCounts(); !maps.Equal(got, wantShapes) {
 		t.Errorf("commits by shape %v, want %v", got, wantShapes)
 	}
@@ -134,6 +143,23 @@ func TestLabel(t *testing.T) {
 	} {
 		if got := label(sql); got != want {
 			t.Errorf("label(%.40q) = %q, want %q", sql, got, want)
+		}
+	}
+}
+
+func TestShapeCollapsesRepeats(t *testing.T) {
+	g := "INSERT inbox+UPDATE inbox"
+	for _, tc := range []struct {
+		stmts []string
+		want  string
+	}{
+		{[]string{g}, g},
+		{[]string{g, g, g, "SELECT inbox"}, g + " ×n; SELECT inbox"},
+		{[]string{g, "SELECT inbox", g, g}, g + "; SELECT inbox; " + g + " ×n"},
+		{[]string{"BEGIN", g, g, "COMMIT"}, "tx(" + g + " ×n)"},
+	} {
+		if got := shape(tc.stmts, false); got != tc.want {
+			t.Errorf("shape(%q) = %q, want %q", tc.stmts, got, tc.want)
 		}
 	}
 }

@@ -71,6 +71,9 @@ type stack struct {
 	admin *pgxpool.Pool
 
 	pprofAddr string // the worker's EFFECTIVELY_PPROF_ADDR
+	// workerMetrics is the first worker's Prometheus endpoint (its
+	// EFFECTIVELY_HEALTH_ADDR), which the duplicate burst polls.
+	workerMetrics string
 	// compression is the gRPC compression of every client of the run,
 	// the worker's and the reference points' alike.
 	compression string
@@ -287,10 +290,16 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	s.onClose(sg.Close)
 	s.stripeURL, s.sendgridURL = st.URL, sg.URL
 
-	// One real worker process, with its profiles on a free loopback port.
+	// One real worker process, with its profiles and its metrics on free
+	// loopback ports.
 	if s.pprofAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
+	healthAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s.workerMetrics = "http://" + healthAddr + "/metrics"
 	s.workerBin = cfg.WorkerBin
 	if s.workerBin == "" {
 		dir, err := os.MkdirTemp("", "effectively-bench-")
@@ -316,6 +325,9 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 				// The worker's defaults, not workerproc's short test timeouts:
 				// nothing is killed here.
 				"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m",
+				// The pruning schedule fires on the hour by default; its
+				// workflow's actions would land in whichever phase spans it.
+				"PRUNE_EVERY=8760h",
 				"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
 				"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
 				"EFFECTIVELY_PPROF_ADDR=" + pprofAddr,
@@ -323,7 +335,7 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 			}, append(extra, cfg.WorkerEnv...)...),
 		})
 	}
-	if s.worker, err = workerproc.Start(s.workerBin, s.workerEnv(s.pprofAddr)); err != nil {
+	if s.worker, err = workerproc.Start(s.workerBin, s.workerEnv(s.pprofAddr, "EFFECTIVELY_HEALTH_ADDR="+healthAddr)); err != nil {
 		return nil, err
 	}
 	s.onClose(func() { s.worker.Stop(15 * time.Second) })
