@@ -3,8 +3,8 @@ package store
 // The inbox statements, for tests that run them in a transaction of their
 // own.
 const (
-	InboxInsertSQL     = inboxInsert
-	InboxGroupAsyncSQL = inboxGroupAsync
+	InboxGroupInsertSQL = inboxGroupInsert
+	InboxGroupAsyncSQL  = inboxGroupAsync
 )
 
 // InboxGroupSize is how many InsertInbox calls a statement of the inbox's

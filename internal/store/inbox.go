@@ -158,7 +158,7 @@ func (s *Store) insertInboxGroup(group []*inboxCall) {
 	}
 }
 
-// inboxInsert is the insert-or-count statement. For a single call it also
+// inboxInsert is the insert-or-count statement of a call alone. It also
 // turns synchronous commit off when nothing was inserted: a copy only
 // bumps the row's duplicates counter, and that commit need not wait for
 // the WAL flush (set_config(…, true) lasts until the transaction ends). A
@@ -171,11 +171,10 @@ const inboxInsert = `
 			ON CONFLICT (consumer, message_id) DO NOTHING
 			RETURNING state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
 		), async AS (
-			SELECT set_config('synchronous_commit', 'off', true) WHERE NOT EXISTS (SELECT 1 FROM ins) AND $6
+			SELECT set_config('synchronous_commit', 'off', true) WHERE NOT EXISTS (SELECT 1 FROM ins)
 		), dup AS (
 			UPDATE inbox SET duplicates = duplicates + 1
-			 WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)
-			   AND (EXISTS (SELECT 1 FROM async) OR NOT $6)
+			 WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM async)
 			RETURNING state, payload_sha256, coalesce(workflow_id, '') AS workflow_id
 		)
 		SELECT true, state, payload_sha256, workflow_id FROM ins
@@ -200,7 +199,7 @@ func (s *Store) insertInboxOne(ctx context.Context, e InboxEntry) (InboxResult, 
 	// second run sees the committed row.
 	for range 3 {
 		var r InboxResult
-		err := s.pool.QueryRow(ctx, inboxInsert, e.Consumer, e.MessageID, e.Payload, e.PayloadHash, e.Source, true).
+		err := s.pool.QueryRow(ctx, inboxInsert, e.Consumer, e.MessageID, e.Payload, e.PayloadHash, e.Source).
 			Scan(&r.Inserted, &r.State, &r.PayloadHash, &r.WorkflowID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue

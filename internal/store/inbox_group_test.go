@@ -186,7 +186,8 @@ func TestInboxGroupFailureFallsBackToSingles(t *testing.T) {
 
 // A group's commit waits for the WAL flush when it inserted a row, and
 // does not when every row of it was already there (copies only bump a
-// counter): what decides is whether the transaction inserted a row.
+// counter): the group's two statements, run in a transaction of the
+// test's, leave synchronous_commit as the commit would find it.
 func TestInboxGroupSynchronousCommitOnlyForCopies(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
@@ -208,14 +209,13 @@ func TestInboxGroupSynchronousCommitOnlyForCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = tx.Rollback(ctx) }()
-			for _, id := range tc.ids {
-				if _, err := tx.Exec(ctx, store.InboxInsertSQL, "order-placed", id, []byte(`{}`), "h", "test", false); err != nil {
-					t.Fatal(err)
-				}
+			n := len(tc.ids)
+			consumers, payloads, hashes, sources := make([]string, n), make([][]byte, n), make([]string, n), make([]string, n)
+			for i := range n {
+				consumers[i], payloads[i], hashes[i], sources[i] = "order-placed", []byte(`{}`), "h", "test"
 			}
-			consumers := make([]string, len(tc.ids))
-			for i := range consumers {
-				consumers[i] = "order-placed"
+			if _, err := tx.Exec(ctx, store.InboxGroupInsertSQL, consumers, tc.ids, payloads, hashes, sources); err != nil {
+				t.Fatal(err)
 			}
 			if _, err := tx.Exec(ctx, store.InboxGroupAsyncSQL, consumers, tc.ids); err != nil {
 				t.Fatal(err)
