@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // InboxState is inbox.state.
@@ -53,13 +54,15 @@ func (r InboxResult) Mismatch(e InboxEntry) bool { return r.PayloadHash != e.Pay
 // Concurrent calls share a transaction (group commit): a call made while
 // maxInboxFlushers transactions are running waits for one to end, and the
 // calls that gathered meanwhile, at most maxInboxGroup of them, go to
-// Postgres together as one pipelined transaction, one statement each. A
-// call that finds room goes at once, so a single caller pays nothing;
+// Postgres together as one transaction of one statement over arrays
+// (inboxGroupInsert). A call that finds room goes at once, alone, so a
+// single caller pays nothing;
 // under load one commit (one WAL flush) records many messages.
 // Each call still returns only once its row is committed, so the caller
-// acks after the commit, as before. Should the shared transaction fail
-// (a deadlock with another process, a statement error), every call of it
-// runs again on its own and gets its own answer.
+// acks after the commit, as before. Should Postgres refuse the shared
+// statement (a deadlock with another process, a bad row), every call of it
+// runs again on its own and gets its own answer; should Postgres be out of
+// reach, every call gets that error.
 func (s *Store) InsertInbox(ctx context.Context, e InboxEntry) (InboxResult, error) {
 	c := &inboxCall{ctx: ctx, e: e, done: make(chan struct{})}
 	g := &s.inbox
@@ -138,7 +141,7 @@ func (s *Store) flushInbox(lead bool) {
 }
 
 // insertInboxGroup records group in one transaction, or each call on its
-// own when that fails, and answers every call.
+// own when Postgres refused the group's statement, and answers every call.
 func (s *Store) insertInboxGroup(group []*inboxCall) {
 	live := group[:0:0]
 	for _, c := range group {
@@ -149,8 +152,22 @@ func (s *Store) insertInboxGroup(group []*inboxCall) {
 		}
 		live = append(live, c)
 	}
-	if len(live) > 1 && s.insertInboxTogether(live) == nil {
-		return
+	if len(live) > 1 {
+		err := s.insertInboxTogether(live)
+		if err == nil {
+			return
+		}
+		// Only a statement Postgres refused (a bad row, a deadlock) is worth
+		// running call by call; when Postgres could not be reached, each
+		// call would only wait to fail the same way.
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			for _, c := range live {
+				c.err = err
+				close(c.done)
+			}
+			return
+		}
 	}
 	for _, c := range live {
 		c.res, c.err = s.insertInboxOne(c.ctx, c.e)

@@ -2,11 +2,14 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -195,13 +198,12 @@ func TestInboxGroupSynchronousCommitOnlyForCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name   string
-		ids    []string
-		stays  string
-		insert bool
+		name  string
+		ids   []string
+		stays string
 	}{
-		{"copies only", []string{"evt_old"}, "off", false},
-		{"a new row among copies", []string{"evt_old", "evt_new"}, "on", true},
+		{"copies only", []string{"evt_old"}, "off"},
+		{"a new row among copies", []string{"evt_old", "evt_new"}, "on"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tx, err := s.Pool().Begin(ctx)
@@ -228,5 +230,41 @@ func TestInboxGroupSynchronousCommitOnlyForCopies(t *testing.T) {
 				t.Errorf("synchronous_commit = %s, want %s", got, tc.stays)
 			}
 		})
+	}
+}
+
+// With Postgres out of reach, a group's calls all get the error at once:
+// running each again on its own would only wait to fail the same way.
+func TestInboxGroupUnreachableAnswersEveryCall(t *testing.T) {
+	pc, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:5432/postgres?connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	pc.ConnConfig.DialFunc = func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		time.Sleep(20 * time.Millisecond) // long enough for the other calls to gather
+		return nil, errors.New("connection refused (test)")
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := store.New(pool)
+	var entries []store.InboxEntry
+	for i := range 40 {
+		entries = append(entries, store.InboxEntry{Consumer: "order-placed", MessageID: fmt.Sprintf("evt_u%02d", i), Payload: []byte(`{}`), PayloadHash: "h", Source: "test"})
+	}
+	_, errs := concurrently(s, entries)
+	for k, err := range errs {
+		if err == nil {
+			t.Fatalf("%s: no error with Postgres out of reach", entries[k].MessageID)
+		}
+	}
+	if n := dials.Load(); n >= int64(len(entries)) {
+		t.Errorf("%d connection attempts for %d calls: the grouped calls were tried again one by one", n, len(entries))
+	} else {
+		t.Logf("%d connection attempts for %d calls", n, len(entries))
 	}
 }

@@ -357,25 +357,34 @@ func (s *stack) actionsSettled(ctx context.Context, limit time.Duration) error {
 // scrapeActions reads the dev server's action counter of the default
 // namespace by action type.
 func (s *stack) scrapeActions(ctx context.Context) (map[string]float64, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, s.metricsURL, nil)
+	body, err := scrape(ctx, s.metricsURL)
 	if err != nil {
 		return nil, err
+	}
+	return counterBy(body, "action", "action_type", map[string]string{"namespace": "default"})
+}
+
+// scrape reads a Prometheus endpoint's text exposition.
+func scrape(ctx context.Context, url string) (string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s", s.metricsURL, resp.Status)
+		return "", fmt.Errorf("%s answered %s", url, resp.Status)
 	}
-	return counterBy(string(body), "action", "action_type", map[string]string{"namespace": "default"})
+	return string(body), nil
 }
 
 // counterBy sums the samples of the counter name in Prometheus's text
