@@ -24,8 +24,12 @@ demo: $(BIN)/temporal ## like run, but stop after the report
 compose-env: ## write .env for docker-compose.yml with fresh local secrets (kept if it exists)
 	./deploy/compose-env.sh
 
+.PHONY: test-deps
+test-deps: ## install (as root, apt-get) or name what the tests need: nats-server, prometheus, chromium, Postgres, NATS
+	./tools/test-deps.sh
+
 .PHONY: test
-test: $(BIN)/temporal ## run every test (needs Postgres at 127.0.0.1:5432; builds the Temporal CLI once)
+test: test-deps $(BIN)/temporal ## run every test (installs what it needs first; builds the Temporal CLI once)
 	go test -count=1 -timeout 20m ./...
 	go test -count=1 -tags failpoints ./internal/failpoint/
 
