@@ -73,14 +73,27 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+// usage is what `worker -h` prints.
+const usage = `usage:
+  worker           run the worker until SIGINT or SIGTERM (migrates the database first)
+  worker migrate   apply the database migrations and exit
+
+Configuration comes from the environment: docs/configuration.md lists every
+variable. Exit codes: 0 clean shutdown or finished migration, 1 cannot start
+or stopped on an error, 2 bad configuration or command line.
+`
+
 func run(args []string) int {
 	migrateOnly := false
 	switch {
 	case len(args) == 0:
 	case len(args) == 1 && args[0] == "migrate":
 		migrateOnly = true
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help"):
+		fmt.Print(usage)
+		return 0
 	default:
-		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("usage: worker [migrate]", "args", args)
+		fmt.Fprintf(os.Stderr, "worker: unknown arguments %q\n%s", args, usage)
 		return 2
 	}
 	cfg, err := config.FromEnv()

@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -57,4 +60,40 @@ func TestMigrateCommand(t *testing.T) {
 	if code := run([]string{"migrat"}); code != 2 {
 		t.Fatalf("worker migrat: exit %d, want 2 (usage)", code)
 	}
+}
+
+// TestHelp: `worker -h` prints the usage as text on standard output and
+// exits 0; an unknown argument prints it on standard error and exits 2.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "help"} {
+		out := captureStdout(t, func() {
+			if code := run([]string{arg}); code != 0 {
+				t.Errorf("worker %s: exit %d, want 0", arg, code)
+			}
+		})
+		if !strings.HasPrefix(out, "usage:\n") || !strings.Contains(out, "worker migrate") || !strings.Contains(out, "docs/configuration.md") {
+			t.Errorf("worker %s printed %q, want the usage text", arg, out)
+		}
+	}
+	if code := run([]string{"--verbose"}); code != 2 {
+		t.Fatalf("worker --verbose: exit %d, want 2", code)
+	}
+}
+
+func captureStdout(t *testing.T, fn func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = w
+	defer func() { os.Stdout = saved }()
+	fn()
+	_ = w.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
