@@ -10,7 +10,7 @@
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
-ENV CGO_ENABLED=0
+ENV CGO_ENABLED=0 GOWORK=off
 
 # Dependencies first so the layer survives source-only changes.
 COPY go.mod go.sum ./

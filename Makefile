@@ -30,7 +30,7 @@ test-deps: ## install (as root, apt-get) or name what the tests need: nats-serve
 
 .PHONY: test
 test: test-deps $(BIN)/temporal ## run every test (installs what it needs first; builds the Temporal CLI once)
-	go test -count=1 -timeout 20m ./...
+	go test -count=1 -timeout 20m ./... ./lab/...
 	go test -count=1 -tags failpoints ./internal/failpoint/
 
 .PHONY: test-short
@@ -39,11 +39,11 @@ test-short: ## unit tests only (no Temporal dev server)
 
 .PHONY: soak
 soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
-	go test -count=1 -timeout 30m -run TestSoak -v ./tools/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true}
+	go test -count=1 -timeout 30m -run TestSoak -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true}
 
 .PHONY: bench
 bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)
-	go run ./tools/bench/cmd/bench $(BENCH_ARGS)
+	go run ./lab/bench/cmd/bench $(BENCH_ARGS)
 
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s
@@ -59,8 +59,9 @@ build: ## build worker, starter and providersim into bin/
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## gofmt, go vet and golangci-lint
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
-	go vet ./...
+	go vet ./... ./lab/...
 	$(BIN)/golangci-lint run --allow-parallel-runners ./...
+	cd lab && $(BIN)/golangci-lint run --allow-parallel-runners --config ../.golangci.yml ./...
 
 .PHONY: workflowcheck
 workflowcheck: $(BIN)/workflowcheck ## check workflow code for non-determinism

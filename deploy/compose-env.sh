@@ -11,7 +11,7 @@
 # payloads already in Temporal need the codec key that encrypted them. To
 # start over, `docker compose down -v` and delete the file.
 #
-# tools/deploy/compose_test.go runs this script and loads the stack with
+# lab/deploy/compose_test.go runs this script and loads the stack with
 # what it writes.
 set -eu
 

@@ -2,9 +2,9 @@
 # What `make test` needs besides Go, checked before any test runs.
 #
 # Programs the tests run themselves (Debian packages):
-#   nats-server  servers with TLS and accounts (tools/natstest, tools/deploy)
-#   prometheus   promtool and a real Prometheus (tools/deploy)
-#   chromium     the headless Temporal UI test (tools/e2e)
+#   nats-server  servers with TLS and accounts (tools/natstest, lab/deploy)
+#   prometheus   promtool and a real Prometheus (lab/deploy)
+#   chromium     the headless Temporal UI test (lab/e2e)
 # Services the tests connect to:
 #   Postgres on 127.0.0.1:5432 (trust, user postgres)
 #   NATS with JetStream on 127.0.0.1:4222
@@ -12,7 +12,7 @@
 # As root with apt-get, missing packages are installed and stopped services
 # started. Otherwise it stops at once and prints the one command to run.
 # TEST_DEPS_DRY_RUN=1 only reports; TEST_DEPS_PATH replaces the folders
-# searched for programs (both for tools/deploy's test of this script).
+# searched for programs (both for lab/deploy's test of this script).
 set -euo pipefail
 
 dry=${TEST_DEPS_DRY_RUN:-}

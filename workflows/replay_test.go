@@ -8,7 +8,7 @@ import (
 )
 
 // TestReplayRecordedHistories replays histories recorded from real runs
-// (see tools/e2e/record_history_test.go) against today's workflow code. A
+// (see lab/e2e/record_history_test.go) against today's workflow code. A
 // change that would break running workflows — a different activity order, a
 // new command before an old one — fails here with a non-determinism error.
 func TestReplayRecordedHistories(t *testing.T) {

@@ -28,7 +28,7 @@ import (
 // file names beside these. (Before any release, the fixtures were
 // re-recorded when GetVersion was removed from OrderPlaced.)
 //
-//	go test -tags record -run TestRecordHistories ./tools/e2e/
+//	go test -tags record -run TestRecordHistories ./lab/e2e/
 func TestRecordHistories(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	// The fallback case: the local attempt's charge meets a 500 before
@@ -51,7 +51,7 @@ func TestRecordHistories(t *testing.T) {
 // it and a payment-settled signal wakes the workflow, which sends the
 // receipt.
 //
-//	go test -tags record -run TestRecordProcessingHistory ./tools/e2e/
+//	go test -tags record -run TestRecordProcessingHistory ./lab/e2e/
 func TestRecordProcessingHistory(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{Workflows: workflows.Config{PaymentProcessingPoll: 2 * time.Second, PaymentProcessingMaxWait: time.Hour}})
 	ctx := context.Background()

@@ -19,7 +19,7 @@ import (
 // TestRecordRefundHistories writes OrderRefund histories for the replay
 // test in workflows/, like TestRecordHistories.
 //
-//	go test -tags record -run TestRecordRefundHistories ./tools/e2e/
+//	go test -tags record -run TestRecordRefundHistories ./lab/e2e/
 func TestRecordRefundHistories(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	if st := wait(t, s, accept(t, s, order("evt_rec_rf_order", 11, "pm_card_visa")).MessageID); st.Outcome != workflows.OutcomeCompleted {

@@ -18,7 +18,7 @@ func runTestDeps(t *testing.T, path string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(t), "tools", "test-deps.sh"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(t), "tools", "test-deps.sh")) //nolint:gosec // the repository's own script
 	cmd.Env = append(os.Environ(), "TEST_DEPS_DRY_RUN=1", "TEST_DEPS_PATH="+path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

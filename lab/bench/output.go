@@ -173,7 +173,7 @@ func (r Report) Markdown(chart string) string {
 	if commit == "" {
 		commit = "unknown"
 	}
-	fmt.Fprintf(&b, "Commit `%s`, measured by `tools/bench` (`go run ./tools/bench/cmd/bench`); every number below was measured in this run. "+
+	fmt.Fprintf(&b, "Commit `%s`, measured by `lab/bench` (`go run ./lab/bench/cmd/bench`); every number below was measured in this run. "+
 		"%s, %d CPUs, %d MB; %s; %s; PostgreSQL %s; %s. Load before the run: %.0f%% of the CPUs busy, load average %s. The whole run took %s.\n\n",
 		commit, e.CPUModel, e.CPUs, e.MemoryMB, e.Temporal, e.NATS, e.Postgres, e.GoVersion, e.BackgroundBusy*100, e.LoadAverage, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "e2e: %d messages, %.0f%% copies, %.0f%% declines, in-flight %d; paid-only run %d messages; floor %d workflows; naive %d; plain consumer %d messages on %d connections; "+

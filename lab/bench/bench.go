@@ -14,7 +14,7 @@
 // Postgres transactions (pg_stat_database.xact_commit).
 //
 // It is a benchmark, not a test: Run reports what it measured and checks only
-// that nothing was charged twice. The command is tools/bench/cmd/bench.
+// that nothing was charged twice. The command is lab/bench/cmd/bench.
 package bench
 
 import (

@@ -1,4 +1,4 @@
-// Command bench runs effectively's benchmark (tools/bench): the
+// Command bench runs effectively's benchmark (lab/bench): the
 // end-to-end path through JetStream and one real worker process, Temporal's
 // floor, a naive layout and a plain transactional consumer, all in one run
 // on the same dev server and Postgres, plus a sweep of in-flight limits and a
@@ -6,10 +6,10 @@
 // server's action metric), history events and Postgres commits per message.
 // It prints a table and writes results/bench-<timestamp>.md, .png and .json.
 //
-//	go run ./tools/bench/cmd/bench                 # the defaults: 5000 messages, 30% copies
-//	go run ./tools/bench/cmd/bench -quick          # a small run
-//	go run ./tools/bench/cmd/bench -n 2000 -sweep 8,64 -latency 10ms
-//	go run ./tools/bench/cmd/bench -n 300 -sweep none -workers 1,2,3
+//	go run ./lab/bench/cmd/bench                 # the defaults: 5000 messages, 30% copies
+//	go run ./lab/bench/cmd/bench -quick          # a small run
+//	go run ./lab/bench/cmd/bench -n 2000 -sweep 8,64 -latency 10ms
+//	go run ./lab/bench/cmd/bench -n 300 -sweep none -workers 1,2,3
 //
 // It needs Postgres (TEST_DATABASE_URL), NATS with JetStream (TEST_NATS_URL)
 // and the Temporal CLI (bin/temporal or TEMPORAL_CLI). Exit codes: 0 the run
@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/effectively/effectively/tools/bench"
+	"github.com/effectively/effectively/lab/bench"
 )
 
 func main() {

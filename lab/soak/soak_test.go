@@ -27,7 +27,7 @@ var (
 
 // TestSoak is the chaos soak: `make soak`, or in CI at the default size.
 //
-//	go test ./tools/soak/ -run TestSoak -v -args -messages 5000 -kills 6
+//	go test ./lab/soak/ -run TestSoak -v -args -messages 5000 -kills 6
 func TestSoak(t *testing.T) {
 	ctx := context.Background()
 	tsrv := testenv.StartTemporal(t)
