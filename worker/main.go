@@ -249,7 +249,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer tc.Close()
 	// Operators find a message's workflow by these attributes; starts that
 	// set them fail while they are unregistered.
-	if err := temporalclient.EnsureSearchAttributes(ctx, tc, namespace, workflows.SearchAttributeDefs()); err != nil {
+	if err := temporalclient.EnsureSearchAttributes(ctx, tc, namespace, workflows.SearchAttributeKeys()); err != nil {
 		logger.Warn("search attributes", "error", err.Error())
 	}
 	st := store.New(pool)

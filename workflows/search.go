@@ -3,8 +3,6 @@ package workflows
 import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/effectively/effectively/internal/temporalclient"
 )
 
 // Search attributes set on every workflow at start, so an operator can paste
@@ -19,14 +17,23 @@ var (
 	OrderIDKey = temporal.NewSearchAttributeKeyInt64("OrderId")
 )
 
+// SearchAttributeKeys lists the custom search attributes, for registration.
+func SearchAttributeKeys() []temporal.SearchAttributeKey {
+	return []temporal.SearchAttributeKey{MessageIDKey, ConsumerKey, OrderIDKey}
+}
+
 // SearchAttributeFlags are the dev server flags that register the search
-// attributes above.
+// attributes above ("--search-attribute MessageId=Keyword", …).
 func SearchAttributeFlags() []string {
-	return []string{
-		"--search-attribute", "MessageId=Keyword",
-		"--search-attribute", "Consumer=Keyword",
-		"--search-attribute", "OrderId=Int",
+	cli := map[enumspb.IndexedValueType]string{
+		enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
+		enumspb.INDEXED_VALUE_TYPE_INT:     "Int",
 	}
+	var flags []string
+	for _, k := range SearchAttributeKeys() {
+		flags = append(flags, "--search-attribute", k.GetName()+"="+cli[k.GetValueType()])
+	}
+	return flags
 }
 
 // SearchAttributes returns the attributes of a message's workflow.
@@ -36,14 +43,4 @@ func SearchAttributes(consumer, messageID string, orderID int64) temporal.Search
 		ConsumerKey.ValueSet(consumer),
 		OrderIDKey.ValueSet(orderID),
 	)
-}
-
-// SearchAttributeDefs lists the custom search attributes with their types,
-// for registration.
-func SearchAttributeDefs() []temporalclient.SearchAttribute {
-	return []temporalclient.SearchAttribute{
-		{Name: MessageIDKey.GetName(), Type: enumspb.INDEXED_VALUE_TYPE_KEYWORD},
-		{Name: ConsumerKey.GetName(), Type: enumspb.INDEXED_VALUE_TYPE_KEYWORD},
-		{Name: OrderIDKey.GetName(), Type: enumspb.INDEXED_VALUE_TYPE_INT},
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/codec"
 )
@@ -106,7 +107,7 @@ func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh cl
 
 // EnsureSearchAttributes registers the attributes of want that are missing.
 // It returns the ones still missing when registration is not allowed.
-func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string, want []SearchAttribute) error {
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string, want []temporal.SearchAttributeKey) error {
 	missing, err := MissingSearchAttributes(ctx, c, namespace, want)
 	if err != nil || len(missing) == 0 {
 		return err
@@ -114,41 +115,35 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	if err := AddSearchAttributes(ctx, c, namespace, missing); err != nil {
 		names := make([]string, len(missing))
 		for i, m := range missing {
-			names[i] = m.Name
+			names[i] = m.GetName()
 		}
 		return fmt.Errorf("search attributes %v are not registered in namespace %s and could not be added: %w", names, namespace, err)
 	}
 	return nil
 }
 
-// SearchAttribute names one custom search attribute and its type.
-type SearchAttribute struct {
-	Name string
-	Type enumspb.IndexedValueType
-}
-
-// MissingSearchAttributes reports which of want are not registered in the
-// client's namespace.
-func MissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want []SearchAttribute) ([]SearchAttribute, error) {
+// MissingSearchAttributes reports which of want are not registered, with
+// their type, in the client's namespace.
+func MissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want []temporal.SearchAttributeKey) ([]temporal.SearchAttributeKey, error) {
 	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return nil, fmt.Errorf("list search attributes: %w", err)
 	}
-	var missing []SearchAttribute
-	for _, sa := range want {
-		if t, ok := resp.GetCustomAttributes()[sa.Name]; !ok || t != sa.Type {
-			missing = append(missing, sa)
+	var missing []temporal.SearchAttributeKey
+	for _, k := range want {
+		if t, ok := resp.GetCustomAttributes()[k.GetName()]; !ok || t != k.GetValueType() {
+			missing = append(missing, k)
 		}
 	}
 	return missing, nil
 }
 
-// AddSearchAttributes registers attrs in namespace. It needs operator
+// AddSearchAttributes registers keys in namespace. It needs operator
 // rights, which a local server grants and a cloud namespace may not.
-func AddSearchAttributes(ctx context.Context, c client.Client, namespace string, attrs []SearchAttribute) error {
-	m := make(map[string]enumspb.IndexedValueType, len(attrs))
-	for _, sa := range attrs {
-		m[sa.Name] = sa.Type
+func AddSearchAttributes(ctx context.Context, c client.Client, namespace string, keys []temporal.SearchAttributeKey) error {
+	m := make(map[string]enumspb.IndexedValueType, len(keys))
+	for _, k := range keys {
+		m[k.GetName()] = k.GetValueType()
 	}
 	_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: m})
 	if err != nil {
