@@ -29,6 +29,7 @@ func main() {
 	flag.BoolVar(&o.exit, "exit", false, "stop after sending the examples and printing the report")
 	flag.BoolVar(&o.keep, "keep", false, "keep the previous run's database and Temporal state")
 	flag.StringVar(&o.stateDir, "state", ".devstack", "folder for binaries, logs and state")
+	flag.StringVar(&o.instance, "instance", "dev", "names the database (effectively_dev) and the JetStream streams (EFFECTIVELY_DEV)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,7 +44,8 @@ type options struct {
 	examples string
 	exit     bool
 	keep     bool
-	stateDir string
+	stateDir string // relative to the repository, or absolute
+	instance string // a-z 0-9: the database effectively_<instance>, the streams EFFECTIVELY_<INSTANCE>
 }
 
 // findRoot returns the folder holding go.mod, at or above the working one.

@@ -16,11 +16,9 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// devDatabase is the database devstack owns and recreates on each run.
-const devDatabase = "effectively_dev"
-
 // postgres returns the connection string of the database to use: the one in
-// DATABASE_URL (used as it is), else a fresh effectively_dev database on the
+// DATABASE_URL (used as it is), else a fresh effectively_<instance> database
+// (devstack owns it and recreates it on each run) on the
 // server at 127.0.0.1:5432, else one on a private cluster that devstack starts
 // in .devstack/pg when the machine has PostgreSQL's binaries.
 func (s *stack) postgres(ctx context.Context, fresh bool) (string, error) {
@@ -31,6 +29,7 @@ func (s *stack) postgres(ctx context.Context, fresh bool) (string, error) {
 		}
 		return u, nil
 	}
+	devDatabase := "effectively_" + s.instance
 	server := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	if err := ping(ctx, server); err != nil {
 		step(s.out, "no Postgres answers at 127.0.0.1:5432 (%v)", err)

@@ -36,6 +36,7 @@ const TemporalCLIVersion = "v1.5.1"
 
 type stack struct {
 	root, state string
+	instance    string
 	out         io.Writer
 	procs       []*exec.Cmd
 	cleanups    []func()
@@ -65,7 +66,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s := &stack{root: root, state: filepath.Join(root, o.stateDir), out: out}
+	if o.instance == "" {
+		o.instance = "dev"
+	}
+	state := o.stateDir
+	if !filepath.IsAbs(state) {
+		state = filepath.Join(root, state)
+	}
+	s := &stack{root: root, state: state, out: out, instance: o.instance}
 	defer s.close()
 	if !o.keep {
 		_ = os.RemoveAll(filepath.Join(s.state, "temporal"))
@@ -435,11 +443,6 @@ func (s *stack) report(ctx context.Context, dbURL string, ids []string, st *stri
 }
 
 // Devstack's own streams, so a run never consumes another deployment's.
-const (
-	devStream       = "EFFECTIVELY_DEV"
-	devEventsStream = "EFFECTIVELY_DEV_EVENTS"
-)
-
 // broker returns the worker's NATS settings: devstack's own streams on the
 // JetStream server at 127.0.0.1:4222 when one answers, else NATS_URL=off
 // (the worker then takes messages from the starter only).
@@ -454,6 +457,9 @@ func (s *stack) broker(ctx context.Context, fresh bool) ([]string, bool) {
 		return []string{"NATS_URL=off"}, false
 	}
 	defer nc.Close()
+	devStream := "EFFECTIVELY_" + strings.ToUpper(s.instance)
+	devEventsStream := devStream + "_EVENTS"
+	subjects := "effectively-" + s.instance
 	if fresh {
 		if js, err := jetstream.New(nc); err == nil {
 			for _, name := range []string{devStream, devEventsStream} {
@@ -464,8 +470,8 @@ func (s *stack) broker(ctx context.Context, fresh bool) ([]string, bool) {
 	step(s.out, "using NATS JetStream at %s, streams %s and %s", url, devStream, devEventsStream)
 	return []string{
 		"NATS_URL=" + url,
-		"NATS_STREAM=" + devStream, "NATS_SUBJECT=effectively-dev.messages.>", "NATS_CONSUMER=devstack",
-		"NATS_EVENTS_STREAM=" + devEventsStream, "NATS_EVENTS_PREFIX=effectively-dev.events",
+		"NATS_STREAM=" + devStream, "NATS_SUBJECT=" + subjects + ".messages.>", "NATS_CONSUMER=devstack",
+		"NATS_EVENTS_STREAM=" + devEventsStream, "NATS_EVENTS_PREFIX=" + subjects + ".events",
 	}, true
 }
 
