@@ -230,6 +230,17 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 			fmt.Errorf("message id %s was already received with a different payload (sha256 %.12s…, this one %.12s…)", m.ID, row.PayloadHash, entry.PayloadHash))
 		return Recorded{Result: res}, err
 	}
+	if row.State == store.InboxDispatched && row.WorkflowID == "" {
+		// Settled without a workflow by an earlier dispatcher that could
+		// not decode it: a copy, or `quarantine retry`, runs it now.
+		reopened, err := in.store.ReopenUnstarted(ctx, m.Consumer, m.ID)
+		if err != nil {
+			return Recorded{}, fmt.Errorf("record message %s: %w", m.ID, err)
+		}
+		if reopened {
+			row.State = store.InboxPending
+		}
+	}
 	rec := Recorded{
 		Result:  Result{MessageID: m.ID, WorkflowID: wfID, Status: StatusRecorded},
 		Message: m,
