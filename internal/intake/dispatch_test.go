@@ -282,3 +282,31 @@ func TestUndecodableRowStaysPendingAndIsHeld(t *testing.T) {
 		t.Errorf("starts = %v, want none", tc.starts())
 	}
 }
+
+// TestCrashedClaimIsTakenAgainAfterItsLease: a dispatcher killed between
+// its claim and its mark (SIGKILL, or Postgres gone before the mark) leaves
+// its rows claimed; no other dispatcher starts them during the lease, and
+// the first pass after it starts each once.
+func TestCrashedClaimIsTakenAgainAfterItsLease(t *testing.T) {
+	ctx := context.Background()
+	pool, st, tc, in := newDispatchFixture(t)
+	m := recordPending(t, st, placed("evt_crash1", 760))
+	// What the killed dispatcher's claim left behind.
+	if _, err := pool.Exec(ctx, `UPDATE inbox SET claimed_until = now() + interval '1 second' WHERE message_id = $1`, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	d, err := intake.NewDispatcher(in, intake.DispatcherConfig{MinAge: -1, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.DispatchPending(ctx); err != nil || n != 0 || len(tc.starts()) != 0 {
+		t.Fatalf("pass during the lease: %d settled, %v, starts %v; want nothing", n, err, tc.starts())
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if n, err := d.DispatchPending(ctx); err != nil || n != 1 {
+		t.Fatalf("pass after the lease: %d settled, %v; want 1", n, err)
+	}
+	if row := inboxState(t, st, m.Consumer, m.ID); row.State != store.InboxDispatched || tc.starts()[row.WorkflowID] != 1 {
+		t.Errorf("after the lease: %s, %d starts; want dispatched, started once", row.State, tc.starts()[row.WorkflowID])
+	}
+}
