@@ -56,6 +56,10 @@ var batchExpectations = map[string]batchExpect{
 		retry: map[string]int{store.ReasonPayloadMismatch: exitInvalid}, statusAfter: exitOK},
 	// A refund of an order that was never charged.
 	"evt_op_refund_unpaid": {status: exitOK, resolve: exitNotFound, redrive: exitRefused, statusAfter: exitOK},
+	// A type no worker knows: handed back until its last delivery, then
+	// quarantined as invalid.
+	"evt_op_cancel": {status: exitOK, resolve: exitNotFound, redrive: exitNotFound,
+		retry: map[string]int{store.ReasonInvalid: exitInvalid}, statusAfter: exitOK},
 	// Never seen.
 	"evt_op_unknown": {status: exitNotFound, resolve: exitNotFound, redrive: exitNotFound, statusAfter: exitNotFound},
 }
@@ -74,9 +78,9 @@ func batchRefund(id string, order, amount int64) []byte {
 
 // TestOperatorCommandsOnARealBatch runs a real batch through JetStream and
 // the worker (copies, payload mismatches, invalid lines, a max-deliver
-// poison message, both message types), then calls every read and operator
-// command on every message ID it produced and checks the documented exit
-// code of each (batchExpectations).
+// poison message, both message types, a type no worker knows), then calls
+// every read and operator command on every message ID it produced and
+// checks the documented exit code of each (batchExpectations).
 func TestOperatorCommandsOnARealBatch(t *testing.T) {
 	s := operatorStack(t)
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
@@ -98,6 +102,7 @@ func TestOperatorCommandsOnARealBatch(t *testing.T) {
 		batchOrder("evt_op_poison", 805, 1999, "pm_card_visa"),
 		[]byte(`{"id":"evt_op_invalid","type":"order.placed","data":{"order_id":-1}}`),
 		[]byte(`not json at all`),
+		[]byte(`{"id":"evt_op_cancel","type":"order.cancelled","data":{"order_id":801}}`),
 	)
 	waitClosed(t, s, "order-placed", "evt_op_paid", "evt_op_mismatch", "evt_op_declined")
 	waitPayment(t, s, "evt_op_processing", store.PaymentProcessing)
@@ -110,7 +115,7 @@ func TestOperatorCommandsOnARealBatch(t *testing.T) {
 	waitClosed(t, s, "order-refund", "evt_op_refund", "evt_op_refund_mm", "evt_op_refund_unpaid")
 	publish(batchRefund("evt_op_refund_mm", 801, 301))
 	testenv.Eventually(t, 30*time.Second, "the batch's quarantine rows", func() bool {
-		return p.Consumer.Stats().MaxDelivered == 1 && len(quarantineOf(t, s)) == 5
+		return p.Consumer.Stats().MaxDelivered == 1 && len(quarantineOf(t, s)) == 6
 	})
 	lift()
 
