@@ -39,9 +39,12 @@ FROM runtime AS starter
 ENTRYPOINT ["/usr/local/bin/starter"]
 
 FROM runtime AS worker
-# Every interface, for the health check and a scraper from outside the
-# container; the worker logs a warning naming the listener.
-ENV EFFECTIVELY_HEALTH_ADDR=:8081 EFFECTIVELY_ALLOW_PUBLIC_LISTENERS=true
+# The health listener on every interface, for the health check and a
+# scraper from outside the container, and no other: the codec server and
+# the webhook endpoint keep the loopback check unless the deployment names
+# them in EFFECTIVELY_PUBLIC_LISTENERS. The worker logs a warning naming
+# each listener beyond loopback.
+ENV EFFECTIVELY_HEALTH_ADDR=:8081 EFFECTIVELY_PUBLIC_LISTENERS=health
 EXPOSE 8081
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=6 \
     CMD wget -q -O /dev/null http://127.0.0.1:8081/readyz || exit 1

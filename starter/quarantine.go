@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/intake"
 )
 
 // cmdQuarantine lists quarantined messages or sends one again.
@@ -88,7 +89,7 @@ func cmdQuarantine(ctx context.Context, cfg config.Config, args []string, stdout
 		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return exitError, err
 		}
-		if res.Status == "invalid" {
+		if res.Status == intake.StatusInvalid {
 			return exitInvalid, nil
 		}
 		return exitOK, nil

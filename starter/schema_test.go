@@ -153,6 +153,13 @@ func TestReadCommandsWorkWithAReadOnlyRole(t *testing.T) {
 	if _, err := st.InsertInbox(ctx, store.InboxEntry{Consumer: message.ConsumerOrderPlaced, MessageID: "evt_ro", Payload: raw, PayloadHash: "h", Source: "starter"}); err != nil {
 		t.Fatal(err)
 	}
+	// A copy of evt_ro with another payload: a quarantine row that names
+	// the message, which status must show.
+	mid, err := st.Quarantine(ctx, store.QuarantineEntry{Source: "starter", Consumer: message.ConsumerOrderPlaced, MessageID: "evt_ro",
+		Raw: []byte(`{"id":"evt_ro","type":"order.placed","data":{"x":1}}`), Reason: store.ReasonPayloadMismatch, Detail: "payload mismatch"})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// An open payment for `payments` to list.
 	exec(t, db, `INSERT INTO orders (id, amount, currency, message_id) VALUES (4711, 500, 'eur', 'evt_ro_pay');
@@ -200,7 +207,7 @@ func TestReadCommandsWorkWithAReadOnlyRole(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"status", "evt_ro"}, `"message_id": "evt_ro"`},
+		{[]string{"status", "evt_ro"}, `"id": ` + itoa(mid) + `,`},
 		{[]string{"quarantine", "list"}, `"id":` + itoa(qid) + `,`},
 		{[]string{"payments", "--state", "unknown"}, `"message_id":"evt_ro_pay"`},
 	} {

@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -57,6 +56,7 @@ import (
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/health"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/listener"
 	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/outbox"
 	"github.com/effectively/effectively/internal/payment"
@@ -367,7 +367,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", errBadConfig, err)
 		}
-		g.Go(func() error { return serveHTTP(gctx, "webhook endpoint", cfg.WebhookAddr, hooks, logger) })
+		g.Go(func() error { return serveWebhooks(gctx, cfg.WebhookAddr, hooks, logger) })
 	}
 	if cfg.PprofAddr != "" {
 		g.Go(func() error { return servePprof(gctx, cfg.PprofAddr, logger) })
@@ -538,16 +538,23 @@ func serveHealth(ctx context.Context, addr string, checker *health.Checker, reg 
 	mux := http.NewServeMux()
 	checker.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return serveHTTP(ctx, "health endpoint", addr, mux, logger)
+	return listener.ListenAndServe(ctx, "health endpoint", addr, mux, listener.Health(), logger)
+}
+
+// serveWebhooks serves the providers' webhooks on addr until ctx ends,
+// within listener.Webhook's time, connection and rate limits: the endpoint
+// is meant to be reachable from the internet.
+func serveWebhooks(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
+	return listener.ListenAndServe(ctx, "webhook endpoint", addr, h, listener.Webhook(), logger)
 }
 
 // warnPublicListeners logs a warning for each listener bound beyond
-// loopback, which Validate accepted only with
-// EFFECTIVELY_ALLOW_PUBLIC_LISTENERS=true: an exposed listener is never
-// silent.
+// loopback, which Validate accepted only with an opt-in
+// (EFFECTIVELY_PUBLIC_LISTENERS or EFFECTIVELY_ALLOW_PUBLIC_LISTENERS): an
+// exposed listener is never silent.
 func warnPublicListeners(cfg config.Config, logger *slog.Logger) {
 	for _, l := range cfg.PublicListeners() {
-		logger.Warn("listener bound beyond loopback ("+config.EnvAllowPublicListeners+"=true): keep it behind a firewall or a network policy",
+		logger.Warn("listener bound beyond loopback: keep it behind a firewall or a network policy",
 			"listener", l.Name, "variable", l.Variable, "addr", l.Addr)
 	}
 }
@@ -569,36 +576,5 @@ func servePprof(ctx context.Context, addr string, logger *slog.Logger) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return serveHTTP(ctx, "pprof endpoint", addr, mux, logger)
-}
-
-// serveHTTP serves h on addr until ctx ends.
-func serveHTTP(ctx context.Context, name, addr string, h http.Handler, logger *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", name, addr, err)
-	}
-	logger.Info(name+" listening", "addr", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			// A request still running after the grace (a webhook waiting on
-			// a lock held by an effect that drains) is cut: its sender sees
-			// no 2xx and retries, and the inbox recognises a copy of one
-			// that did commit. That is no reason to fail the deploy.
-			logger.Warn(name+" cut requests still running at shutdown", "error", err.Error())
-			_ = srv.Close()
-		}
-		return nil
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return fmt.Errorf("%s: %w", name, err)
-	}
+	return listener.ListenAndServe(ctx, "pprof endpoint", addr, mux, listener.Pprof(), logger)
 }

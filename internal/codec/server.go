@@ -11,9 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"go.temporal.io/sdk/converter"
+
+	"github.com/effectively/effectively/internal/listener"
 )
 
 // Environment variables read by LoadServerConfig.
@@ -216,13 +217,13 @@ func (s *server) authorized(r *http.Request) bool {
 }
 
 // Serve runs the codec server h on addr until ctx is done, then shuts it
-// down, giving requests in flight 5 seconds. It returns an error if addr
-// cannot be bound or the server fails; nil after a clean shutdown.
+// down, giving requests in flight 5 seconds; one still open then is cut and
+// logged, not returned. It returns an error if addr cannot be bound or the
+// server fails; nil after a shutdown.
 func Serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	ln, err := listener.Listen(ctx, "codec server", addr)
 	if err != nil {
-		return fmt.Errorf("codec server: listen on %s: %w", addr, err)
+		return err
 	}
 	return serve(ctx, ln, h, logger)
 }
@@ -231,35 +232,8 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Lo
 	if logger == nil {
 		logger = slog.Default()
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	addr := ln.Addr().String()
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		logger.Warn("codec server speaks plain HTTP on a non-loopback address: put TLS in front of it", "addr", addr)
+		logger.Warn("codec server speaks plain HTTP on a non-loopback address: put TLS in front of it", "addr", ln.Addr().String())
 	}
-	logger.Info("codec server listening", "addr", addr)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("codec server on %s: %w", addr, err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("codec server on %s: shut down: %w", addr, err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("codec server on %s: %w", addr, err)
-	}
-	logger.Info("codec server stopped", "addr", addr)
-	return nil
+	return listener.Serve(ctx, "codec server", ln, h, listener.Codec(), logger)
 }

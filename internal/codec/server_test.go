@@ -309,3 +309,44 @@ func TestServeStopsWithContext(t *testing.T) {
 		t.Fatal("serve did not return after its context ended")
 	}
 }
+
+// TestServeShutdownPastTheGraceIsNotAFailure: a request still open when the
+// shutdown grace (5 s) runs out is cut and logged; serve returns nil, so a
+// clean SIGTERM of the worker still exits 0.
+func TestServeShutdownPastTheGraceIsNotAFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	slowHandler := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(entered)
+		<-release
+	})
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, ln, slowHandler, logger) }()
+	go func() {
+		resp, err := http.Post("http://"+ln.Addr().String()+"/decode", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve with a request open past the grace: %v; want nil (logged, not a failed exit)", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not return after the grace")
+	}
+	if !strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("the cut request was not logged as a warning:\n%s", logs.String())
+	}
+}

@@ -148,10 +148,14 @@ type Config struct {
 	// with Temporal.Keys, which it requires.
 	CodecServer codec.ServerConfig
 
-	// AllowPublicListeners lets the health, webhook and codec listeners
+	// PublicListenerNames are the listeners that may bind beyond loopback,
+	// of health, webhook and codec (EFFECTIVELY_PUBLIC_LISTENERS,
+	// comma-separated, default none). The image sets health alone.
+	PublicListenerNames []string
+	// AllowPublicListeners lets the health, webhook and codec listeners all
 	// bind beyond loopback (EFFECTIVELY_ALLOW_PUBLIC_LISTENERS, default
-	// false); PublicListeners names them for a warning at start. The pprof
-	// listener stays on loopback regardless.
+	// false). PublicListeners names each one for a warning at start; pprof
+	// stays on loopback regardless.
 	AllowPublicListeners bool
 	// AllowInsecureProviderURLs lets SENDGRID_BASE_URL use plain http to a
 	// host other than loopback (EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS,
@@ -373,6 +377,7 @@ func LoadEnv(env Env) (Config, error) {
 			SendGridPublicKey: get("SENDGRID_WEBHOOK_PUBLIC_KEY", ""),
 			SendGridTolerance: durOr("SENDGRID_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
 		},
+		PublicListenerNames:       list(get(EnvPublicListeners, "")),
 		AllowPublicListeners:      boolean(EnvAllowPublicListeners),
 		AllowInsecureProviderURLs: boolean(EnvAllowInsecureProviderURLs),
 	}

@@ -106,6 +106,7 @@ var everyVariable = map[string]string{
 	"EFFECTIVELY_CODEC_SERVER_ADDR": "127.0.0.1:8234", "EFFECTIVELY_CODEC_TOKEN": strings.Repeat("t", 16),
 	"EFFECTIVELY_CODEC_CORS_ORIGINS":     "https://ui.example.com",
 	"EFFECTIVELY_ALLOW_PUBLIC_LISTENERS": "true", "EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS": "false",
+	"EFFECTIVELY_PUBLIC_LISTENERS": "health",
 }
 
 // TestDocumentedVariablesAreRead compares the configuration table with what

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/effectively/effectively/internal/codec"
@@ -11,9 +12,12 @@ import (
 
 // The opt-ins for the checks below.
 const (
-	// EnvAllowPublicListeners lets the health, webhook and codec listeners
-	// bind an address other than loopback; the worker then logs a warning
-	// naming each one (PublicListeners). The pprof listener stays loopback.
+	// EnvPublicListeners names, comma-separated, the listeners (health,
+	// webhook, codec) that may bind an address other than loopback; the
+	// worker logs a warning naming each one (PublicListeners).
+	EnvPublicListeners = "EFFECTIVELY_PUBLIC_LISTENERS"
+	// EnvAllowPublicListeners=true lets all three bind beyond loopback.
+	// The pprof listener stays loopback under either opt-in.
 	EnvAllowPublicListeners = "EFFECTIVELY_ALLOW_PUBLIC_LISTENERS"
 	// EnvAllowInsecureProviderURLs lets SENDGRID_BASE_URL use plain http to
 	// a host other than loopback (the simulator in the compose stack).
@@ -23,8 +27,18 @@ const (
 // StripeAPIURL is Stripe's own API, the only base URL a live key may use.
 const StripeAPIURL = "https://api.stripe.com"
 
+// Names of the listeners in EFFECTIVELY_PUBLIC_LISTENERS.
+const (
+	ListenerHealth  = "health"
+	ListenerWebhook = "webhook"
+	ListenerCodec   = "codec"
+	ListenerPprof   = "pprof"
+)
+
 // Listener is one of the worker's HTTP listeners.
 type Listener struct {
+	// Key is its name in EFFECTIVELY_PUBLIC_LISTENERS (ListenerHealth, …).
+	Key string
 	// Name says what it serves, e.g. "health and metrics listener".
 	Name string
 	// Variable is the environment variable that sets Addr.
@@ -37,25 +51,25 @@ type Listener struct {
 func (c Config) listeners() []Listener {
 	var out []Listener
 	if c.HealthAddr != "" {
-		out = append(out, Listener{"health and metrics listener", "EFFECTIVELY_HEALTH_ADDR", c.HealthAddr})
+		out = append(out, Listener{ListenerHealth, "health and metrics listener", "EFFECTIVELY_HEALTH_ADDR", c.HealthAddr})
 	}
 	if c.WebhookAddr != "" && c.Webhooks.Enabled() {
-		out = append(out, Listener{"webhook endpoint", "EFFECTIVELY_WEBHOOK_ADDR", c.WebhookAddr})
+		out = append(out, Listener{ListenerWebhook, "webhook endpoint", "EFFECTIVELY_WEBHOOK_ADDR", c.WebhookAddr})
 	}
 	if c.CodecServer.Enabled() {
-		out = append(out, Listener{"codec server", codec.EnvServerAddr, c.CodecServer.Addr})
+		out = append(out, Listener{ListenerCodec, "codec server", codec.EnvServerAddr, c.CodecServer.Addr})
 	}
 	if c.PprofAddr != "" {
-		out = append(out, Listener{"pprof endpoint", "EFFECTIVELY_PPROF_ADDR", c.PprofAddr})
+		out = append(out, Listener{ListenerPprof, "pprof endpoint", "EFFECTIVELY_PPROF_ADDR", c.PprofAddr})
 	}
 	return out
 }
 
 // PublicListeners returns the listeners bound to an address other than
-// loopback, which Validate accepts only with
-// EFFECTIVELY_ALLOW_PUBLIC_LISTENERS=true: the worker logs a warning for
-// each at start, so that an exposed /metrics or codec server is never
-// silent.
+// loopback, which Validate accepts only when EFFECTIVELY_PUBLIC_LISTENERS
+// names them or EFFECTIVELY_ALLOW_PUBLIC_LISTENERS=true: the worker logs a
+// warning for each at start, so that an exposed /metrics or codec server is
+// never silent.
 func (c Config) PublicListeners() []Listener {
 	var out []Listener
 	for _, l := range c.listeners() {
@@ -67,10 +81,17 @@ func (c Config) PublicListeners() []Listener {
 }
 
 // validateListeners keeps the listeners on loopback unless the operator
-// opts in. pprof stays on loopback regardless: its profiles and command
-// line reveal the process's internals and it has no authentication.
+// opts in for each (EnvPublicListeners) or for all (EnvAllowPublicListeners).
+// pprof stays on loopback regardless: its profiles and command line reveal
+// the process's internals and it has no authentication.
 func (c Config) validateListeners() []error {
 	var errs []error
+	for _, name := range c.PublicListenerNames {
+		if name != ListenerHealth && name != ListenerWebhook && name != ListenerCodec {
+			errs = append(errs, fmt.Errorf("%s: %q is not one of %s, %s, %s (pprof always stays on loopback)",
+				EnvPublicListeners, name, ListenerHealth, ListenerWebhook, ListenerCodec))
+		}
+	}
 	for _, l := range c.listeners() {
 		if _, _, err := net.SplitHostPort(l.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: not host:port: %w", l.Variable, l.Addr, err))
@@ -78,10 +99,11 @@ func (c Config) validateListeners() []error {
 		}
 		switch {
 		case loopbackAddr(l.Addr):
-		case l.Variable == "EFFECTIVELY_PPROF_ADDR":
+		case l.Key == ListenerPprof:
 			errs = append(errs, fmt.Errorf("%s=%q: the pprof endpoint must bind to loopback (e.g. 127.0.0.1:6060), even with %s", l.Variable, l.Addr, EnvAllowPublicListeners))
-		case !c.AllowPublicListeners:
-			errs = append(errs, fmt.Errorf("%s=%q: the %s would listen beyond loopback; bind 127.0.0.1 or set %s=true", l.Variable, l.Addr, l.Name, EnvAllowPublicListeners))
+		case !c.AllowPublicListeners && !slices.Contains(c.PublicListenerNames, l.Key):
+			errs = append(errs, fmt.Errorf("%s=%q: the %s would listen beyond loopback; bind 127.0.0.1, or add %s to %s (or set %s=true)",
+				l.Variable, l.Addr, l.Name, l.Key, EnvPublicListeners, EnvAllowPublicListeners))
 		}
 	}
 	return errs

@@ -76,6 +76,12 @@ func TestListenersStayOnLoopback(t *testing.T) {
 		"pprof loopback":              {env: map[string]string{"EFFECTIVELY_PPROF_ADDR": "127.0.0.1:6060"}},
 		"pprof :port":                 {env: map[string]string{"EFFECTIVELY_PPROF_ADDR": ":6060"}, refused: "EFFECTIVELY_PPROF_ADDR"},
 		"pprof 0.0.0.0, opted in":     {env: map[string]string{"EFFECTIVELY_PPROF_ADDR": "0.0.0.0:6060", EnvAllowPublicListeners: "true"}, refused: "pprof endpoint must bind to loopback"},
+		"health named":                {env: map[string]string{"EFFECTIVELY_HEALTH_ADDR": ":8081", EnvPublicListeners: "health"}, warned: []string{"EFFECTIVELY_HEALTH_ADDR"}},
+		"health named, codec not":     {env: codec(":8234", map[string]string{"EFFECTIVELY_HEALTH_ADDR": ":8081", EnvPublicListeners: "health"}), refused: "add codec to EFFECTIVELY_PUBLIC_LISTENERS"},
+		"health named, webhook not":   {env: webhook(":8082", map[string]string{EnvPublicListeners: "health"}), refused: "webhook endpoint would listen beyond loopback"},
+		"codec and webhook named":     {env: codec(":8234", webhook(":8082", map[string]string{EnvPublicListeners: "webhook, codec"})), warned: []string{"EFFECTIVELY_WEBHOOK_ADDR", "EFFECTIVELY_CODEC_SERVER_ADDR"}},
+		"pprof named":                 {env: map[string]string{"EFFECTIVELY_PPROF_ADDR": "127.0.0.1:6060", EnvPublicListeners: "pprof"}, refused: `"pprof" is not one of`},
+		"unknown name":                {env: map[string]string{EnvPublicListeners: "metrics"}, refused: `"metrics" is not one of`},
 		"all public, opted in": {
 			env:    codec(":8234", webhook(":8082", map[string]string{"EFFECTIVELY_HEALTH_ADDR": ":8081", EnvAllowPublicListeners: "true"})),
 			warned: []string{"EFFECTIVELY_HEALTH_ADDR", "EFFECTIVELY_WEBHOOK_ADDR", "EFFECTIVELY_CODEC_SERVER_ADDR"},

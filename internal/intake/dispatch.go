@@ -24,11 +24,15 @@ type DispatcherConfig struct {
 	// MinAge leaves rows younger than this to the path that recorded them
 	// (the JetStream consumer starts its messages right after the ack), so
 	// the dispatcher only picks up what a crash or an outage left behind.
-	// It must stay well above the fast path's start latency under load: a
-	// dispatcher that claims rows the fast path is about to start holds
-	// their locks through its own, refused, starts, and everything that
-	// touches those rows waits for it. Default 15s.
+	// Default 15s.
 	MinAge time.Duration
+	// Lease is how long a claimed batch is kept from other dispatchers
+	// while its starts run; no row lock is held meanwhile. Default 2m.
+	Lease time.Duration
+	// Hold is how long a row whose payload this worker cannot decode is
+	// left pending before it is tried again (by this worker or a newer
+	// one); it is quarantined each time for the operator. Default 1h.
+	Hold time.Duration
 	// Concurrency bounds the workflow starts in flight per batch. Default 8.
 	Concurrency int
 	// Logger receives one line per failed start and per pass that
@@ -48,6 +52,12 @@ func (c DispatcherConfig) withDefaults() DispatcherConfig {
 	} else if c.MinAge == 0 {
 		c.MinAge = 15 * time.Second
 	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Minute
+	}
+	if c.Hold <= 0 {
+		c.Hold = time.Hour
+	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 8
 	}
@@ -66,17 +76,22 @@ type DispatcherStats struct {
 	Duplicates int64
 	// Failed counts starts that failed; their rows stay pending.
 	Failed int64
-	// Quarantined counts recorded payloads that no longer decode.
+	// Quarantined counts claims of recorded payloads that do not decode
+	// here; each row stays pending (see DispatcherConfig.Hold).
 	Quarantined int64
 }
 
 // Dispatcher starts the workflows of pending inbox rows: rows recorded by a
 // consumer that acknowledged them and then died, or whose start failed while
 // Temporal was unreachable. Any number of dispatchers can run against one
-// database; each row is claimed by one of them at a time (SKIP LOCKED).
+// database; each row is claimed by one of them at a time (a lease). It
+// claims only rows of the consumers its route registry knows: during a
+// rolling deploy that adds a message type, an older worker leaves the new
+// type's rows pending for the newer ones.
 type Dispatcher struct {
 	in    *Intake
 	cfg   DispatcherConfig
+	claim store.DispatchOptions
 	stats struct{ started, duplicates, failed, quarantined atomic.Int64 }
 }
 
@@ -85,7 +100,13 @@ func NewDispatcher(in *Intake, cfg DispatcherConfig) (*Dispatcher, error) {
 	if in == nil {
 		return nil, errors.New("dispatcher: intake is required")
 	}
-	return &Dispatcher{in: in, cfg: cfg.withDefaults()}, nil
+	cfg = cfg.withDefaults()
+	var consumers []string
+	for _, r := range in.cfg.Routes.Routes() {
+		consumers = append(consumers, r.Consumer)
+	}
+	claim := store.DispatchOptions{Limit: cfg.BatchSize, MinAge: cfg.MinAge, Consumers: consumers, Lease: cfg.Lease, Hold: cfg.Hold}
+	return &Dispatcher{in: in, cfg: cfg, claim: claim}, nil
 }
 
 // Stats returns the dispatcher's counters.
@@ -130,7 +151,7 @@ func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		var claimed int
-		n, err := d.in.store.DispatchPending(ctx, d.cfg.BatchSize, d.cfg.MinAge, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
+		n, err := d.in.store.DispatchPending(ctx, d.claim, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
 			claimed = len(batch)
 			return d.startAll(ctx, batch)
 		})
@@ -147,8 +168,10 @@ func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
 }
 
 // startAll starts the workflows of batch, Concurrency at a time, and returns
-// the rows whose fate is settled.
+// the rows whose fate is settled. The starts end before the claim's lease.
 func (d *Dispatcher) startAll(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Lease*3/4)
+	defer cancel()
 	var (
 		mu   sync.Mutex
 		done = make([]store.Dispatched, 0, len(batch))
@@ -171,7 +194,8 @@ func (d *Dispatcher) startAll(ctx context.Context, batch []store.PendingMessage)
 	return done
 }
 
-// startOne starts p's workflow. ok=false leaves the row pending.
+// startOne starts p's workflow. ok=false leaves the row pending for the next
+// pass; ok with an empty workflowID leaves it pending for Hold.
 func (d *Dispatcher) startOne(ctx context.Context, p store.PendingMessage) (workflowID string, ok bool) {
 	wfID, started, err := d.in.startRecorded(ctx, p)
 	switch {
@@ -191,13 +215,13 @@ func (d *Dispatcher) startOne(ctx context.Context, p store.PendingMessage) (work
 	return wfID, true
 }
 
-// errUnstartable marks a recorded message that can never be started; it was
-// quarantined, and its row is settled without a workflow.
+// errUnstartable marks a recorded message this worker cannot start; it was
+// quarantined for the operator, and its row stays pending.
 var errUnstartable = errors.New("recorded message cannot be started")
 
 // startRecorded starts the workflow of a recorded inbox row. A payload that
-// no longer decodes (a message type dropped since it was recorded) is
-// quarantined and reported as errUnstartable.
+// does not decode here (a validation rule tightened since it was recorded,
+// say) is quarantined and reported as errUnstartable.
 func (in *Intake) startRecorded(ctx context.Context, p store.PendingMessage) (workflowID string, started bool, err error) {
 	m, derr := in.cfg.Routes.Decode(p.Payload)
 	if derr == nil && (m.Consumer != p.Consumer || m.ID != p.MessageID) {

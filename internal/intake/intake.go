@@ -203,7 +203,28 @@ type Recorded struct {
 // soon as it is recorded and leaves the start to the dispatcher. Like Accept,
 // it returns an error only when the message's fate is not settled.
 func (in *Intake) Record(ctx context.Context, raw []byte, source string) (Recorded, error) {
+	return in.record(ctx, raw, source, false)
+}
+
+// ErrUnknownType marks a message RecordKnown left alone: its type is not in
+// this worker's registry.
+var ErrUnknownType = errors.New("message type unknown to this worker")
+
+// RecordKnown is Record, except that a message whose type the registry does
+// not know is neither recorded nor quarantined: it returns an error
+// wrapping ErrUnknownType, so that a source that redelivers hands it back
+// for a worker that knows the type (a rolling deploy that adds one). On its
+// last delivery the source calls Record, which quarantines it.
+func (in *Intake) RecordKnown(ctx context.Context, raw []byte, source string) (Recorded, error) {
+	return in.record(ctx, raw, source, true)
+}
+
+func (in *Intake) record(ctx context.Context, raw []byte, source string, leaveUnknown bool) (Recorded, error) {
 	m, err := in.cfg.Routes.Decode(raw)
+	var me *message.Error
+	if leaveUnknown && errors.As(err, &me) && me.Code == message.CodeUnknownType {
+		return Recorded{}, fmt.Errorf("%w: %w", ErrUnknownType, err)
+	}
 	if err != nil {
 		res, err := in.RejectInvalid(ctx, raw, source, err)
 		return Recorded{Result: res}, err
@@ -229,6 +250,17 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 		res, err := in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonPayloadMismatch,
 			fmt.Errorf("message id %s was already received with a different payload (sha256 %.12s…, this one %.12s…)", m.ID, row.PayloadHash, entry.PayloadHash))
 		return Recorded{Result: res}, err
+	}
+	if row.State == store.InboxDispatched && row.WorkflowID == "" {
+		// Settled without a workflow by an earlier dispatcher that could
+		// not decode it: a copy, or `quarantine retry`, runs it now.
+		reopened, err := in.store.ReopenUnstarted(ctx, m.Consumer, m.ID)
+		if err != nil {
+			return Recorded{}, fmt.Errorf("record message %s: %w", m.ID, err)
+		}
+		if reopened {
+			row.State = store.InboxPending
+		}
 	}
 	rec := Recorded{
 		Result:  Result{MessageID: m.ID, WorkflowID: wfID, Status: StatusRecorded},

@@ -466,7 +466,14 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg, starts chan<- 
 			attribute.Int64("messaging.nats.delivery", int64(min(md.NumDelivered, math.MaxInt64))),
 		))
 	defer span.End()
-	rec, err := c.in.Record(hctx, msg.Data(), SourceJetStream)
+	// Before its last delivery, a message of a type this worker does not
+	// know goes back to the broker for a worker that does (a rolling
+	// deploy); the last delivery quarantines it.
+	record := c.in.RecordKnown
+	if md.NumDelivered >= uint64(c.cfg.MaxDeliver) { //nolint:gosec // MaxDeliver is at least 1 (NewConsumer)
+		record = c.in.Record
+	}
+	rec, err := record(hctx, msg.Data(), SourceJetStream)
 	if err != nil {
 		span.SetStatus(codes.Error, "not recorded")
 		c.fail(ctx, msg, md, received, ackWait, err)

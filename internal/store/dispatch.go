@@ -16,9 +16,11 @@ type PendingMessage struct {
 	ReceivedAt time.Time
 }
 
-// Dispatched reports one claimed message whose fate is settled: its workflow
+// Dispatched reports one claimed message this pass settled: its workflow
 // was started (or found already started) as WorkflowID, or, when WorkflowID
-// is empty, it cannot be started at all and was quarantined.
+// is empty, this dispatcher cannot start it (its payload does not decode
+// here). Such a row stays pending, and no dispatcher claims it again for
+// DispatchOptions.Hold.
 type Dispatched struct {
 	Consumer   string
 	MessageID  string
@@ -26,42 +28,71 @@ type Dispatched struct {
 }
 
 // DispatchFunc starts the workflows of a claimed batch and returns the
-// messages it settled. A message it leaves out stays pending and is claimed
-// again by a later pass.
+// messages it settled. A message it leaves out (its start failed) stays
+// pending and is claimed again by a later pass.
 type DispatchFunc func(ctx context.Context, batch []PendingMessage) []Dispatched
 
-// DispatchPending claims up to limit pending inbox rows received at least
-// minAge ago, oldest first, calls fn with them and marks the ones fn settled
-// as dispatched, all in one transaction. It returns how many were marked.
+// DispatchOptions says which pending rows DispatchPending claims.
+type DispatchOptions struct {
+	// Limit is the most rows one call claims.
+	Limit int
+	// MinAge leaves rows younger than this alone.
+	MinAge time.Duration
+	// Consumers are the consumers whose rows the caller can start: a row of
+	// any other consumer (a message type added by a newer worker) is never
+	// claimed, and stays pending for a worker that knows it.
+	Consumers []string
+	// Lease is how long a claim keeps other dispatchers off the rows while
+	// fn runs. A claim that outlives it only risks a second start, which
+	// Temporal refuses as already started.
+	Lease time.Duration
+	// Hold is how long a row fn could not start (Dispatched with no
+	// WorkflowID) is left alone before it is claimed again.
+	Hold time.Duration
+}
+
+// DispatchPending claims up to o.Limit pending rows of o.Consumers received
+// at least o.MinAge ago, oldest first, calls fn with them, and marks the ones
+// fn started as dispatched. It returns how many fn settled.
 //
-// The rows are locked FOR UPDATE SKIP LOCKED for the whole call, so any
-// number of dispatchers, in any number of processes, each get a disjoint
-// batch: a row is never handed to two of them at once. A crash after fn
-// started a workflow but before the commit leaves the row pending; the next
-// pass starts it again, and Temporal's ID policy reports it already started.
-func (s *Store) DispatchPending(ctx context.Context, limit int, minAge time.Duration, fn DispatchFunc) (int, error) {
-	var n int
-	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT consumer, message_id, payload, received_at FROM inbox
-			 WHERE state = 'pending' AND received_at <= now() - make_interval(secs => $2)
-			 ORDER BY received_at
-			 LIMIT $1
-			 FOR UPDATE SKIP LOCKED`, limit, minAge.Seconds())
-		if err != nil {
-			return fmt.Errorf("claim pending inbox rows: %w", translate(err))
-		}
-		batch, err := pgx.CollectRows(rows, scanPending)
-		if err != nil {
-			return fmt.Errorf("claim pending inbox rows: %w", translate(err))
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		n, err = markDispatched(ctx, tx, fn(ctx, batch))
-		return err
-	})
-	return n, err
+// No row lock is held while fn runs: the claim is a lease (claimed_until)
+// taken in one short transaction (FOR UPDATE SKIP LOCKED, so concurrent
+// dispatchers get disjoint batches), and the mark is another. A copy's
+// duplicate counter, which updates the same row, therefore never waits
+// behind a Temporal start. Rows fn left out are released at once; a crash
+// leaves them claimed until the lease passes, then a later pass starts them
+// again and Temporal's ID policy reports the ones already started.
+func (s *Store) DispatchPending(ctx context.Context, o DispatchOptions, fn DispatchFunc) (int, error) {
+	if len(o.Consumers) == 0 || o.Limit <= 0 {
+		return 0, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		UPDATE inbox AS i SET claimed_until = now() + make_interval(secs => $4)
+		  FROM (SELECT consumer, message_id FROM inbox
+		         WHERE state = 'pending' AND received_at <= now() - make_interval(secs => $2)
+		           AND consumer = ANY($3::text[])
+		           AND (claimed_until IS NULL OR claimed_until <= now())
+		         ORDER BY received_at
+		         LIMIT $1
+		         FOR UPDATE SKIP LOCKED) AS c
+		 WHERE i.consumer = c.consumer AND i.message_id = c.message_id
+		RETURNING i.consumer, i.message_id, i.payload, i.received_at`,
+		o.Limit, o.MinAge.Seconds(), o.Consumers, o.Lease.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("claim pending inbox rows: %w", translate(err))
+	}
+	batch, err := pgx.CollectRows(rows, scanPending)
+	if err != nil {
+		return 0, fmt.Errorf("claim pending inbox rows: %w", translate(err))
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	done := fn(ctx, batch)
+	// The marks outlive a cancelled pass: the workflows are started.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return len(done), s.settleClaims(mctx, batch, done, o.Hold)
 }
 
 func scanPending(row pgx.CollectableRow) (PendingMessage, error) {
@@ -70,26 +101,55 @@ func scanPending(row pgx.CollectableRow) (PendingMessage, error) {
 	return p, err
 }
 
-// markDispatched marks every row of done dispatched in one statement.
-func markDispatched(ctx context.Context, tx pgx.Tx, done []Dispatched) (int, error) {
-	if len(done) == 0 {
-		return 0, nil
+// settleClaims ends the claim of every row of batch in one statement: a row
+// done with a workflow ID is marked dispatched, one done without is held for
+// hold, and the rest are released for the next pass.
+func (s *Store) settleClaims(ctx context.Context, batch []PendingMessage, done []Dispatched, hold time.Duration) error {
+	type key struct{ consumer, id string }
+	wf := make(map[key]string, len(done))
+	for _, d := range done {
+		wf[key{d.Consumer, d.MessageID}] = d.WorkflowID
 	}
-	consumers := make([]string, len(done))
-	ids := make([]string, len(done))
-	wfIDs := make([]string, len(done))
-	for i, d := range done {
-		consumers[i], ids[i], wfIDs[i] = d.Consumer, d.MessageID, d.WorkflowID
+	n := len(batch)
+	consumers, ids, wfIDs, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, p := range batch {
+		consumers[i], ids[i] = p.Consumer, p.MessageID
+		id, ok := wf[key{p.Consumer, p.MessageID}]
+		switch {
+		case !ok:
+			outcomes[i] = "release"
+		case id == "":
+			outcomes[i] = "hold"
+		default:
+			outcomes[i], wfIDs[i] = "mark", id
+		}
 	}
-	tag, err := tx.Exec(ctx, `
+	_, err := s.pool.Exec(ctx, `
 		UPDATE inbox AS i
-		   SET state = 'dispatched', workflow_id = nullif(d.workflow_id, ''), dispatched_at = coalesce(i.dispatched_at, now())
-		  FROM unnest($1::text[], $2::text[], $3::text[]) AS d(consumer, message_id, workflow_id)
-		 WHERE i.consumer = d.consumer AND i.message_id = d.message_id`, consumers, ids, wfIDs)
+		   SET state = CASE WHEN d.outcome = 'mark' THEN 'dispatched' ELSE i.state END,
+		       workflow_id = CASE WHEN d.outcome = 'mark' THEN d.workflow_id ELSE i.workflow_id END,
+		       dispatched_at = CASE WHEN d.outcome = 'mark' THEN coalesce(i.dispatched_at, now()) ELSE i.dispatched_at END,
+		       claimed_until = CASE WHEN d.outcome = 'hold' THEN now() + make_interval(secs => $5) END
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS d(consumer, message_id, workflow_id, outcome)
+		 WHERE i.consumer = d.consumer AND i.message_id = d.message_id`, consumers, ids, wfIDs, outcomes, hold.Seconds())
 	if err != nil {
-		return 0, fmt.Errorf("mark %d inbox rows dispatched: %w", len(done), translate(err))
+		return fmt.Errorf("settle %d claimed inbox rows: %w", n, translate(err))
 	}
-	return int(tag.RowsAffected()), nil
+	return nil
+}
+
+// ReopenUnstarted puts back to pending an inbox row marked dispatched with
+// no workflow and no processed row: a message an earlier dispatcher settled
+// without starting it (it could not decode it). It reports whether it did.
+func (s *Store) ReopenUnstarted(ctx context.Context, consumer, messageID string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE inbox SET state = 'pending', dispatched_at = NULL, claimed_until = NULL
+		 WHERE consumer = $1 AND message_id = $2 AND state = 'dispatched' AND workflow_id IS NULL
+		   AND NOT EXISTS (SELECT 1 FROM processed_messages p WHERE p.consumer = $1 AND p.message_id = $2)`, consumer, messageID)
+	if err != nil {
+		return false, fmt.Errorf("reopen %s/%s: %w", consumer, messageID, translate(err))
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // InboxCounts returns how many inbox rows are in each state.

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Quarantine reasons.
@@ -74,22 +76,26 @@ func (s *Store) Quarantine(ctx context.Context, q QuarantineEntry) (int64, error
 
 const quarantineColumns = `id, source, coalesce(consumer, ''), coalesce(message_id, ''), raw, coalesce(size, octet_length(raw)), raw_sha256, reason, detail, received_at, retried_at, retry_count, copies`
 
+// scanQuarantine reads one row selected as quarantineColumns.
+func scanQuarantine(row pgx.Row) (QuarantineEntry, error) {
+	var q QuarantineEntry
+	err := row.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Size, &q.SHA256, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies)
+	return q, err
+}
+
+// quarantineRows reads every row of rows, selected as quarantineColumns.
+func quarantineRows(rows pgx.Rows) ([]QuarantineEntry, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (QuarantineEntry, error) { return scanQuarantine(row) })
+}
+
 // QuarantineList returns up to limit entries, newest first.
 func (s *Store) QuarantineList(ctx context.Context, limit int) ([]QuarantineEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+quarantineColumns+` FROM quarantine ORDER BY id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list quarantine: %w", translate(err))
 	}
-	defer rows.Close()
-	var out []QuarantineEntry
-	for rows.Next() {
-		var q QuarantineEntry
-		if err := rows.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Size, &q.SHA256, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies); err != nil {
-			return nil, fmt.Errorf("scan quarantine: %w", err)
-		}
-		out = append(out, q)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := quarantineRows(rows)
+	if err != nil {
 		return nil, fmt.Errorf("list quarantine: %w", translate(err))
 	}
 	return out, nil
@@ -97,9 +103,7 @@ func (s *Store) QuarantineList(ctx context.Context, limit int) ([]QuarantineEntr
 
 // QuarantineGet returns entry id.
 func (s *Store) QuarantineGet(ctx context.Context, id int64) (QuarantineEntry, error) {
-	var q QuarantineEntry
-	err := s.pool.QueryRow(ctx, `SELECT `+quarantineColumns+` FROM quarantine WHERE id = $1`, id).
-		Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Size, &q.SHA256, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies)
+	q, err := scanQuarantine(s.pool.QueryRow(ctx, `SELECT `+quarantineColumns+` FROM quarantine WHERE id = $1`, id))
 	if err != nil {
 		return QuarantineEntry{}, fmt.Errorf("quarantine entry %d: %w", id, translate(err))
 	}

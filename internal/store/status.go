@@ -119,17 +119,15 @@ func (s *Store) Status(ctx context.Context, consumer, messageID string) (Message
 	}
 	rows.Close()
 
-	qrows, err := s.pool.Query(ctx, `SELECT `+quarantineColumns+` FROM quarantine WHERE message_id = $1 ORDER BY id`, messageID)
+	// A quarantine row names its consumer when the message decoded; one
+	// that did not (invalid) names only the message ID it seemed to carry.
+	qrows, err := s.pool.Query(ctx, `SELECT `+quarantineColumns+` FROM quarantine
+		 WHERE message_id = $2 AND (consumer = $1 OR consumer IS NULL) ORDER BY id`, consumer, messageID)
 	if err != nil {
 		return st, fmt.Errorf("status of %s: quarantine: %w", messageID, translate(err))
 	}
-	defer qrows.Close()
-	for qrows.Next() {
-		var q QuarantineEntry
-		if err := qrows.Scan(&q.ID, &q.Source, &q.Consumer, &q.MessageID, &q.Raw, &q.Reason, &q.Detail, &q.ReceivedAt, &q.RetriedAt, &q.RetryCount, &q.Copies); err != nil {
-			return st, fmt.Errorf("status of %s: quarantine: %w", messageID, err)
-		}
-		st.Quarantine = append(st.Quarantine, q)
+	if st.Quarantine, err = quarantineRows(qrows); err != nil {
+		return st, fmt.Errorf("status of %s: quarantine: %w", messageID, translate(err))
 	}
-	return st, translate(qrows.Err())
+	return st, nil
 }

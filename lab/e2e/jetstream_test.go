@@ -240,17 +240,7 @@ func TestJetStreamPoisonMessageQuarantinedAfterMaxDeliver(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
 	ctx := context.Background()
-	if _, err := s.Store.Pool().Exec(ctx, `
-		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.message_id = 'evt_poison' THEN
-				RAISE EXCEPTION 'simulated failure recording %', NEW.message_id;
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse_poison BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION refuse_poison();`); err != nil {
-		t.Fatal(err)
-	}
+	lift := s.RefuseInbox(t, "evt_poison")
 	const maxDeliver = 3
 	p := s.StartProcess(t, j, j.ConsumerConfig(t, 500*time.Millisecond, maxDeliver), intake.DispatcherConfig{})
 
@@ -286,9 +276,7 @@ func TestJetStreamPoisonMessageQuarantinedAfterMaxDeliver(t *testing.T) {
 	}
 
 	// The cause is fixed; `starter quarantine retry` re-drives it.
-	if _, err := s.Store.Pool().Exec(ctx, `DROP TRIGGER refuse_poison ON inbox`); err != nil {
-		t.Fatal(err)
-	}
+	lift()
 	if res, err := s.Intake.Accept(ctx, entries[0].Raw, "quarantine-retry"); err != nil || res.Status != intake.StatusStarted {
 		t.Fatalf("retry = %+v, %v", res, err)
 	}

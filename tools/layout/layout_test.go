@@ -25,6 +25,7 @@ var floors = map[string]int{
 	"internal/retention": 0,
 	"internal/tracing":   0,
 	"internal/failpoint": 0,
+	"internal/listener":  0,
 	// 1: adapters: Postgres, Stripe, SendGrid, the envelope, Temporal's client.
 	"internal/store":          1,
 	"internal/payment":        1,

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,3 +251,31 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	}
 	return s
 }
+
+// RefuseInbox makes Postgres refuse every insert of messageID's inbox row
+// (a trigger), as a poison message that can never be recorded, until the
+// returned func lifts it.
+func (s *Stack) RefuseInbox(t testing.TB, messageID string) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Store.Pool().Exec(ctx, `
+		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.message_id = TG_ARGV[0] THEN
+				RAISE EXCEPTION 'simulated failure recording %', NEW.message_id;
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_poison BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION refuse_poison(`+pgQuote(messageID)+`);`); err != nil {
+		t.Fatalf("testenv: refuse inbox rows of %s: %v", messageID, err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := s.Store.Pool().Exec(ctx, `DROP TRIGGER refuse_poison ON inbox`); err != nil {
+			t.Fatalf("testenv: lift the refusal of %s: %v", messageID, err)
+		}
+	}
+}
+
+// pgQuote quotes s as an SQL string literal.
+func pgQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
