@@ -53,6 +53,7 @@ var floors = map[string]int{
 
 // sameFloor lists the allowed imports between packages of one floor.
 var sameFloor = map[string][]string{
+	"internal/codec":     {"internal/listener"},
 	"internal/health":    {"internal/store"},
 	"internal/metrics":   {"internal/store"},
 	"internal/outbox":    {"internal/store"},
