@@ -124,7 +124,11 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 	var res RefundClaimResult
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		res = RefundClaimResult{}
-		// Lock the payment: every refund of the order queues here.
+		// The refund's ledger row first (the package's lock order), then
+		// the payment: every refund of the order queues there.
+		if err := lockEffect(ctx, tx, c.Key); err != nil {
+			return err
+		}
 		var p Payment
 		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, '')
 			  FROM payments WHERE order_id = $1 FOR UPDATE`, c.OrderID).

@@ -144,10 +144,9 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 	if err != nil {
 		return res, fmt.Errorf("find payment of %s: %w", ev.PaymentIntentID, err)
 	}
-	// Lock the ledger row, then the payment, in the order the activity's
-	// record statements take them: the other order deadlocks with them.
-	if _, err := tx.Exec(ctx, `SELECT FROM effects WHERE key = $1 FOR UPDATE`, p.Key); err != nil {
-		return res, fmt.Errorf("lock effect %s: %w", p.Key, translate(err))
+	// The ledger row, then the payment: the package's lock order.
+	if err := lockEffect(ctx, tx, p.Key); err != nil {
+		return res, err
 	}
 	if p, err = scanPayment(tx.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE consumer = $1 AND message_id = $2 FOR UPDATE`,
 		p.Consumer, p.MessageID)); err != nil {
