@@ -20,7 +20,6 @@
 // timed out, and the retry or the regular-activity fallback claimed the row
 // since) finds its update matching no row and gets ErrFenced instead of
 // overwriting the newer state.
-package store
 //
 // # Lock order
 //
@@ -32,3 +31,4 @@ package store
 // claim, a webhook's settlement) locks the ledger row first with
 // lockEffect. Two paths that took them the other way round deadlocked
 // (SQLSTATE 40P01, TestClaimRecordAndWebhookShareOneLockOrder).
+package store
