@@ -69,8 +69,8 @@ func (r *Resolver) now() time.Time {
 // Resolve reads the PaymentIntent of message (consumer, messageID) from
 // Stripe and records what it says: succeeded → paid, a failed status →
 // failed with Stripe's code, processing → processing, anything else →
-// unexpected. A PaymentIntent whose amount or currency differs from the
-// payment's is recorded unexpected, whatever its status, with a reason
+// unexpected. A PaymentIntent whose amount, currency or payment method
+// differs from the request's is recorded unexpected, whatever its status, with a reason
 // naming the field. A payment already final is returned as it is, without a
 // call. Errors from Stripe are returned as they are (the ledger is
 // untouched), so an unreachable Stripe never settles anything.
@@ -102,10 +102,16 @@ func (r *Resolver) Resolve(ctx context.Context, consumer, messageID string) (Res
 		Payment: p, PaymentIntentID: ch.PaymentIntentID, ChargeID: ch.ChargeID, StripeStatus: ch.Status,
 	}
 	verdict, code, decline := ch.Verdict()
-	if d := ch.Differs(p.Amount, p.Currency, ""); d != "" {
+	// The ledger keeps no payment method: the request's is read from the
+	// message's inbox row while it is kept ("" after pruning, which
+	// compares amount and currency only).
+	method, err := r.Store.RequestedPaymentMethod(ctx, consumer, messageID)
+	if err != nil {
+		return res, err
+	}
+	if d := ch.Differs(p.Amount, p.Currency, method); d != "" {
 		// Not this payment's PaymentIntent, whatever its status: an
-		// operator must look. The ledger keeps no payment method, so only
-		// amount and currency are compared here.
+		// operator must look.
 		verdict = payment.VerdictUnexpected
 		st.Message = "payment intent " + ch.PaymentIntentID + " differs from the payment: " + d
 	}

@@ -39,7 +39,8 @@ type stripeIntent struct {
 	Status             string            `json:"status"`
 	Amount             int64             `json:"amount"`
 	Currency           string            `json:"currency"`
-	LatestCharge       json.RawMessage   `json:"latest_charge"` // an ID, or the expanded charge
+	LatestCharge       json.RawMessage   `json:"latest_charge"`  // an ID, or the expanded charge
+	PaymentMethod      json.RawMessage   `json:"payment_method"` // an ID, or the expanded payment method
 	Metadata           map[string]string `json:"metadata"`
 	CancellationReason string            `json:"cancellation_reason"`
 	LastPaymentError   *struct {
@@ -183,8 +184,10 @@ func (h *Handler) verifyStripe(body []byte, header string) (stripe.Event, string
 func paymentEvent(ev stripe.Event, pi stripeIntent) *store.PaymentEvent {
 	pe := &store.PaymentEvent{
 		EventID: ev.ID, EventType: string(ev.Type), PaymentIntentID: pi.ID, Key: paymentKey(pi.Metadata),
-		Target: paymentEventTargets[string(ev.Type)], Status: pi.Status, ChargeID: chargeID(pi.LatestCharge),
-		Amount: pi.Amount, Currency: pi.Currency,
+		Target: paymentEventTargets[string(ev.Type)], Status: pi.Status, ChargeID: objectID(pi.LatestCharge),
+		Amount: pi.Amount, Currency: pi.Currency, PaymentMethod: objectID(pi.PaymentMethod),
+		RequestedTestPaymentMethod: pi.Metadata[payment.MetadataTestPaymentMethod],
+		Namespace:                  pi.Metadata[payment.MetadataNamespace],
 	}
 	if e := pi.LastPaymentError; e != nil {
 		pe.FailureCode, pe.DeclineCode, pe.FailureMessage = e.Code, e.DeclineCode, e.Message
@@ -216,8 +219,9 @@ func paymentKey(metadata map[string]string) string {
 	return key
 }
 
-// chargeID reads latest_charge, an ID or an expanded object.
-func chargeID(raw json.RawMessage) string {
+// objectID reads a field that holds an ID or the expanded object
+// (latest_charge, payment_method).
+func objectID(raw json.RawMessage) string {
 	var id string
 	if json.Unmarshal(raw, &id) == nil {
 		return id
