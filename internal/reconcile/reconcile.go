@@ -4,10 +4,10 @@
 // strongly consistent read of its PaymentIntent: a retrieve by the ID
 // recorded in Postgres, or, when no ID is recorded (a claimed payment: the
 // payment activity records the ID with the confirmation's outcome, so a
-// claimed row may hide a PaymentIntent, even a confirmed one), a list of the
-// PaymentIntents created over the claim's time window, matched on
-// metadata[message_id]. Search is never used: Stripe
-// documents it as eventually consistent. The workflow's wait for a
+// claimed row may hide a PaymentIntent, even a confirmed one), a lookup over
+// the claim's time window matched on metadata[message_id]
+// (payment.Client.FindInWindow: a list of what is younger than Stripe's
+// documented Search lag, Search only for what is older). The workflow's wait for a
 // processing payment and `starter resolve` both settle through Resolve, and
 // a final payment (succeeded, failed) is never moved.
 package reconcile
