@@ -188,7 +188,34 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 	return run
 }
 
-// redriveRefusal says why a workflow must not be run again while its
+// redriveRefusal says why the workflow of message st must not run again,
+// or "" when it may. It is refused while any effect of the message may
+// exist at a provider without its outcome in Postgres, and names the first
+// it finds: the payment (paymentRefusal), a claimed refund (Stripe may have
+// refunded it, and past its 24 h key window a new run's refund would be a
+// second one), or an order or refund receipt claimed or in flight
+// (SendGrid may have sent it, and it has no key). `starter resolve`
+// settles each of them first.
+func redriveRefusal(st store.MessageStatus) string {
+	if why := paymentRefusal(st.Payment); why != "" {
+		return why
+	}
+	if r := st.Refund; r != nil && r.State == store.RefundClaimed {
+		return "refund " + r.Key + " is claimed: Stripe may have refunded it; run `starter resolve` first"
+	}
+	for _, e := range st.Effects {
+		if e.Kind == store.KindEmail && (e.State == store.StateClaimed || e.State == store.StateInFlight) {
+			what := "receipt"
+			if st.Refund != nil {
+				what = "refund receipt"
+			}
+			return what + " " + e.Key + " is " + string(e.State) + ": SendGrid may have sent it; run `starter resolve` first"
+		}
+	}
+	return ""
+}
+
+// paymentRefusal says why a workflow must not be run again while its
 // payment is in state p, or "" when it may. A new run charges only through
 // ChargeOrder, which reads the ledger first, so it is refused exactly when
 // Stripe may hold a charge whose outcome Postgres does not record:
@@ -205,11 +232,10 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 // confirmed one (the ID is recorded with the confirmation's outcome, and
 // the earlier run may have stopped in between), but the new run's
 // ChargeOrder finds it: its create is replayed under the same key, which
-// returns the same PaymentIntent, and past the key window it lists the
+// returns the same PaymentIntent, and past the key window it looks over the
 // claim's window first; so the new run records that charge rather than
-// making another. In every refused case `starter resolve` settles the
-// payment first.
-func redriveRefusal(p *store.Payment) string {
+// making another.
+func paymentRefusal(p *store.Payment) string {
 	if p == nil {
 		return ""
 	}
@@ -254,7 +280,8 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 	if err != nil {
 		return exitUsage, err
 	}
-	d, err := connect(ctx, cfg, logger, true)
+	// Postgres first: a refusal needs no Temporal, and changes nothing.
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
@@ -283,8 +310,11 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 	if st.Payment != nil {
 		rep.PaymentState = st.Payment.State
 	}
-	if why := redriveRefusal(st.Payment); why != "" {
+	if why := redriveRefusal(st); why != "" {
 		return refuse(why)
+	}
+	if err := d.dialTemporal(ctx, cfg, logger); err != nil {
+		return exitError, err
 	}
 	desc, err := d.tc.DescribeWorkflow(ctx, wfID, "")
 	var nf *serviceerror.NotFound
