@@ -9,7 +9,10 @@
 //	starter quarantine retry ID      send a quarantined message again
 //	starter payments --state S       list open payments (unknown, processing, unexpected) as JSON lines
 //	starter resolve MESSAGE_ID       settle a payment from Stripe's record (ledger, order, workflow)
-//	starter redrive MESSAGE_ID       run a failed workflow again (refused while a charge may exist)
+//	starter redrive MESSAGE_ID       run a failed workflow again (refused while any effect may exist)
+//	starter anomalies list           list open payment anomalies as JSON lines (-all: resolved too)
+//	starter anomalies resolve EVENT_ID -reason TEXT
+//	                                 mark an anomaly resolved, keeping the operator's reason
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -63,7 +66,11 @@ const usage = `usage:
   starter resolve [-consumer NAME] MESSAGE_ID
                                    settle a payment from Stripe (retrieve by recorded ID)
   starter redrive [-consumer NAME] MESSAGE_ID
-                                   run a failed workflow again (refused while a charge may exist)
+                                   run a failed workflow again (refused while any effect may exist)
+  starter anomalies list [-all] [-limit N]
+                                   payment anomalies (contradictions kept for an operator) as JSON lines
+  starter anomalies resolve EVENT_ID -reason TEXT
+                                   mark an anomaly resolved, keeping the reason
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
 publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
@@ -120,6 +127,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
 	case "redrive":
 		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
+	case "anomalies":
+		code, err = cmdAnomalies(ctx, cfg, args[1:], stdout, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

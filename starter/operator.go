@@ -54,9 +54,15 @@ func cmdPayments(ctx context.Context, cfg config.Config, args []string, stdout i
 	if err != nil {
 		return exitError, err
 	}
-	enc := json.NewEncoder(stdout)
-	for _, p := range ps {
-		if err := enc.Encode(p); err != nil {
+	return jsonLines(stdout, ps)
+}
+
+// jsonLines writes items to w, one JSON line each, and returns the exit
+// code of a listing command.
+func jsonLines[T any](w io.Writer, items []T) (int, error) {
+	enc := json.NewEncoder(w)
+	for _, it := range items {
+		if err := enc.Encode(it); err != nil {
 			return exitError, err
 		}
 	}

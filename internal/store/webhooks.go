@@ -497,31 +497,77 @@ type PaymentAnomaly struct {
 	EventID         string    `json:"event_id"`
 	EventType       string    `json:"event_type"`
 	PaymentIntentID string    `json:"payment_intent_id"`
+	Consumer        string    `json:"consumer,omitempty"`
 	MessageID       string    `json:"message_id"`
 	RecordedState   string    `json:"recorded_state"`
 	ReportedStatus  string    `json:"reported_status"`
 	Detail          string    `json:"detail"`
 	ReceivedAt      time.Time `json:"received_at"`
+	// ResolvedAt and Resolution are set once an operator resolved it,
+	// Resolution with the operator's reason.
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	Resolution string     `json:"resolution,omitempty"`
+}
+
+const anomalyColumns = `event_id, event_type, payment_intent_id, coalesce(consumer, ''), coalesce(message_id, ''),
+	recorded_state, reported_status, detail, received_at, resolved_at, coalesce(resolution, '')`
+
+func scanAnomaly(row pgx.Row) (PaymentAnomaly, error) {
+	var a PaymentAnomaly
+	err := row.Scan(&a.EventID, &a.EventType, &a.PaymentIntentID, &a.Consumer, &a.MessageID, &a.RecordedState,
+		&a.ReportedStatus, &a.Detail, &a.ReceivedAt, &a.ResolvedAt, &a.Resolution)
+	return a, translate(err)
 }
 
 // OpenPaymentAnomalies lists the anomalies no operator has resolved yet,
 // oldest first.
 func (s *Store) OpenPaymentAnomalies(ctx context.Context, limit int) ([]PaymentAnomaly, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT event_id, event_type, payment_intent_id, coalesce(message_id, ''), recorded_state, reported_status, detail, received_at
-		  FROM payment_anomalies WHERE resolved_at IS NULL ORDER BY received_at LIMIT $1`, limit)
+	return s.PaymentAnomalies(ctx, false, limit)
+}
+
+// PaymentAnomalies lists the anomalies, oldest first: the open ones, or
+// with all also those resolved.
+func (s *Store) PaymentAnomalies(ctx context.Context, all bool, limit int) ([]PaymentAnomaly, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+anomalyColumns+` FROM payment_anomalies
+		 WHERE $1 OR resolved_at IS NULL ORDER BY received_at, event_id LIMIT $2`, all, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list payment anomalies: %w", translate(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PaymentAnomaly, error) {
-		var a PaymentAnomaly
-		err := r.Scan(&a.EventID, &a.EventType, &a.PaymentIntentID, &a.MessageID, &a.RecordedState, &a.ReportedStatus, &a.Detail, &a.ReceivedAt)
-		return a, err
-	})
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PaymentAnomaly, error) { return scanAnomaly(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list payment anomalies: %w", translate(err))
 	}
 	return out, nil
+}
+
+// ErrResolved is returned by ResolvePaymentAnomaly for an anomaly resolved
+// before: the first resolution and its reason stand.
+var ErrResolved = errors.New("already resolved")
+
+// ResolvePaymentAnomaly marks anomaly eventID resolved with the operator's
+// reason, kept with the row. It changes nothing else: what the anomaly
+// calls for (a refund, a redrive) is the operator's. An anomaly that does
+// not exist is ErrNotFound; one resolved before is returned as it stands
+// with ErrResolved.
+func (s *Store) ResolvePaymentAnomaly(ctx context.Context, eventID, reason string) (PaymentAnomaly, error) {
+	if strings.TrimSpace(reason) == "" {
+		return PaymentAnomaly{}, fmt.Errorf("resolve anomaly %s: a reason is required", eventID)
+	}
+	a, err := scanAnomaly(s.pool.QueryRow(ctx, `
+		UPDATE payment_anomalies SET resolved_at = now(), resolution = $2
+		 WHERE event_id = $1 AND resolved_at IS NULL
+		RETURNING `+anomalyColumns, eventID, reason))
+	if !errors.Is(err, ErrNotFound) {
+		if err != nil {
+			return PaymentAnomaly{}, fmt.Errorf("resolve anomaly %s: %w", eventID, err)
+		}
+		return a, nil
+	}
+	a, err = scanAnomaly(s.pool.QueryRow(ctx, `SELECT `+anomalyColumns+` FROM payment_anomalies WHERE event_id = $1`, eventID))
+	if err != nil {
+		return PaymentAnomaly{}, fmt.Errorf("resolve anomaly %s: %w", eventID, err)
+	}
+	return a, fmt.Errorf("resolve anomaly %s: %w at %s", eventID, ErrResolved, a.ResolvedAt.UTC().Format(time.RFC3339))
 }
 
 // PaymentOfIntent returns the payment row that PaymentIntent piID, or the
