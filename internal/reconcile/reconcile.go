@@ -1,4 +1,6 @@
-// Package reconcile settles an open payment from Stripe's own record of it.
+// Package reconcile settles an open effect from its provider's own record
+// of it: a payment or a refund from Stripe, a receipt from SendGrid's
+// events (ResolveRefund, ResolveReceipt in effects.go).
 //
 // An open payment (claimed, processing, unknown, unexpected) is settled by a
 // strongly consistent read of its PaymentIntent: a retrieve by the ID
