@@ -106,16 +106,6 @@ func hasMail(st store.MessageStatus) bool {
 	return false
 }
 
-// worse returns the exit code that says more of two: a refusal, then an
-// effect still open, then nothing found, then done.
-func worse(a, b int) int {
-	rank := map[int]int{exitOK: 0, exitNotFound: 1, exitStillOpen: 2, exitRefused: 3}
-	if rank[b] > rank[a] {
-		return b
-	}
-	return a
-}
-
 // cmdResolve settles each open effect of a message from its provider's
 // record: the payment (a retrieve by the recorded ID, or a lookup over the
 // claim's window when none is recorded), the refund (the PaymentIntent's
@@ -226,6 +216,7 @@ func resolvePayment(ctx context.Context, cfg config.Config, r *reconcile.Resolve
 			rep.Next = "the workflow is closed: `starter redrive " + rep.MessageID + "` sends the receipt"
 		}
 		return exitOK, nil
+	case store.PaymentClaimed, store.PaymentProcessing, store.PaymentUnknown, store.PaymentUnexpected:
 	}
 	rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
 	return exitStillOpen, nil

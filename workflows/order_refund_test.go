@@ -159,8 +159,8 @@ func TestOrderRefundWaitsAsLongAsThePaymentMayProcess(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "processing") {
 				t.Fatalf("a payment that never settles: err %v, want the PaymentPending failure", err)
 			}
-			if min := cfg.PaymentScheduleToClose + cfg.PaymentProcessingMaxWait; waited < min {
-				t.Fatalf("gave up after %s, want at least %s", waited.Round(time.Minute), min)
+			if least := cfg.PaymentScheduleToClose + cfg.PaymentProcessingMaxWait; waited < least {
+				t.Fatalf("gave up after %s, want at least %s", waited.Round(time.Minute), least)
 			}
 		})
 	}

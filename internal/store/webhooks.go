@@ -208,6 +208,8 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 			return anomaly("Stripe reports the payment succeeded; the ledger records it failed (money may have moved: refund or re-deliver)")
 		case PaymentUnexpected:
 			return anomaly("Stripe reports the payment succeeded; the ledger records it unexpected (" + p.FailureMessage + "): not applied, `starter resolve` re-reads and checks it")
+		case PaymentClaimed, PaymentProcessing, PaymentUnknown:
+			// Open: the event settles it below.
 		}
 		result := map[string]any{"payment_intent_id": ev.PaymentIntentID, "charge_id": ev.ChargeID, "settled_by": ev.EventID}
 		event := map[string]any{
