@@ -31,6 +31,7 @@ import (
 //	starter payments --state unknown|processing|unexpected
 //	starter resolve MESSAGE_ID
 //	starter redrive MESSAGE_ID
+//	starter anomalies list|resolve (anomalies.go)
 
 // cmdPayments lists the payments in one open state, oldest first, one JSON
 // line each.
