@@ -102,9 +102,9 @@ const searchLagMargin = 10 * time.Minute
 //
 // A window no longer than SearchLag (plus a margin) is listed, which is
 // strongly consistent. A longer one, which in a busy account may hold
-// more than MaxListed PaymentIntents, is split: Search on
-// metadata['message_id'] finds what is older than the lag, and a list of
-// the window's last SearchLag finds what Search may not see yet. Neither
+// more than MaxListed PaymentIntents, is split: a list of the window's last
+// SearchLag finds what Search may not see yet, and, unless that found a
+// succeeded one, Search on metadata['message_id'] finds what is older. Neither
 // part grows with the claim's age, so a retry never fails for good on
 // "window too large"; only an account creating more than MaxListed
 // PaymentIntents within SearchLag fails that list, for as long as the rate
@@ -116,26 +116,28 @@ func (c *Client) FindInWindow(ctx context.Context, messageID string, from, to ti
 	if to.Sub(from) <= SearchLag+searchLagMargin {
 		return c.listWindow(ctx, messageID, from, to)
 	}
-	searched, err := c.FindByMessageID(ctx, messageID)
+	// The last SearchLag first: what a retry just created is there, and a
+	// succeeded one there makes the search needless.
+	listed, err := c.listWindow(ctx, messageID, to.Add(-SearchLag-searchLagMargin), to)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	if searched != nil && searched.Succeeded() {
-		return searched, nil
+	if listed != nil && listed.Succeeded() {
+		return listed, nil
 	}
-	listed, err := c.listWindow(ctx, messageID, to.Add(-SearchLag-searchLagMargin), to)
+	searched, err := c.FindByMessageID(ctx, messageID)
 	switch {
-	case errors.Is(err, ErrNotFound) && searched != nil:
-		return searched, nil
+	case errors.Is(err, ErrNotFound) && listed != nil:
+		return listed, nil
 	case errors.Is(err, ErrNotFound):
 		return nil, fmt.Errorf("payment: no payment intent for message %s between %s and %s: %w",
 			messageID, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), ErrNotFound)
 	case err != nil:
 		return nil, err
-	case searched != nil && statusRank(stripe.PaymentIntentStatus(searched.Status)) > statusRank(stripe.PaymentIntentStatus(listed.Status)):
-		return searched, nil
+	case listed != nil && statusRank(stripe.PaymentIntentStatus(listed.Status)) > statusRank(stripe.PaymentIntentStatus(searched.Status)):
+		return listed, nil
 	}
-	return listed, nil
+	return searched, nil
 }
 
 // listWindow lists the PaymentIntents created between from and to and
