@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -84,4 +85,54 @@ func TestResolveSettlesRefundsAndReceipts(t *testing.T) {
 	if code, out, _ := runStarter(t, "resolve", "evt_o8"); code != exitStillOpen || !strings.Contains(out, "no event") {
 		t.Fatalf("resolve of an unreported receipt: exit %d, %s; want %d", code, out, exitStillOpen)
 	}
+}
+
+// TestResolveRefundWhenAProviderOrPostgresIsDown: Stripe unreachable
+// refuses (exit 6) and records nothing, Postgres unreachable is an error
+// (exit 1); the same resolve once both answer records the refund once. A
+// resolve killed between its read and its record (SIGKILL) leaves the
+// refund claimed, which is this case again.
+func TestResolveRefundWhenAProviderOrPostgresIsDown(t *testing.T) {
+	f := newOpsFixture(t)
+	ctx := context.Background()
+	f.paid(t, "evt_o9", 509)
+	p, err := f.db.PaymentOf(ctx, "order-placed", "evt_o9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: "evt_rf9", OrderID: 509, Amount: 200, Reason: "requested_by_customer", Key: "refund:evt_rf9", RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.acts.Payments.Refund(ctx, payment.RefundRequest{IdempotencyKey: "refund:evt_rf9", MessageID: "evt_rf9", OrderID: 509, PaymentIntentID: p.PaymentIntentID, Amount: 200}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STRIPE_BASE_URL", "http://127.0.0.1:1")
+	if code, _, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitRefused || !strings.Contains(stderr, "nothing was changed") {
+		t.Fatalf("Stripe down: exit %d, %s; want %d", code, stderr, exitRefused)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundClaimed {
+		t.Fatalf("refund %+v after a refused resolve, want claimed", rf)
+	}
+	t.Setenv("STRIPE_BASE_URL", f.sims.StripeURL)
+	good := dbURL(t)
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	if code, _, _ := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitError {
+		t.Fatalf("Postgres down: exit %d, want %d", code, exitError)
+	}
+	t.Setenv("DATABASE_URL", good)
+	if code, out, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitOK || !strings.Contains(out, `"changed": true`) {
+		t.Fatalf("both up: exit %d, %s %s", code, out, stderr)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundSucceeded {
+		t.Fatalf("refund %+v, want succeeded", rf)
+	}
+}
+
+func dbURL(t *testing.T) string {
+	t.Helper()
+	u, ok := os.LookupEnv("DATABASE_URL")
+	if !ok {
+		t.Fatal("DATABASE_URL is not set")
+	}
+	return u
 }

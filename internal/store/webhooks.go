@@ -123,9 +123,12 @@ type PaymentEventResult struct {
 	Payment *Payment
 	// Applied is true when the event changed the ledger.
 	Applied bool
-	// Anomaly is true when the event contradicted a final state and was
-	// kept in payment_anomalies instead.
+	// Anomaly is true when the event contradicted the ledger or the
+	// request and was kept in payment_anomalies instead.
 	Anomaly bool
+	// Foreign is true when the event names another key namespace than the
+	// one recorded in the database: nothing was looked at or changed.
+	Foreign bool
 }
 
 // ApplyPaymentEvent settles the payment ledger from a Stripe event, inside
@@ -152,6 +155,7 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 		return res, fmt.Errorf("payment event %s: %w", ev.EventID, err)
 	} else if recorded && ns != ev.Namespace {
 		// Another deployment's PaymentIntent: not ours, whatever it names.
+		res.Foreign = true
 		return res, nil
 	}
 	p, err := scanPayment(tx.QueryRow(ctx, `

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/effectively/effectively/internal/message"
@@ -125,6 +126,9 @@ func TestStripeEventOfAnotherRecordedNamespaceNotApplied(t *testing.T) {
 	wantStatus(t, e.sendStripe(ev), http.StatusOK)
 	if got := e.payment("m10"); got.State != store.PaymentClaimed {
 		t.Fatalf("payment %+v after an event of namespace eu in a database of us, want claimed", got)
+	}
+	if !strings.Contains(e.logs.String(), "another key namespace") {
+		t.Fatalf("no warning for the foreign event: %s", e.logs.String())
 	}
 }
 

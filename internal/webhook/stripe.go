@@ -135,6 +135,8 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		switch {
+		case applied.Foreign:
+			log.Warn("payment event of another key namespace than the database records: not applied", "payment_intent_id", pe.PaymentIntentID, "namespace", pe.Namespace)
 		case applied.Anomaly:
 			log.Warn("payment event contradicts the ledger's final state: kept as an anomaly for an operator", "payment_intent_id", pe.PaymentIntentID, "recorded_state", p.State)
 		case inserted && p == nil:
