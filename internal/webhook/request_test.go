@@ -144,3 +144,19 @@ func (e *env) inbox(id string, orderID int64, pm string) {
 		e.t.Fatal(err)
 	}
 }
+
+// A copy of an event kept as an anomaly, arriving after the payment's own
+// PaymentIntent settled it, does not signal the workflow with the other
+// PaymentIntent.
+func TestStripeCopyOfAnAnomalySignalsNothing(t *testing.T) {
+	e := newEnv(t, webhook.Config{})
+	e.claim("m11", 11)
+	other := stripeEvent("evt_s11a", "payment_intent.succeeded", "pi_11a", "succeeded", "m11", map[string]any{"amount": 9999, "currency": "usd"})
+	wantStatus(t, e.sendStripe(other), http.StatusOK)
+	ours := stripeEvent("evt_s11b", "payment_intent.succeeded", "pi_11b", "succeeded", "m11", map[string]any{"amount": 1200, "currency": "usd"})
+	wantStatus(t, e.sendStripe(ours), http.StatusOK)
+	wantStatus(t, e.sendStripe(other), http.StatusOK)
+	if s := e.sig.all(); len(s) != 1 || s[0].Arg.PaymentIntentID != "pi_11b" {
+		t.Fatalf("signals %+v, want one, for pi_11b", s)
+	}
+}

@@ -144,7 +144,9 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 		case inserted:
 			log.Info("payment event recorded", "payment_intent_id", pe.PaymentIntentID, "state", p.State, "applied", applied.Applied)
 		}
-		if !applied.Anomaly && p != nil && p.State == pe.Target && pe.Target != store.PaymentProcessing {
+		// Signalled only for the ledger's own PaymentIntent: a copy of an
+		// event kept as an anomaly finds the row by the message's key too.
+		if !applied.Anomaly && p != nil && p.State == pe.Target && pe.Target != store.PaymentProcessing && p.PaymentIntentID == pe.PaymentIntentID {
 			if err := h.signalSettled(ctx, *p, *pe); err != nil {
 				h.refuse(w, r, ProviderStripe, ResultError, "signal workflow: "+err.Error())
 				return
