@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/message"
@@ -163,5 +164,25 @@ func TestOrderRefundWaitsAsLongAsThePaymentMayProcess(t *testing.T) {
 				t.Fatalf("gave up after %s, want at least %s", waited.Round(time.Minute), least)
 			}
 		})
+	}
+}
+
+// TestOrderRefundWaitBehindItsVersion: a run that took the old code's path
+// (GetVersion answers DefaultVersion, as when a history recorded before the
+// change replays) fails after its first RefundOrder run, as that code did.
+func TestOrderRefundWaitBehindItsVersion(t *testing.T) {
+	env, wfs := newEnv(t)
+	env.OnGetVersion(refundWaitChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	runs := 0
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
+		runs++
+		return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending)
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rv", 100))
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "processing") {
+		t.Fatalf("err %v, want the PaymentPending failure of the first run", err)
+	}
+	if runs != 10 { // one run: the test environment's 10 attempts
+		t.Fatalf("%d attempts, want one run of 10", runs)
 	}
 }
