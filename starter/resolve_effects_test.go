@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -81,6 +82,12 @@ func TestResolveSettlesRefundsAndReceipts(t *testing.T) {
 	}
 	if e, err := f.db.Effect(ctx, "email:evt_o7"); err != nil || e.State != store.StateSucceeded || e.ProviderRef != "x7" {
 		t.Fatalf("receipt %+v, %v; want succeeded x7", e, err)
+	}
+	code, out, _ = runStarter(t, "resolve", "evt_o7")
+	var again resolveReport
+	if err := json.Unmarshal([]byte(out), &again); err != nil || code != exitOK || again.Receipt == nil ||
+		again.Receipt.Before != store.StateSucceeded || again.Receipt.Changed {
+		t.Fatalf("resolve of a reported receipt again: exit %d, %s; want 0, nothing to do", code, out)
 	}
 	if code, out, _ := runStarter(t, "resolve", "evt_o8"); code != exitStillOpen || !strings.Contains(out, "no event") {
 		t.Fatalf("resolve of an unreported receipt: exit %d, %s; want %d", code, out, exitStillOpen)
