@@ -1,6 +1,7 @@
 // Command starter is effectively's command line: it sends messages (one
 // workflow per message, copies reported as duplicates), shows what happened
-// to a message, and lists and re-drives quarantined messages.
+// to a message, lists and re-drives quarantined messages, and settles the
+// open cases of docs/runbook.md.
 //
 //	starter send FILE|-              start one workflow per message (a JSON object or JSON lines)
 //	starter publish FILE|-           put each message on the JetStream subject the worker consumes
@@ -8,8 +9,11 @@
 //	starter quarantine list          list quarantined messages as JSON lines
 //	starter quarantine retry ID      send a quarantined message again
 //	starter payments --state S       list open payments (unknown, processing, unexpected) as JSON lines
-//	starter resolve MESSAGE_ID       settle a payment from Stripe's record (ledger, order, workflow)
-//	starter redrive MESSAGE_ID       run a failed workflow again (refused while a charge may exist)
+//	starter resolve MESSAGE_ID       settle a payment, refund or receipt from the provider's record
+//	starter redrive MESSAGE_ID       run a failed workflow again (refused while any effect may exist)
+//	starter anomalies list           list open payment anomalies as JSON lines (-all: resolved too)
+//	starter anomalies resolve EVENT_ID -reason TEXT
+//	                                 mark an anomaly resolved, keeping the operator's reason
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -20,17 +24,21 @@
 //	2  usage error, or bad configuration
 //	3  send: at least one message was invalid (each is quarantined with its reason);
 //	   publish: at least one message was invalid (published; the worker quarantines it)
-//	4  status: no record of that message; resolve: no payment recorded, or no
-//	   PaymentIntent exists at Stripe (nothing was charged); redrive: the
-//	   message is not in the inbox
+//	4  status: no record of that message; resolve: no payment, refund or
+//	   receipt recorded, or no PaymentIntent exists at Stripe (nothing was
+//	   charged); redrive: the message is not in the inbox; anomalies
+//	   resolve: no such anomaly
 //	5  the database schema is missing or older than this starter expects:
 //	   run `worker migrate` with the same DATABASE_URL (the starter never
 //	   changes the schema, so status, payments and quarantine list work with
 //	   a read-only role)
-//	6  refused, nothing changed: resolve could not read Stripe; redrive: a
-//	   charge may exist (run resolve first), or the last run is not failed
-//	7  resolve: Stripe still reports the payment open (processing, or an
-//	   unexpected status); the ledger records what it said
+//	6  refused, nothing changed: resolve could not read Stripe, or found no
+//	   refund while a run may still create one; redrive: an effect of the
+//	   message may exist (run resolve first), or the last run is not failed;
+//	   anomalies resolve: resolved before
+//	7  resolve: still open: Stripe still reports the payment processing or
+//	   unexpected, a refund found differs from the request, or SendGrid has
+//	   reported no event for the receipt; the ledger records what was said
 //
 // Configuration comes from the environment, read by internal/config; see
 // docs/configuration.md. See docs/runbook.md for the open cases payments,
@@ -61,9 +69,13 @@ const usage = `usage:
   starter payments --state unknown|processing|unexpected [-limit N]
                                    list open payments as JSON lines
   starter resolve [-consumer NAME] MESSAGE_ID
-                                   settle a payment from Stripe (retrieve by recorded ID)
+                                   settle the message's payment, refund and receipt from the providers
   starter redrive [-consumer NAME] MESSAGE_ID
-                                   run a failed workflow again (refused while a charge may exist)
+                                   run a failed workflow again (refused while any effect may exist)
+  starter anomalies list [-all] [-limit N]
+                                   payment anomalies (contradictions kept for an operator) as JSON lines
+  starter anomalies resolve EVENT_ID -reason TEXT
+                                   mark an anomaly resolved, keeping the reason
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
 publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
@@ -120,6 +132,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
 	case "redrive":
 		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
+	case "anomalies":
+		code, err = cmdAnomalies(ctx, cfg, args[1:], stdout, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -31,6 +31,7 @@ import (
 //	starter payments --state unknown|processing|unexpected
 //	starter resolve MESSAGE_ID
 //	starter redrive MESSAGE_ID
+//	starter anomalies list|resolve (anomalies.go)
 
 // cmdPayments lists the payments in one open state, oldest first, one JSON
 // line each.
@@ -54,25 +55,37 @@ func cmdPayments(ctx context.Context, cfg config.Config, args []string, stdout i
 	if err != nil {
 		return exitError, err
 	}
-	enc := json.NewEncoder(stdout)
-	for _, p := range ps {
-		if err := enc.Encode(p); err != nil {
+	return jsonLines(stdout, ps)
+}
+
+// jsonLines writes items to w, one JSON line each, and returns the exit
+// code of a listing command.
+func jsonLines[T any](w io.Writer, items []T) (int, error) {
+	enc := json.NewEncoder(w)
+	for _, it := range items {
+		if err := enc.Encode(it); err != nil {
 			return exitError, err
 		}
 	}
 	return exitOK, nil
 }
 
-// resolveReport is what `starter resolve` prints.
+// resolveReport is what `starter resolve` prints: the payment's fields
+// (for an order message) at the top, the refund and the receipt when the
+// message has them.
 type resolveReport struct {
 	Consumer      string             `json:"consumer"`
 	MessageID     string             `json:"message_id"`
-	StateBefore   store.PaymentState `json:"state_before"`
-	StateAfter    store.PaymentState `json:"state_after"`
+	StateBefore   store.PaymentState `json:"state_before,omitempty"`
+	StateAfter    store.PaymentState `json:"state_after,omitempty"`
 	Changed       bool               `json:"changed"`
 	Lookup        string             `json:"lookup,omitempty"`
 	PaymentIntent *payment.Charge    `json:"payment_intent,omitempty"`
 	Workflow      *resolvedRun       `json:"workflow,omitempty"`
+	// Refund and Receipt are what resolve found for the message's refund
+	// and its mail (an order's receipt or a refund receipt).
+	Refund  *reconcile.RefundResult  `json:"refund,omitempty"`
+	Receipt *reconcile.ReceiptResult `json:"receipt,omitempty"`
 	// Next tells the operator what, if anything, is left to do.
 	Next string `json:"next,omitempty"`
 }
@@ -84,10 +97,22 @@ type resolvedRun struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// cmdResolve re-reads a payment's PaymentIntent from Stripe (a retrieve by
-// the recorded ID, or a list over the claim's window when none is recorded)
-// and settles the ledger and the order from it; a running workflow is
-// signalled, a closed one is left as it is (record only).
+// hasMail reports whether message st has a mail in the ledger.
+func hasMail(st store.MessageStatus) bool {
+	for _, e := range st.Effects {
+		if e.Kind == store.KindEmail {
+			return true
+		}
+	}
+	return false
+}
+
+// cmdResolve settles each open effect of a message from its provider's
+// record: the payment (a retrieve by the recorded ID, or a lookup over the
+// claim's window when none is recorded), the refund (the PaymentIntent's
+// refunds), the receipt or refund receipt (SendGrid's events as the webhook
+// recorded them). A running workflow waiting for its payment is signalled,
+// a closed one is left as it is (record only).
 func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io.Writer, logger *slog.Logger) (int, error) {
 	consumer, id, err := messageArgs("resolve", args)
 	if err != nil {
@@ -102,42 +127,63 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitError, err
 	}
 	defer d.close()
-	if consumer, err = messageConsumer(ctx, d.store, consumer, id, func(st store.MessageStatus) bool { return st.Payment != nil }); err != nil {
+	has := func(st store.MessageStatus) bool { return st.Payment != nil || st.Refund != nil || hasMail(st) }
+	if consumer, err = messageConsumer(ctx, d.store, consumer, id, has); err != nil {
 		return exitError, err
 	}
 	wfID, err := identity.WorkflowID(consumer, id)
 	if err != nil {
 		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
 	}
-
-	r := reconcile.Resolver{Store: d.store, Payments: pay}
-	res, err := r.Resolve(ctx, consumer, id)
-	rep := resolveReport{Consumer: consumer, MessageID: id, StateBefore: res.Before.State, StateAfter: res.After.State,
-		Changed: res.Changed, Lookup: res.Lookup, PaymentIntent: res.Stripe}
-	code := exitOK
-	switch {
-	case errors.Is(err, store.ErrNotFound) && res.Before.MessageID == "":
-		return exitNotFound, fmt.Errorf("no payment is recorded for message %s (consumer %s)", id, consumer)
-	case errors.Is(err, reconcile.ErrNoPaymentIntent):
-		rep.Next = "no payment intent exists at Stripe for this message: nothing was charged; `starter redrive` may run it again"
-		code = exitNotFound
-	case errors.Is(err, reconcile.ErrStripe):
-		// Stripe could not be read: nothing was changed.
-		return exitRefused, fmt.Errorf("refused: %w (nothing was changed)", err)
-	case err != nil:
+	st, err := d.store.Status(ctx, consumer, id)
+	if err != nil {
 		return exitError, err
 	}
-	if code == exitOK && res.After.State != "" {
-		rep.Workflow = signalSettled(ctx, cfg, wfID, res, logger)
-		switch res.After.State {
-		case store.PaymentSucceeded, store.PaymentFailed:
-			if rep.Workflow.Status != "" && !rep.Workflow.Signalled && res.After.State == store.PaymentSucceeded &&
-				rep.Workflow.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED.String() {
-				rep.Next = "the workflow is closed: `starter redrive " + id + "` sends the receipt"
-			}
-		default:
-			code = exitStillOpen
-			rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
+	if !has(st) {
+		return exitNotFound, fmt.Errorf("no payment, refund or receipt is recorded for message %s (consumer %s)", id, consumer)
+	}
+	r := reconcile.Resolver{Store: d.store, Payments: pay}
+	rep := resolveReport{Consumer: consumer, MessageID: id}
+	code := exitOK
+	if st.Payment != nil {
+		if code, err = resolvePayment(ctx, cfg, &r, &rep, wfID, logger); err != nil {
+			return code, err
+		}
+	}
+	if st.Refund != nil && code == exitOK {
+		// None found is recorded only once no run can still create it.
+		noRunOpen := true
+		if st.Refund.State == store.RefundClaimed {
+			noRunOpen = !runMayBeOpen(ctx, cfg, wfID, logger)
+		}
+		res, err := r.ResolveRefund(ctx, consumer, id, noRunOpen)
+		rep.Refund = &res
+		switch {
+		case errors.Is(err, reconcile.ErrRunMayCreate):
+			code, rep.Next = exitRefused, "no refund exists at Stripe yet, but a run of "+wfID+" may be open (or Temporal could not tell): nothing recorded; try again once it is closed"
+		case errors.Is(err, reconcile.ErrStillOpen):
+			code, rep.Next = exitStillOpen, err.Error()+": an operator must look (docs/runbook.md)"
+		case errors.Is(err, reconcile.ErrStripe):
+			return exitRefused, fmt.Errorf("refused: %w (nothing was changed)", err)
+		case err != nil:
+			return exitError, err
+		}
+	}
+	for _, e := range st.Effects {
+		if e.Kind != store.KindEmail || code != exitOK {
+			continue
+		}
+		var orderID int64
+		if st.Payment != nil {
+			orderID = st.Payment.OrderID // an order's receipt; a refund receipt marks no order
+		}
+		res, err := r.ResolveReceipt(ctx, e, orderID)
+		rep.Receipt = &res
+		switch {
+		case errors.Is(err, reconcile.ErrStillOpen):
+			code, rep.Next = exitStillOpen, err.Error()+"; see docs/runbook.md"
+		case err != nil:
+			return exitError, err
 		}
 	}
 	enc := json.NewEncoder(stdout)
@@ -146,6 +192,56 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 		return exitError, err
 	}
 	return code, nil
+}
+
+// resolvePayment settles the message's payment into rep and returns the
+// exit code so far; an error ends the command with the code returned.
+func resolvePayment(ctx context.Context, cfg config.Config, r *reconcile.Resolver, rep *resolveReport, wfID string, logger *slog.Logger) (int, error) {
+	res, err := r.Resolve(ctx, rep.Consumer, rep.MessageID)
+	rep.StateBefore, rep.StateAfter, rep.Changed, rep.Lookup, rep.PaymentIntent = res.Before.State, res.After.State, res.Changed, res.Lookup, res.Stripe
+	switch {
+	case errors.Is(err, reconcile.ErrNoPaymentIntent):
+		rep.Next = "no payment intent exists at Stripe for this message: nothing was charged; `starter redrive` may run it again"
+		return exitNotFound, nil
+	case errors.Is(err, reconcile.ErrStripe):
+		// Stripe could not be read: nothing was changed.
+		return exitRefused, fmt.Errorf("refused: %w (nothing was changed)", err)
+	case err != nil:
+		return exitError, err
+	}
+	rep.Workflow = signalSettled(ctx, cfg, wfID, res, logger)
+	switch res.After.State {
+	case store.PaymentSucceeded, store.PaymentFailed:
+		if rep.Workflow.Status != "" && !rep.Workflow.Signalled && res.After.State == store.PaymentSucceeded &&
+			rep.Workflow.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED.String() {
+			rep.Next = "the workflow is closed: `starter redrive " + rep.MessageID + "` sends the receipt"
+		}
+		return exitOK, nil
+	case store.PaymentClaimed, store.PaymentProcessing, store.PaymentUnknown, store.PaymentUnexpected:
+	}
+	rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
+	return exitStillOpen, nil
+}
+
+// runMayBeOpen reports whether a run of workflow wfID may still be open:
+// true when it is running, and when Temporal cannot be asked.
+func runMayBeOpen(ctx context.Context, cfg config.Config, wfID string, logger *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)
+	if err != nil {
+		return true
+	}
+	defer tc.Close()
+	desc, err := tc.DescribeWorkflow(ctx, wfID, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return false
+	case err != nil:
+		return true
+	}
+	return desc.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 }
 
 // signalSettled signals the workflow of the payment when it is running, so a
@@ -188,7 +284,34 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 	return run
 }
 
-// redriveRefusal says why a workflow must not be run again while its
+// redriveRefusal says why the workflow of message st must not run again,
+// or "" when it may. It is refused while any effect of the message may
+// exist at a provider without its outcome in Postgres, and names the first
+// it finds: the payment (paymentRefusal), a claimed refund (Stripe may have
+// refunded it, and past its 24 h key window a new run's refund would be a
+// second one), or an order or refund receipt claimed or in flight
+// (SendGrid may have sent it, and it has no key). `starter resolve`
+// settles each of them first.
+func redriveRefusal(st store.MessageStatus) string {
+	if why := paymentRefusal(st.Payment); why != "" {
+		return why
+	}
+	if r := st.Refund; r != nil && r.State == store.RefundClaimed {
+		return "refund " + r.Key + " is claimed: Stripe may have refunded it; run `starter resolve` first"
+	}
+	for _, e := range st.Effects {
+		if e.Kind == store.KindEmail && (e.State == store.StateClaimed || e.State == store.StateInFlight) {
+			what := "receipt"
+			if st.Refund != nil {
+				what = "refund receipt"
+			}
+			return what + " " + e.Key + " is " + string(e.State) + ": SendGrid may have sent it; run `starter resolve` first"
+		}
+	}
+	return ""
+}
+
+// paymentRefusal says why a workflow must not be run again while its
 // payment is in state p, or "" when it may. A new run charges only through
 // ChargeOrder, which reads the ledger first, so it is refused exactly when
 // Stripe may hold a charge whose outcome Postgres does not record:
@@ -205,11 +328,10 @@ func signalSettled(ctx context.Context, cfg config.Config, wfID string, res reco
 // confirmed one (the ID is recorded with the confirmation's outcome, and
 // the earlier run may have stopped in between), but the new run's
 // ChargeOrder finds it: its create is replayed under the same key, which
-// returns the same PaymentIntent, and past the key window it lists the
+// returns the same PaymentIntent, and past the key window it looks over the
 // claim's window first; so the new run records that charge rather than
-// making another. In every refused case `starter resolve` settles the
-// payment first.
-func redriveRefusal(p *store.Payment) string {
+// making another.
+func paymentRefusal(p *store.Payment) string {
 	if p == nil {
 		return ""
 	}
@@ -254,7 +376,8 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 	if err != nil {
 		return exitUsage, err
 	}
-	d, err := connect(ctx, cfg, logger, true)
+	// Postgres first: a refusal needs no Temporal, and changes nothing.
+	d, err := connect(ctx, cfg, logger, false)
 	if err != nil {
 		return exitError, err
 	}
@@ -283,8 +406,11 @@ func cmdRedrive(ctx context.Context, cfg config.Config, args []string, stdout io
 	if st.Payment != nil {
 		rep.PaymentState = st.Payment.State
 	}
-	if why := redriveRefusal(st.Payment); why != "" {
+	if why := redriveRefusal(st); why != "" {
 		return refuse(why)
+	}
+	if err := d.dialTemporal(ctx, cfg, logger); err != nil {
+		return exitError, err
 	}
 	desc, err := d.tc.DescribeWorkflow(ctx, wfID, "")
 	var nf *serviceerror.NotFound

@@ -209,11 +209,11 @@ func TestRedriveRefusal(t *testing.T) {
 		{"something_new", "", true},
 	} {
 		p := &store.Payment{State: tc.state, PaymentIntentID: tc.pi}
-		if got := redriveRefusal(p) != ""; got != tc.refused {
+		if got := redriveRefusal(store.MessageStatus{Payment: p}) != ""; got != tc.refused {
 			t.Errorf("%s with %q: refused = %v, want %v", tc.state, tc.pi, got, tc.refused)
 		}
 	}
-	if redriveRefusal(nil) != "" {
+	if redriveRefusal(store.MessageStatus{}) != "" {
 		t.Error("no payment row refused")
 	}
 }

@@ -1,8 +1,11 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
@@ -56,12 +59,35 @@ type RefundStatus struct {
 	Receipt   *activities.ReceiptResult `json:"receipt,omitempty"`
 }
 
-// refundOptions bound the refund activity. Like a charge, every retry must
-// fall inside Stripe's key window, so the payment's timeouts apply; a
-// refund waiting for its order's payment to settle (PaymentPending) backs
-// off meanwhile.
+// refundOptions bound one run of the refund activity. Like a charge, every
+// retry after the key was sent must fall inside Stripe's key window, so the
+// payment's timeouts apply; a refund waiting for its order's payment to
+// settle (PaymentPending) backs off meanwhile, and OrderRefund runs it again
+// while the payment may still settle (refundPaymentWait).
 func (c Config) refundOptions(summary string) workflow.ActivityOptions {
 	return c.paymentOptions(summary)
+}
+
+// refundPaymentWait is how long a refund waits for its order's payment to
+// settle: as long as the payment itself may stay open, the payment
+// activity's schedule-to-close and then the wait of a processing payment.
+func (c Config) refundPaymentWait() time.Duration {
+	return c.PaymentScheduleToClose + c.PaymentProcessingMaxWait
+}
+
+// refundWaitChange is the GetVersion change ID of the refund's wait past
+// one run of RefundOrder. It is asked only where the old code failed (a run
+// that ended on PaymentPending), so runs that never wait that long carry no
+// marker and replay as before.
+const refundWaitChange = "refund-waits-for-payment"
+
+// paymentPending reports whether err ended a RefundOrder run on
+// PaymentPending: the payment was still open at its last attempt, so no
+// refund was claimed and no key was sent, and a new run starts no
+// earlier key window.
+func paymentPending(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == activities.ErrTypePaymentPending
 }
 
 // OrderRefund handles one order.refund_requested message: it refunds part
@@ -86,10 +112,22 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding %d of order %d under key `%s`.", in.Refund.Amount, in.Refund.OrderID, refundKey))
 	var refund activities.RefundResult
 	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)))
-	err = workflow.ExecuteActivity(actx, activities.RefundOrderName, activities.RefundInput{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
-		Amount: in.Refund.Amount, Reason: in.Refund.Reason,
-	}).Get(ctx, &refund)
+	deadline := workflow.Now(ctx).Add(w.cfg.refundPaymentWait())
+	for {
+		err = workflow.ExecuteActivity(actx, activities.RefundOrderName, activities.RefundInput{
+			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
+			Amount: in.Refund.Amount, Reason: in.Refund.Reason,
+		}).Get(ctx, &refund)
+		if err == nil || !paymentPending(err) || !workflow.Now(ctx).Before(deadline) ||
+			workflow.GetVersion(ctx, refundWaitChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			break
+		}
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refund of order %d waits for its payment to settle (until %s).",
+			in.Refund.OrderID, deadline.UTC().Format(time.RFC3339)))
+		if err := workflow.Sleep(ctx, w.cfg.PaymentProcessingPoll); err != nil {
+			return st, err
+		}
+	}
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding order %d failed: %s", in.Refund.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("refund order %d: %w", in.Refund.OrderID, err)

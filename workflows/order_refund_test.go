@@ -2,10 +2,13 @@ package workflows
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/message"
@@ -113,5 +116,73 @@ func TestOrderRefundStatusQuery(t *testing.T) {
 	}
 	if st.Outcome != OutcomeReceiptFailed || st.MessageID != "evt_r4" || st.Amount != 100 {
 		t.Errorf("query = %+v", st)
+	}
+}
+
+// TestOrderRefundWaitsAsLongAsThePaymentMayProcess: a refund whose order's
+// payment is still open (processing for days, as bank debits are) keeps
+// waiting past the payment activity's 20 h schedule-to-close, then refunds
+// once when the payment settles; one whose payment never settles gives up
+// only after the payment itself would have (ChargeOrder's 20 h plus
+// PAYMENT_PROCESSING_MAX_WAIT).
+func TestOrderRefundWaitsAsLongAsThePaymentMayProcess(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, tc := range []struct {
+		name    string
+		settles time.Duration // when the payment settles; 0: never
+	}{
+		{"settles after 30h", 30 * time.Hour},
+		{"settles after 90h", 90 * time.Hour},
+		{"never settles", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, wfs := newEnv(t)
+			start := env.Now()
+			refunded := 0
+			env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
+				if tc.settles == 0 || env.Now().Sub(start) < tc.settles {
+					return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending)
+				}
+				refunded++
+				return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_w", Currency: "usd"}, nil
+			})
+			env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+			env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rw", 100))
+			var st RefundStatus
+			err := env.GetWorkflowResult(&st)
+			waited := env.Now().Sub(start)
+			if tc.settles != 0 {
+				if err != nil || st.Outcome != OutcomeRefunded || refunded != 1 {
+					t.Fatalf("after %s: outcome %q, %d refunds, err %v; want refunded once", waited.Round(time.Minute), st.Outcome, refunded, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "processing") {
+				t.Fatalf("a payment that never settles: err %v, want the PaymentPending failure", err)
+			}
+			if least := cfg.PaymentScheduleToClose + cfg.PaymentProcessingMaxWait; waited < least {
+				t.Fatalf("gave up after %s, want at least %s", waited.Round(time.Minute), least)
+			}
+		})
+	}
+}
+
+// TestOrderRefundWaitBehindItsVersion: a run that took the old code's path
+// (GetVersion answers DefaultVersion, as when a history recorded before the
+// change replays) fails after its first RefundOrder run, as that code did.
+func TestOrderRefundWaitBehindItsVersion(t *testing.T) {
+	env, wfs := newEnv(t)
+	env.OnGetVersion(refundWaitChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	runs := 0
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
+		runs++
+		return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending)
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rv", 100))
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "processing") {
+		t.Fatalf("err %v, want the PaymentPending failure of the first run", err)
+	}
+	if runs != 10 { // one run: the test environment's 10 attempts
+		t.Fatalf("%d attempts, want one run of 10", runs)
 	}
 }

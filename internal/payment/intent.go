@@ -2,6 +2,7 @@ package payment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -18,9 +19,9 @@ import (
 // hour during incidents). A PaymentIntent succeeds at most once, whatever
 // the key of a confirm, so no retry that reaches the same PaymentIntent can
 // charge twice. When the create itself was ambiguous, or its key has
-// expired before the caller recorded the ID, FindInWindow lists the
-// PaymentIntents created over the claim's time window, also strongly
-// consistent.
+// expired before the caller recorded the ID, FindInWindow looks over the
+// claim's time window: a list (strongly consistent) of what is younger
+// than SearchLag, Search only for what is older than that.
 
 // Create creates req's PaymentIntent without confirming it, under
 // req.IdempotencyKey (the create key: every attempt returns the same
@@ -79,22 +80,69 @@ func (c *Client) Confirm(ctx context.Context, paymentIntentID, idempotencyKey st
 	return toCharge(pi), nil
 }
 
-// MaxListed bounds how many PaymentIntents FindInWindow examines: a window
+// MaxListed bounds how many PaymentIntents one list examines: a window
 // that holds more is an error, never a silent "not found".
 const MaxListed = 10000
 
-// FindInWindow lists the PaymentIntents created between from and to
-// (inclusive, to the second) and returns the one whose metadata[message_id]
-// is messageID and whose key namespace is the Client's (see
-// Config.Namespace): a succeeded one, else a processing one, else the
-// newest. Another deployment's PaymentIntent for the same message ID is
-// skipped.
-// List is strongly consistent, unlike Search. It returns an error wrapping
-// ErrNotFound when there is none.
+// SearchLag is how far behind Stripe's Search may be: Stripe documents it
+// as normally a minute, up to an hour during incidents. A PaymentIntent
+// older than this is found by Search; a younger one only by a list.
+const SearchLag = time.Hour
+
+// searchLagMargin widens the part of a window that is listed rather than
+// searched: clocks differ, and the lookup itself takes time.
+const searchLagMargin = 10 * time.Minute
+
+// FindInWindow returns the PaymentIntent created between from and to
+// (inclusive, to the second) whose metadata[message_id] is messageID and
+// whose key namespace is the Client's (see Config.Namespace): a succeeded
+// one, else a processing one, else the newest. Another deployment's
+// PaymentIntent for the same message ID is skipped. It returns an error
+// wrapping ErrNotFound when there is none.
+//
+// A window no longer than SearchLag (plus a margin) is listed, which is
+// strongly consistent. A longer one, which in a busy account may hold
+// more than MaxListed PaymentIntents, is split: a list of the window's last
+// SearchLag finds what Search may not see yet, and, unless that found a
+// succeeded one, Search on metadata['message_id'] finds what is older. Neither
+// part grows with the claim's age, so a retry never fails for good on
+// "window too large"; only an account creating more than MaxListed
+// PaymentIntents within SearchLag fails that list, for as long as the rate
+// lasts.
 func (c *Client) FindInWindow(ctx context.Context, messageID string, from, to time.Time) (*Charge, error) {
 	if messageID == "" {
 		return nil, fmt.Errorf("payment: find: %w", localError("message ID is required"))
 	}
+	if to.Sub(from) <= SearchLag+searchLagMargin {
+		return c.listWindow(ctx, messageID, from, to)
+	}
+	// The last SearchLag first: what a retry just created is there, and a
+	// succeeded one there makes the search needless.
+	listed, err := c.listWindow(ctx, messageID, to.Add(-SearchLag-searchLagMargin), to)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	if listed != nil && listed.Succeeded() {
+		return listed, nil
+	}
+	searched, err := c.FindByMessageID(ctx, messageID)
+	switch {
+	case errors.Is(err, ErrNotFound) && listed != nil:
+		return listed, nil
+	case errors.Is(err, ErrNotFound):
+		return nil, fmt.Errorf("payment: no payment intent for message %s between %s and %s: %w",
+			messageID, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), ErrNotFound)
+	case err != nil:
+		return nil, err
+	case listed != nil && statusRank(stripe.PaymentIntentStatus(listed.Status)) > statusRank(stripe.PaymentIntentStatus(searched.Status)):
+		return listed, nil
+	}
+	return searched, nil
+}
+
+// listWindow lists the PaymentIntents created between from and to and
+// returns the best of the message's (see FindInWindow).
+func (c *Client) listWindow(ctx context.Context, messageID string, from, to time.Time) (*Charge, error) {
 	params := &stripe.PaymentIntentListParams{CreatedRange: &stripe.RangeQueryParams{
 		GreaterThanOrEqual: from.Unix(), LesserThanOrEqual: to.Unix(),
 	}}

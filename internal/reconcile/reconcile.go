@@ -1,13 +1,15 @@
-// Package reconcile settles an open payment from Stripe's own record of it.
+// Package reconcile settles an open effect from its provider's own record
+// of it: a payment or a refund from Stripe, a receipt from SendGrid's
+// events (ResolveRefund, ResolveReceipt in effects.go).
 //
 // An open payment (claimed, processing, unknown, unexpected) is settled by a
 // strongly consistent read of its PaymentIntent: a retrieve by the ID
 // recorded in Postgres, or, when no ID is recorded (a claimed payment: the
 // payment activity records the ID with the confirmation's outcome, so a
-// claimed row may hide a PaymentIntent, even a confirmed one), a list of the
-// PaymentIntents created over the claim's time window, matched on
-// metadata[message_id]. Search is never used: Stripe
-// documents it as eventually consistent. The workflow's wait for a
+// claimed row may hide a PaymentIntent, even a confirmed one), a lookup over
+// the claim's time window matched on metadata[message_id]
+// (payment.Client.FindInWindow: a list of what is younger than Stripe's
+// documented Search lag, Search only for what is older). The workflow's wait for a
 // processing payment and `starter resolve` both settle through Resolve, and
 // a final payment (succeeded, failed) is never moved.
 package reconcile
@@ -69,8 +71,8 @@ func (r *Resolver) now() time.Time {
 // Resolve reads the PaymentIntent of message (consumer, messageID) from
 // Stripe and records what it says: succeeded → paid, a failed status →
 // failed with Stripe's code, processing → processing, anything else →
-// unexpected. A PaymentIntent whose amount or currency differs from the
-// payment's is recorded unexpected, whatever its status, with a reason
+// unexpected. A PaymentIntent whose amount, currency or payment method
+// differs from the request's is recorded unexpected, whatever its status, with a reason
 // naming the field. A payment already final is returned as it is, without a
 // call. Errors from Stripe are returned as they are (the ledger is
 // untouched), so an unreachable Stripe never settles anything.
@@ -102,10 +104,16 @@ func (r *Resolver) Resolve(ctx context.Context, consumer, messageID string) (Res
 		Payment: p, PaymentIntentID: ch.PaymentIntentID, ChargeID: ch.ChargeID, StripeStatus: ch.Status,
 	}
 	verdict, code, decline := ch.Verdict()
-	if d := ch.Differs(p.Amount, p.Currency, ""); d != "" {
+	// The ledger keeps no payment method: the request's is read from the
+	// message's inbox row while it is kept ("" after pruning, which
+	// compares amount and currency only).
+	method, err := r.Store.RequestedPaymentMethod(ctx, consumer, messageID)
+	if err != nil {
+		return res, err
+	}
+	if d := ch.Differs(p.Amount, p.Currency, method); d != "" {
 		// Not this payment's PaymentIntent, whatever its status: an
-		// operator must look. The ledger keeps no payment method, so only
-		// amount and currency are compared here.
+		// operator must look.
 		verdict = payment.VerdictUnexpected
 		st.Message = "payment intent " + ch.PaymentIntentID + " differs from the payment: " + d
 	}

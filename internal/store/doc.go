@@ -20,4 +20,15 @@
 // timed out, and the retry or the regular-activity fallback claimed the row
 // since) finds its update matching no row and gets ErrFenced instead of
 // overwriting the newer state.
+//
+// # Lock order
+//
+// Every transaction that changes one message's effect takes its rows in one
+// order: the message's ledger row (effects), then the order's payment row,
+// then the refund and order rows. A single statement of CTEs (the records)
+// takes them in that order because each later CTE waits for the ledger's;
+// a transaction of several statements (a claim's slow path, a refund's
+// claim, a webhook's settlement) locks the ledger row first with
+// lockEffect. Two paths that took them the other way round deadlocked
+// (SQLSTATE 40P01, TestClaimRecordAndWebhookShareOneLockOrder).
 package store

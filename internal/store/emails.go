@@ -155,7 +155,10 @@ func (s *Store) RecordEmailFailed(ctx context.Context, key string, claim int32, 
 
 // settleReceiptSQL settles an email's ledger row and, in the same
 // statement, sets the order's ($7) receipt status ($8).
-var settleReceiptSQL = settleCTE + `, mark AS (
+var settleReceiptSQL = settleCTE + markReceiptSQL
+
+// markReceiptSQL follows a settle CTE: see settleReceiptSQL.
+var markReceiptSQL = `, mark AS (
 		UPDATE orders SET receipt_status = ` + keepEventReceipt("$8") + `, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM settled)
 	)
 	SELECT count(*) FROM settled`

@@ -124,6 +124,16 @@ func claimEffect(ctx context.Context, tx pgx.Tx, c EffectClaim) (Effect, bool, e
 	return e, false, nil
 }
 
+// lockEffect locks the ledger row of key, when it exists, for the rest of
+// tx: the first lock of every multi-statement transaction on an effect (see
+// the package's lock order).
+func lockEffect(ctx context.Context, tx pgx.Tx, key string) error {
+	if _, err := tx.Exec(ctx, `SELECT FROM effects WHERE key = $1 FOR UPDATE`, key); err != nil {
+		return fmt.Errorf("lock effect %s: %w", key, translate(err))
+	}
+	return nil
+}
+
 func scanEffectWithHash(row pgx.Row, hash *string) (Effect, error) {
 	var e Effect
 	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt, hash)

@@ -159,6 +159,10 @@ func (s *Store) ClaimPayment(ctx context.Context, c PaymentClaim) (ClaimResult, 
 	}
 	res = ClaimResult{}
 	err = WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// The ledger row first, then the payment (the package's lock order).
+		if err := lockEffect(ctx, tx, c.Key); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO orders (id, amount, currency, message_id)
 			VALUES ($1, $2, $3, $4)

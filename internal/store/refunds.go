@@ -124,7 +124,11 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 	var res RefundClaimResult
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		res = RefundClaimResult{}
-		// Lock the payment: every refund of the order queues here.
+		// The refund's ledger row first (the package's lock order), then
+		// the payment: every refund of the order queues there.
+		if err := lockEffect(ctx, tx, c.Key); err != nil {
+			return err
+		}
 		var p Payment
 		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, '')
 			  FROM payments WHERE order_id = $1 FOR UPDATE`, c.OrderID).
@@ -268,7 +272,10 @@ func (s *Store) RecordRefundSucceeded(ctx context.Context, r RefundSuccess) (alr
 // recordRefundedSQL settles the ledger row and, in the same statement,
 // marks the refund ($7 consumer, $8 message ID) succeeded with its Stripe
 // ID ($4) and status ($10) and inserts the processed row (order $9).
-const recordRefundedSQL = settleCTE + `, refunded AS (
+var recordRefundedSQL = settleCTE + refundedSQL
+
+// refundedSQL follows a settle CTE: see recordRefundedSQL.
+const refundedSQL = `, refunded AS (
 		UPDATE refunds SET state = 'succeeded', refund_id = $4, refund_status = nullif($10::text, ''), updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
 	), processed AS (
@@ -305,7 +312,10 @@ func (s *Store) RecordRefundFailed(ctx context.Context, f RefundFailure) (alread
 // statement, marks the refund ($7, $8) failed with its code ($10) and
 // message ($6), gives its amount back to the payment of order $9 and
 // inserts the processed row.
-const recordRefundFailedSQL = settleCTE + `, failed AS (
+var recordRefundFailedSQL = settleCTE + refundFailedSQL
+
+// refundFailedSQL follows a settle CTE: see recordRefundFailedSQL.
+const refundFailedSQL = `, failed AS (
 		UPDATE refunds SET state = 'failed', failure_code = nullif($10::text, ''), failure_message = nullif($6::text, ''), updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND state = 'claimed' AND EXISTS (SELECT FROM settled)
 		RETURNING order_id, amount

@@ -184,3 +184,54 @@ func (s *Store) OpenPayments(ctx context.Context, state PaymentState, limit int)
 	}
 	return out, nil
 }
+
+// RefundSettlement is what Stripe says about a claimed refund, to be
+// recorded by SettleRefund.
+type RefundSettlement struct {
+	Refund Refund // the refunds row as read (consumer, message, order, key)
+	// State is RefundSucceeded or RefundFailed.
+	State    RefundState
+	RefundID string
+	// Status is the Refund's Stripe status; Code and Message explain a
+	// failure (Code "not_created" when Stripe holds no refund for it).
+	Status, Code, Message string
+}
+
+// SettleRefund records what Stripe says about a claimed refund, without a
+// claim (like SettlePayment): succeeded records the Refund and the
+// processed row; failed gives its amount back to the payment and records
+// refund_failed. The same settlement again reports already=true; a refund
+// that is already final otherwise is ErrFenced and is not changed.
+func (s *Store) SettleRefund(ctx context.Context, st RefundSettlement) (already bool, err error) {
+	r := st.Refund
+	switch st.State {
+	case RefundSucceeded:
+		already, err = s.settleAnd(ctx, settleOpenCTE+refundedSQL, r.Key, 0, StateSucceeded, st.RefundID,
+			map[string]any{"refund_id": st.RefundID, "status": st.Status, "reconciled": true}, "",
+			r.Consumer, r.MessageID, r.OrderID, st.Status)
+	case RefundFailed:
+		already, err = s.settleAnd(ctx, settleOpenCTE+refundFailedSQL, r.Key, 0, StateFailed, "",
+			map[string]any{"code": st.Code, "reconciled": true}, st.Message,
+			r.Consumer, r.MessageID, r.OrderID, st.Code)
+	default:
+		return false, fmt.Errorf("settle refund of %s: state %q cannot be settled", r.MessageID, st.State)
+	}
+	if err != nil {
+		return false, fmt.Errorf("settle refund of %s as %s: %w", r.MessageID, st.State, err)
+	}
+	return already, nil
+}
+
+// SettleReceipt records a mail that SendGrid's events prove it accepted
+// (xMessageID, the X-Message-Id part of its sg_message_id), without a
+// claim: a receipt claimed, in flight or unknown becomes succeeded, and the
+// order's (orderID; 0 for a refund receipt) receipt status sent unless an
+// event moved it further. Idempotent like SettlePayment.
+func (s *Store) SettleReceipt(ctx context.Context, key string, orderID int64, xMessageID string) (already bool, err error) {
+	already, err = s.settleAnd(ctx, settleOpenCTE+markReceiptSQL, key, 0, StateSucceeded, xMessageID,
+		map[string]any{"x_message_id": xMessageID, "settled_by": "sendgrid events (starter resolve)"}, "", orderID, ReceiptSent)
+	if err != nil {
+		return false, fmt.Errorf("settle receipt %s: %w", key, err)
+	}
+	return already, nil
+}

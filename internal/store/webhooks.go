@@ -97,11 +97,19 @@ type PaymentEvent struct {
 	// Status is the PaymentIntent's Stripe status.
 	Status string
 	// Amount and Currency are the PaymentIntent's; 0 and "" when the event
-	// does not say. A payment found by Key alone (no PaymentIntent ID
-	// recorded yet) is settled only by a PaymentIntent of its amount and
-	// currency.
-	Amount         int64
-	Currency       string
+	// does not say. An event settles a payment only when they are the
+	// payment's (see ApplyPaymentEvent).
+	Amount   int64
+	Currency string
+	// PaymentMethod is the PaymentIntent's payment method ID, "" when the
+	// event does not say; RequestedTestPaymentMethod is the test alias its
+	// metadata names (payment.MetadataTestPaymentMethod), which Stripe
+	// resolves into a new ID.
+	PaymentMethod              string
+	RequestedTestPaymentMethod string
+	// Namespace is the key namespace the PaymentIntent's metadata names
+	// ("" for none).
+	Namespace      string
 	ChargeID       string
 	FailureCode    string
 	DeclineCode    string
@@ -115,18 +123,27 @@ type PaymentEventResult struct {
 	Payment *Payment
 	// Applied is true when the event changed the ledger.
 	Applied bool
-	// Anomaly is true when the event contradicted a final state and was
-	// kept in payment_anomalies instead.
+	// Anomaly is true when the event contradicted the ledger or the
+	// request and was kept in payment_anomalies instead.
 	Anomaly bool
+	// Foreign is true when the event names another key namespace than the
+	// one recorded in the database: nothing was looked at or changed.
+	Foreign bool
 }
 
 // ApplyPaymentEvent settles the payment ledger from a Stripe event, inside
-// tx (RecordProviderEvent's). Every change is a compare-and-set that never
-// moves backwards:
+// tx (RecordProviderEvent's). The event is checked against the request
+// first, whatever is recorded: an event of another key namespace than the
+// one recorded in the database changes nothing; a PaymentIntent other than
+// the recorded one, or of another amount, currency or payment method than
+// the request's, is kept as an anomaly and settles nothing. Then every
+// change is a compare-and-set that never moves backwards:
 //
-//   - succeeded settles claimed, processing, unknown and unexpected rows
-//     like the activity's own record (order paid, processed row, order.paid
-//     outbox event); a failed row is a contradiction, kept as an anomaly.
+//   - succeeded settles claimed, processing and unknown rows like the
+//     activity's own record (order paid, processed row, order.paid outbox
+//     event); on a failed row it is a contradiction, and on an unexpected
+//     row (a PaymentIntent in a status or of a kind nobody asked for) an
+//     operator's decision: both are kept as anomalies.
 //   - processing moves only an unknown row (the activity records its own
 //     answers; a late processing never touches a final row).
 //   - failed (payment_failed, canceled) settles claimed, processing,
@@ -134,6 +151,13 @@ type PaymentEventResult struct {
 //     anomaly, not applied.
 func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (PaymentEventResult, error) {
 	var res PaymentEventResult
+	if ns, recorded, err := RecordedKeyNamespace(ctx, tx); err != nil {
+		return res, fmt.Errorf("payment event %s: %w", ev.EventID, err)
+	} else if recorded && ns != ev.Namespace {
+		// Another deployment's PaymentIntent: not ours, whatever it names.
+		res.Foreign = true
+		return res, nil
+	}
 	p, err := scanPayment(tx.QueryRow(ctx, `
 		SELECT `+paymentColumns+` FROM payments
 		 WHERE payment_intent_id = $1 OR idempotency_key = $2
@@ -144,10 +168,9 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 	if err != nil {
 		return res, fmt.Errorf("find payment of %s: %w", ev.PaymentIntentID, err)
 	}
-	// Lock the ledger row, then the payment, in the order the activity's
-	// record statements take them: the other order deadlocks with them.
-	if _, err := tx.Exec(ctx, `SELECT FROM effects WHERE key = $1 FOR UPDATE`, p.Key); err != nil {
-		return res, fmt.Errorf("lock effect %s: %w", p.Key, translate(err))
+	// The ledger row, then the payment: the package's lock order.
+	if err := lockEffect(ctx, tx, p.Key); err != nil {
+		return res, err
 	}
 	if p, err = scanPayment(tx.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE consumer = $1 AND message_id = $2 FOR UPDATE`,
 		p.Consumer, p.MessageID)); err != nil {
@@ -168,21 +191,29 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 	if p.PaymentIntentID != "" && p.PaymentIntentID != ev.PaymentIntentID {
 		return anomaly(fmt.Sprintf("event for PaymentIntent %s; the ledger records %s for this message", ev.PaymentIntentID, p.PaymentIntentID))
 	}
-	// Found by the message's key alone: the payment activity records the
-	// PaymentIntent's ID with the outcome, so a claimed row has none yet.
-	// A PaymentIntent of another amount or currency that names the message
-	// is not this payment (as for the activity's own lookups).
-	if p.PaymentIntentID == "" && ev.Amount != 0 && (ev.Amount != p.Amount || !strings.EqualFold(ev.Currency, p.Currency)) {
-		return anomaly(fmt.Sprintf("event for PaymentIntent %s of %d %s; the payment of this message is %d %s", ev.PaymentIntentID, ev.Amount, ev.Currency, p.Amount, p.Currency))
+	// Whether the row was found by its recorded ID or by the message's key
+	// (a claimed row has no ID yet: the activity records it with the
+	// outcome), a PaymentIntent that differs from the request is not this
+	// payment, as for the activity's own lookups.
+	method, err := requestedPaymentMethod(ctx, tx, p.Consumer, p.MessageID)
+	if err != nil {
+		return res, err
+	}
+	if d := ev.differs(p, method); d != "" {
+		return anomaly("event for PaymentIntent " + ev.PaymentIntentID + ", which differs from the payment of this message: " + d)
 	}
 	final := p.State == PaymentSucceeded || p.State == PaymentFailed
 	switch ev.Target {
 	case PaymentSucceeded:
-		if p.State == PaymentSucceeded {
+		switch p.State {
+		case PaymentSucceeded:
 			return res, nil
-		}
-		if p.State == PaymentFailed {
+		case PaymentFailed:
 			return anomaly("Stripe reports the payment succeeded; the ledger records it failed (money may have moved: refund or re-deliver)")
+		case PaymentUnexpected:
+			return anomaly("Stripe reports the payment succeeded; the ledger records it unexpected (" + p.FailureMessage + "): not applied, `starter resolve` re-reads and checks it")
+		case PaymentClaimed, PaymentProcessing, PaymentUnknown:
+			// Open: the event settles it below.
 		}
 		result := map[string]any{"payment_intent_id": ev.PaymentIntentID, "charge_id": ev.ChargeID, "settled_by": ev.EventID}
 		event := map[string]any{
@@ -221,6 +252,51 @@ func ApplyPaymentEvent(ctx context.Context, tx pgx.Tx, ev PaymentEvent) (Payment
 	}
 	res.Payment, res.Applied = &p, true
 	return res, nil
+}
+
+// differs says how the event's PaymentIntent differs from payment p,
+// requested with payment method method ("" when the request is no longer
+// recorded): "" when it does not. Amount and currency are compared when the
+// event carries them; the payment method when both sides name one, a test
+// alias through the metadata that keeps it (as payment.Charge.Differs).
+func (ev PaymentEvent) differs(p Payment, method string) string {
+	var diffs []string
+	if ev.Amount != 0 && ev.Amount != p.Amount {
+		diffs = append(diffs, fmt.Sprintf("amount %d, want %d", ev.Amount, p.Amount))
+	}
+	if ev.Currency != "" && !strings.EqualFold(ev.Currency, p.Currency) {
+		diffs = append(diffs, fmt.Sprintf("currency %q, want %q", ev.Currency, strings.ToLower(p.Currency)))
+	}
+	if ev.PaymentMethod != "" && method != "" && ev.PaymentMethod != method &&
+		!(strings.HasPrefix(method, "pm_card_") && ev.RequestedTestPaymentMethod == method) {
+		diffs = append(diffs, "payment_method differs")
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// requestedPaymentMethod returns the payment method the message (consumer,
+// messageID) asked for, read from its inbox row; "" once that row is
+// pruned or for a message that names none.
+func requestedPaymentMethod(ctx context.Context, db DBTX, consumer, messageID string) (string, error) {
+	var pm *string
+	err := translate(db.QueryRow(ctx, `
+		SELECT convert_from(payload, 'UTF8')::jsonb -> 'data' ->> 'payment_method'
+		  FROM inbox WHERE consumer = $1 AND message_id = $2`, consumer, messageID).Scan(&pm))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("payment method requested by %s: %w", messageID, err)
+	case pm == nil:
+		return "", nil
+	}
+	return *pm, nil
+}
+
+// RequestedPaymentMethod returns the payment method message (consumer,
+// messageID) asked for, from its inbox row; "" once that row is pruned.
+func (s *Store) RequestedPaymentMethod(ctx context.Context, consumer, messageID string) (string, error) {
+	return requestedPaymentMethod(ctx, s.pool, consumer, messageID)
 }
 
 // settleFromEvent runs stmt, whose first CTE settles the effect row
@@ -427,31 +503,77 @@ type PaymentAnomaly struct {
 	EventID         string    `json:"event_id"`
 	EventType       string    `json:"event_type"`
 	PaymentIntentID string    `json:"payment_intent_id"`
+	Consumer        string    `json:"consumer,omitempty"`
 	MessageID       string    `json:"message_id"`
 	RecordedState   string    `json:"recorded_state"`
 	ReportedStatus  string    `json:"reported_status"`
 	Detail          string    `json:"detail"`
 	ReceivedAt      time.Time `json:"received_at"`
+	// ResolvedAt and Resolution are set once an operator resolved it,
+	// Resolution with the operator's reason.
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	Resolution string     `json:"resolution,omitempty"`
+}
+
+const anomalyColumns = `event_id, event_type, payment_intent_id, coalesce(consumer, ''), coalesce(message_id, ''),
+	recorded_state, reported_status, detail, received_at, resolved_at, coalesce(resolution, '')`
+
+func scanAnomaly(row pgx.Row) (PaymentAnomaly, error) {
+	var a PaymentAnomaly
+	err := row.Scan(&a.EventID, &a.EventType, &a.PaymentIntentID, &a.Consumer, &a.MessageID, &a.RecordedState,
+		&a.ReportedStatus, &a.Detail, &a.ReceivedAt, &a.ResolvedAt, &a.Resolution)
+	return a, translate(err)
 }
 
 // OpenPaymentAnomalies lists the anomalies no operator has resolved yet,
 // oldest first.
 func (s *Store) OpenPaymentAnomalies(ctx context.Context, limit int) ([]PaymentAnomaly, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT event_id, event_type, payment_intent_id, coalesce(message_id, ''), recorded_state, reported_status, detail, received_at
-		  FROM payment_anomalies WHERE resolved_at IS NULL ORDER BY received_at LIMIT $1`, limit)
+	return s.PaymentAnomalies(ctx, false, limit)
+}
+
+// PaymentAnomalies lists the anomalies, oldest first: the open ones, or
+// with all also those resolved.
+func (s *Store) PaymentAnomalies(ctx context.Context, all bool, limit int) ([]PaymentAnomaly, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+anomalyColumns+` FROM payment_anomalies
+		 WHERE $1 OR resolved_at IS NULL ORDER BY received_at, event_id LIMIT $2`, all, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list payment anomalies: %w", translate(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PaymentAnomaly, error) {
-		var a PaymentAnomaly
-		err := r.Scan(&a.EventID, &a.EventType, &a.PaymentIntentID, &a.MessageID, &a.RecordedState, &a.ReportedStatus, &a.Detail, &a.ReceivedAt)
-		return a, err
-	})
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PaymentAnomaly, error) { return scanAnomaly(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list payment anomalies: %w", translate(err))
 	}
 	return out, nil
+}
+
+// ErrResolved is returned by ResolvePaymentAnomaly for an anomaly resolved
+// before: the first resolution and its reason stand.
+var ErrResolved = errors.New("already resolved")
+
+// ResolvePaymentAnomaly marks anomaly eventID resolved with the operator's
+// reason, kept with the row. It changes nothing else: what the anomaly
+// calls for (a refund, a redrive) is the operator's. An anomaly that does
+// not exist is ErrNotFound; one resolved before is returned as it stands
+// with ErrResolved.
+func (s *Store) ResolvePaymentAnomaly(ctx context.Context, eventID, reason string) (PaymentAnomaly, error) {
+	if strings.TrimSpace(reason) == "" {
+		return PaymentAnomaly{}, fmt.Errorf("resolve anomaly %s: a reason is required", eventID)
+	}
+	a, err := scanAnomaly(s.pool.QueryRow(ctx, `
+		UPDATE payment_anomalies SET resolved_at = now(), resolution = $2
+		 WHERE event_id = $1 AND resolved_at IS NULL
+		RETURNING `+anomalyColumns, eventID, reason))
+	if !errors.Is(err, ErrNotFound) {
+		if err != nil {
+			return PaymentAnomaly{}, fmt.Errorf("resolve anomaly %s: %w", eventID, err)
+		}
+		return a, nil
+	}
+	a, err = scanAnomaly(s.pool.QueryRow(ctx, `SELECT `+anomalyColumns+` FROM payment_anomalies WHERE event_id = $1`, eventID))
+	if err != nil {
+		return PaymentAnomaly{}, fmt.Errorf("resolve anomaly %s: %w", eventID, err)
+	}
+	return a, fmt.Errorf("resolve anomaly %s: %w at %s", eventID, ErrResolved, a.ResolvedAt.UTC().Format(time.RFC3339))
 }
 
 // PaymentOfIntent returns the payment row that PaymentIntent piID, or the

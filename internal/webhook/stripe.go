@@ -39,7 +39,8 @@ type stripeIntent struct {
 	Status             string            `json:"status"`
 	Amount             int64             `json:"amount"`
 	Currency           string            `json:"currency"`
-	LatestCharge       json.RawMessage   `json:"latest_charge"` // an ID, or the expanded charge
+	LatestCharge       json.RawMessage   `json:"latest_charge"`  // an ID, or the expanded charge
+	PaymentMethod      json.RawMessage   `json:"payment_method"` // an ID, or the expanded payment method
 	Metadata           map[string]string `json:"metadata"`
 	CancellationReason string            `json:"cancellation_reason"`
 	LastPaymentError   *struct {
@@ -134,6 +135,8 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		switch {
+		case applied.Foreign:
+			log.Warn("payment event of another key namespace than the database records: not applied", "payment_intent_id", pe.PaymentIntentID, "namespace", pe.Namespace)
 		case applied.Anomaly:
 			log.Warn("payment event contradicts the ledger's final state: kept as an anomaly for an operator", "payment_intent_id", pe.PaymentIntentID, "recorded_state", p.State)
 		case inserted && p == nil:
@@ -141,7 +144,9 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 		case inserted:
 			log.Info("payment event recorded", "payment_intent_id", pe.PaymentIntentID, "state", p.State, "applied", applied.Applied)
 		}
-		if !applied.Anomaly && p != nil && p.State == pe.Target && pe.Target != store.PaymentProcessing {
+		// Signalled only for the ledger's own PaymentIntent: a copy of an
+		// event kept as an anomaly finds the row by the message's key too.
+		if !applied.Anomaly && p != nil && p.State == pe.Target && pe.Target != store.PaymentProcessing && p.PaymentIntentID == pe.PaymentIntentID {
 			if err := h.signalSettled(ctx, *p, *pe); err != nil {
 				h.refuse(w, r, ProviderStripe, ResultError, "signal workflow: "+err.Error())
 				return
@@ -183,8 +188,10 @@ func (h *Handler) verifyStripe(body []byte, header string) (stripe.Event, string
 func paymentEvent(ev stripe.Event, pi stripeIntent) *store.PaymentEvent {
 	pe := &store.PaymentEvent{
 		EventID: ev.ID, EventType: string(ev.Type), PaymentIntentID: pi.ID, Key: paymentKey(pi.Metadata),
-		Target: paymentEventTargets[string(ev.Type)], Status: pi.Status, ChargeID: chargeID(pi.LatestCharge),
-		Amount: pi.Amount, Currency: pi.Currency,
+		Target: paymentEventTargets[string(ev.Type)], Status: pi.Status, ChargeID: objectID(pi.LatestCharge),
+		Amount: pi.Amount, Currency: pi.Currency, PaymentMethod: objectID(pi.PaymentMethod),
+		RequestedTestPaymentMethod: pi.Metadata[payment.MetadataTestPaymentMethod],
+		Namespace:                  pi.Metadata[payment.MetadataNamespace],
 	}
 	if e := pi.LastPaymentError; e != nil {
 		pe.FailureCode, pe.DeclineCode, pe.FailureMessage = e.Code, e.DeclineCode, e.Message
@@ -216,8 +223,9 @@ func paymentKey(metadata map[string]string) string {
 	return key
 }
 
-// chargeID reads latest_charge, an ID or an expanded object.
-func chargeID(raw json.RawMessage) string {
+// objectID reads a field that holds an ID or the expanded object
+// (latest_charge, payment_method).
+func objectID(raw json.RawMessage) string {
 	var id string
 	if json.Unmarshal(raw, &id) == nil {
 		return id

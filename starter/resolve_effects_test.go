@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/store"
+)
+
+// TestResolveSettlesRefundsAndReceipts: `starter resolve` settles a refund
+// and a receipt as it does a payment, from the provider's record. A claimed
+// refund whose answer was lost is found among its PaymentIntent's refunds
+// and recorded once; one Stripe has no refund for stays claimed while a run
+// may still create it (Temporal unreachable here: exit 6). A receipt whose
+// SendGrid event arrived is recorded sent; one with no event stays open
+// (exit 7).
+func TestResolveSettlesRefundsAndReceipts(t *testing.T) {
+	f := newOpsFixture(t)
+	ctx := context.Background()
+
+	// A refund Stripe made, its answer lost.
+	f.paid(t, "evt_o5", 505)
+	p, err := f.db.PaymentOf(ctx, "order-placed", "evt_o5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: "evt_rf5", OrderID: 505, Amount: 300, Reason: "requested_by_customer", Key: "refund:evt_rf5", RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	made, err := f.acts.Payments.Refund(ctx, payment.RefundRequest{IdempotencyKey: "refund:evt_rf5", MessageID: "evt_rf5", OrderID: 505, PaymentIntentID: p.PaymentIntentID, Amount: 300, Reason: "requested_by_customer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf5")
+	if code != exitOK || !strings.Contains(out, made.ID) {
+		t.Fatalf("resolve of a refund Stripe made: exit %d, %s %s", code, out, stderr)
+	}
+	if rf, err := f.db.RefundOf(ctx, "order-refund", "evt_rf5"); err != nil || rf.State != store.RefundSucceeded || rf.RefundID != made.ID {
+		t.Fatalf("refund %+v, %v; want succeeded %s", rf, err, made.ID)
+	}
+	if code, _, _ := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf5"); code != exitOK {
+		t.Fatalf("resolve again: exit %d", code)
+	}
+	if n := f.sims.Stripe.Stats().RefundsByMessage["evt_rf5"]; n != 1 {
+		t.Fatalf("%d refunds at Stripe, want 1", n)
+	}
+
+	// A claimed refund Stripe has none of, while a run may be open.
+	if _, err := f.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: "evt_rf6", OrderID: 505, Amount: 100, Reason: "requested_by_customer", Key: "refund:evt_rf6", RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf6"); code != exitRefused {
+		t.Fatalf("resolve of a refund not made while a run may be open: exit %d, %s; want %d", code, out, exitRefused)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf6"); rf.State != store.RefundClaimed {
+		t.Fatalf("refund %+v, want still claimed", rf)
+	}
+
+	// A receipt SendGrid reported, its answer lost; and one it did not.
+	for _, id := range []string{"evt_o7", "evt_o8"} {
+		f.paid(t, id, map[string]int64{"evt_o7": 507, "evt_o8": 508}[id])
+		if _, _, err := f.db.ClaimEmail(ctx, store.EmailClaim{Consumer: "order-placed", MessageID: id, OrderID: map[string]int64{"evt_o7": 507, "evt_o8": 508}[id], Key: "email:" + id, RequestHash: "h", Policy: store.AtLeastOnce}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.db.RecordProviderEvent(ctx, store.ProviderEvent{Consumer: "sendgrid-events", EventID: "sg_7", Payload: []byte(`{}`), PayloadHash: "x", Source: "test"},
+		func(ctx context.Context, tx pgx.Tx) error {
+			_, err := store.ApplyEmailEvent(ctx, tx, store.EmailEvent{SGEventID: "sg_7", Key: "email:evt_o7", Event: "processed", SGMessageID: "x7.filter001"})
+			return err
+		}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runStarter(t, "resolve", "evt_o7")
+	if code != exitOK || !strings.Contains(out, `"x_message_id": "x7"`) {
+		t.Fatalf("resolve of a reported receipt: exit %d, %s %s", code, out, stderr)
+	}
+	if e, err := f.db.Effect(ctx, "email:evt_o7"); err != nil || e.State != store.StateSucceeded || e.ProviderRef != "x7" {
+		t.Fatalf("receipt %+v, %v; want succeeded x7", e, err)
+	}
+	code, out, _ = runStarter(t, "resolve", "evt_o7")
+	var again resolveReport
+	if err := json.Unmarshal([]byte(out), &again); err != nil || code != exitOK || again.Receipt == nil ||
+		again.Receipt.Before != store.StateSucceeded || again.Receipt.Changed {
+		t.Fatalf("resolve of a reported receipt again: exit %d, %s; want 0, nothing to do", code, out)
+	}
+	if code, out, _ := runStarter(t, "resolve", "evt_o8"); code != exitStillOpen || !strings.Contains(out, "no event") {
+		t.Fatalf("resolve of an unreported receipt: exit %d, %s; want %d", code, out, exitStillOpen)
+	}
+}
+
+// TestResolveRefundWhenAProviderOrPostgresIsDown: Stripe unreachable
+// refuses (exit 6) and records nothing, Postgres unreachable is an error
+// (exit 1); the same resolve once both answer records the refund once. A
+// resolve killed between its read and its record (SIGKILL) leaves the
+// refund claimed, which is this case again.
+func TestResolveRefundWhenAProviderOrPostgresIsDown(t *testing.T) {
+	f := newOpsFixture(t)
+	ctx := context.Background()
+	f.paid(t, "evt_o9", 509)
+	p, err := f.db.PaymentOf(ctx, "order-placed", "evt_o9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: "evt_rf9", OrderID: 509, Amount: 200, Reason: "requested_by_customer", Key: "refund:evt_rf9", RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.acts.Payments.Refund(ctx, payment.RefundRequest{IdempotencyKey: "refund:evt_rf9", MessageID: "evt_rf9", OrderID: 509, PaymentIntentID: p.PaymentIntentID, Amount: 200}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STRIPE_BASE_URL", "http://127.0.0.1:1")
+	if code, _, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitRefused || !strings.Contains(stderr, "nothing was changed") {
+		t.Fatalf("Stripe down: exit %d, %s; want %d", code, stderr, exitRefused)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundClaimed {
+		t.Fatalf("refund %+v after a refused resolve, want claimed", rf)
+	}
+	t.Setenv("STRIPE_BASE_URL", f.sims.StripeURL)
+	good := dbURL(t)
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	if code, _, _ := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitError {
+		t.Fatalf("Postgres down: exit %d, want %d", code, exitError)
+	}
+	t.Setenv("DATABASE_URL", good)
+	if code, out, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitOK || !strings.Contains(out, `"changed": true`) {
+		t.Fatalf("both up: exit %d, %s %s", code, out, stderr)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundSucceeded {
+		t.Fatalf("refund %+v, want succeeded", rf)
+	}
+}
+
+func dbURL(t *testing.T) string {
+	t.Helper()
+	u, ok := os.LookupEnv("DATABASE_URL")
+	if !ok {
+		t.Fatal("DATABASE_URL is not set")
+	}
+	return u
+}
