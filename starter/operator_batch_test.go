@@ -49,10 +49,11 @@ var batchExpectations = map[string]batchExpect{
 	// max_deliver; once the cause is gone, retry starts it.
 	"evt_op_poison": {status: exitOK, resolve: exitNotFound, redrive: exitNotFound,
 		retry: map[string]int{store.ReasonMaxDeliver: exitOK}, statusAfter: exitOK},
-	// Refunded, refund receipt sent; a copy was counted.
-	"evt_op_refund": {status: exitOK, resolve: exitNotFound, redrive: exitRefused, statusAfter: exitOK},
+	// Refunded, refund receipt sent; a copy was counted. resolve finds the
+	// refund and its receipt settled.
+	"evt_op_refund": {status: exitOK, resolve: exitOK, redrive: exitRefused, statusAfter: exitOK},
 	// A refund whose ID came again with another amount.
-	"evt_op_refund_mm": {status: exitOK, resolve: exitNotFound, redrive: exitRefused,
+	"evt_op_refund_mm": {status: exitOK, resolve: exitOK, redrive: exitRefused,
 		retry: map[string]int{store.ReasonPayloadMismatch: exitInvalid}, statusAfter: exitOK},
 	// A refund of an order that was never charged.
 	"evt_op_refund_unpaid": {status: exitOK, resolve: exitNotFound, redrive: exitRefused, statusAfter: exitOK},
