@@ -1,0 +1,79 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/effect"
+	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/metrics"
+	"github.com/effectively/effectively/internal/payment"
+)
+
+// ErrTypeProviderAuth is the error type of an attempt the provider refused
+// for our configuration: a wrong, revoked or rotated API key (401, 403), or
+// a wrong SendGrid base URL (404, a redirect). It is retryable and never
+// recorded as the effect's outcome: the effect goes through once an operator
+// fixes the configuration, and the effect_outcomes counter's provider_auth
+// result (alert EffectivelyProviderAuth) tells them.
+const ErrTypeProviderAuth = "ProviderAuth"
+
+// stripeClass is what a failed Stripe call means to the effect protocol.
+func stripeClass(err error) effect.Class {
+	if pe, ok := errors.AsType[*payment.Error](err); ok &&
+		(pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden) {
+		return effect.ClassAlert
+	}
+	switch payment.Classify(err) {
+	case payment.ClassDeclined, payment.ClassInvalid:
+		return effect.ClassRefused
+	case payment.ClassIdempotencyMismatch:
+		return effect.ClassMismatch
+	case payment.ClassAmbiguous:
+		return effect.ClassAmbiguous
+	case payment.ClassInFlight, payment.ClassRateLimited, payment.ClassTransient:
+	}
+	return effect.ClassRetry
+}
+
+// mailClass is what a failed SendGrid send means to the effect protocol.
+// A transient failure may hide a send that happened: the next attempt's
+// claim follows this one, so it looks for SendGrid's event first.
+func mailClass(err error) effect.Class {
+	switch {
+	case email.IsConfiguration(err):
+		return effect.ClassAlert
+	case email.IsPermanent(err):
+		return effect.ClassRefused
+	default:
+		return effect.ClassRetry
+	}
+}
+
+// boundary turns what the protocol classified into the activity's errors:
+// an alert is counted and logged and stays retryable, a key reused with
+// another request is final, a retry is a plain error naming what failed.
+// Errors of the kinds themselves (fenced, unexpected, …) pass unchanged.
+func (a *Activities) boundary(ctx context.Context, kind metrics.Effect, what string, err error) error {
+	var pe *effect.Error
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Class {
+	case effect.ClassAlert:
+		a.Metrics.EffectOutcome(kind, metrics.ResultProviderAuth)
+		activity.GetLogger(ctx).Error("provider refused our configuration: fix the API key or base URL; the effect is retried",
+			"effect", string(kind), "error", pe.Err)
+		return temporal.NewApplicationErrorWithCause(
+			fmt.Sprintf("%s: the provider refused the API key or base URL (fix the configuration)", what), ErrTypeProviderAuth, pe.Err)
+	case effect.ClassMismatch:
+		return temporal.NewNonRetryableApplicationError("provider refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, pe.Err)
+	case effect.ClassRetry, effect.ClassRefused, effect.ClassAmbiguous:
+	}
+	return fmt.Errorf("%s: %w", what, pe.Err)
+}
