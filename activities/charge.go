@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/reconcile"
 	"github.com/effectively/effectively/internal/store"
@@ -136,8 +137,11 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 
 	failpoint.Hit(failpoint.PaymentAfterClaim)
 	piID := claim.Payment.PaymentIntentID
-	age := a.now().Sub(claim.Payment.CreatedAt)
-	if piID == "" && age > a.keyTrust() {
+	// The protocol's first step (effect.Attempt): inside the key window the
+	// keys replay; past it, look up before any call.
+	at := effect.Attempt{Claim: token, ClaimedAt: claim.Payment.CreatedAt, KeyWindow: a.keyTrust()}
+	lookup := at.First(a.now()) == effect.StepLookup
+	if piID == "" && lookup {
 		// An earlier claim may have created a PaymentIntent whose ID never
 		// reached Postgres. Within the key window the create key replays
 		// it; past it (a redrive a day later), list the claim's window,
@@ -157,14 +161,16 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 			Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
 		})
 		if err != nil {
-			return c.createFailed(ctx, err)
+			res, err := c.createFailed(ctx, err)
+			return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
 		}
 		// No transaction here: the record after the confirmation carries
 		// the ID (see ChargeOrder).
 		failpoint.Hit(failpoint.PaymentAfterCreate)
-		return c.confirm(ctx, created.PaymentIntentID)
+		res, err := c.confirm(ctx, created.PaymentIntentID)
+		return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
 	}
-	if age > a.keyTrust() {
+	if lookup {
 		// Stripe may have forgotten the confirm key: read the
 		// PaymentIntent rather than confirm blindly (confirming a settled
 		// PaymentIntent is refused, though never charged twice).
@@ -174,7 +180,8 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		}
 		return c.adopt(ctx, pi, false)
 	}
-	return c.confirm(ctx, piID)
+	res, err = c.confirm(ctx, piID)
+	return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
 }
 
 // adopt goes on with a PaymentIntent found by a lookup (a list of the
@@ -300,8 +307,8 @@ func (c charging) unexpected(ctx context.Context, ch *payment.Charge, reason str
 // confirmFailed handles a failed confirmation of PaymentIntent piID.
 func (c charging) confirmFailed(ctx context.Context, piID string, err error) (ChargeResult, error) {
 	in := c.in
-	if badKey(err) {
-		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
+	if stripeClass(err) == effect.ClassAlert {
+		return ChargeResult{}, &effect.Error{Class: effect.ClassAlert, Err: err}
 	}
 	switch class := payment.Classify(err); class {
 	case payment.ClassDeclined:
@@ -362,8 +369,8 @@ func (c charging) legacyCharge(ctx context.Context, piID string, cause error) (C
 // was charged.
 func (c charging) createFailed(ctx context.Context, err error) (ChargeResult, error) {
 	in := c.in
-	if badKey(err) {
-		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
+	if stripeClass(err) == effect.ClassAlert {
+		return ChargeResult{}, &effect.Error{Class: effect.ClassAlert, Err: err}
 	}
 	switch payment.Classify(err) {
 	case payment.ClassDeclined, payment.ClassInvalid:
@@ -375,14 +382,6 @@ func (c charging) createFailed(ctx context.Context, err error) (ChargeResult, er
 	default:
 		return ChargeResult{}, fmt.Errorf("create payment intent of order %d: %w", in.OrderID, err)
 	}
-}
-
-// badKey reports a 401 or 403: a wrong or revoked API key is our
-// configuration, not the order's outcome, so it is retried (with backoff)
-// until an operator fixes it.
-func badKey(err error) bool {
-	var pe *payment.Error
-	return errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden)
 }
 
 // recordedCharge returns the outcome already in Postgres, without a call.

@@ -348,3 +348,28 @@ func TestRefundReceiptUnderTheLegacyKey(t *testing.T) {
 		t.Fatalf("refund receipts delivered = %d, want 0", n)
 	}
 }
+
+// TestChargeAuthErrorIsRetriedAndAlerts: Stripe refuses the key for a
+// charge. It is retried under the same keys, counted for the alert, and
+// charges once the key is fixed.
+func TestChargeAuthErrorIsRetriedAndAlerts(t *testing.T) {
+	f := newFixture(t, "")
+	reg := prometheus.NewRegistry()
+	f.acts.Metrics = metrics.New(reg)
+	in := charge("evt_ca", 66, "pm_card_visa")
+	f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: "evt_ca"}, Kind: stripesim.FaultErrorBefore, Status: 401, Times: 1})
+	_, err := run(t, f, f.acts.ChargeOrder, in)
+	var appErr *temporal.ApplicationError
+	if !isType(err, activities.ErrTypeProviderAuth) || (errors.As(err, &appErr) && appErr.NonRetryable()) {
+		t.Fatalf("charge on 401 = %v; want a retryable %s", err, activities.ErrTypeProviderAuth)
+	}
+	if got := authOutcomes(t, reg); got["payment"] != 1 {
+		t.Errorf("provider_auth outcomes = %v; want one for the payment", got)
+	}
+	if r, err := run(t, f, f.acts.ChargeOrder, in); err != nil || r.Outcome != activities.PaymentPaid {
+		t.Fatalf("charge after the fix = %+v, %v", r, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage["evt_ca"]; n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+}
