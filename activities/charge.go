@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/effect"
@@ -107,7 +106,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
 	createKey := identity.MustKey(identity.EffectPaymentIntent, in.MessageID)
-	logger := activity.GetLogger(ctx)
+	lg := logger(ctx)
 	// The claim marks the message's inbox row dispatched (the intake does
 	// not, see route.Route.WorkflowMarksDispatched).
 	wfID, err := identity.WorkflowID(in.Consumer, in.MessageID)
@@ -125,7 +124,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 	}
 	switch claim.Outcome {
 	case store.ClaimBusinessDuplicate:
-		logger.Info("order already claimed by another message", "order_id", in.OrderID, "held_by", claim.Payment.MessageID)
+		lg.Info("order already claimed by another message", "order_id", in.OrderID, "held_by", claim.Payment.MessageID)
 		return ChargeResult{Outcome: PaymentBusinessDuplicate, HeldBy: claim.Payment.MessageID}, nil
 	case store.ClaimDone:
 		return recordedCharge(claim.Payment)
@@ -149,7 +148,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		found, err := a.Payments.FindInWindow(ctx, in.MessageID, claim.Payment.CreatedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
 		switch {
 		case err == nil:
-			logger.Warn("payment intent of an earlier claim found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
+			lg.Warn("payment intent of an earlier claim found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
 			return c.adopt(ctx, found, true)
 		case !errors.Is(err, payment.ErrNotFound):
 			return ChargeResult{}, fmt.Errorf("list payment intents of order %d before creating one: %w", in.OrderID, err)
@@ -276,7 +275,7 @@ func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled boo
 			return ChargeResult{}, fenced(fmt.Errorf("record processing payment of order %d: %w", in.OrderID, err))
 		}
 		if !already {
-			activity.GetLogger(ctx).Info("payment processing: waiting for stripe to settle it", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
+			logger(ctx).Info("payment processing: waiting for stripe to settle it", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
 		}
 		return ChargeResult{Outcome: PaymentProcessing, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}, nil
 	case payment.VerdictFailed:
@@ -298,7 +297,7 @@ func (c charging) unexpected(ctx context.Context, ch *payment.Charge, reason str
 	}); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record unexpected payment of order %d: %w", c.in.OrderID, err))
 	}
-	activity.GetLogger(ctx).Error("payment in an unexpected state: operator action needed", "order_id", c.in.OrderID,
+	logger(ctx).Error("payment in an unexpected state: operator action needed", "order_id", c.in.OrderID,
 		"message_id", c.in.MessageID, "payment_intent_id", ch.PaymentIntentID, "status", ch.Status)
 	return ChargeResult{}, temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("payment of order %d: %s", c.in.OrderID, reason), ErrTypeUnexpectedState, nil)
@@ -323,7 +322,7 @@ func (c charging) confirmFailed(ctx context.Context, piID string, err error) (Ch
 			return ChargeResult{}, fmt.Errorf("retrieve payment intent of order %d after %s confirmation: %w", in.OrderID, class, errors.Join(err, gerr))
 		}
 		if v, _, _ := ch.Verdict(); v != payment.VerdictUnconfirmed {
-			activity.GetLogger(ctx).Warn("confirmation answer settled by retrieve", "order_id", in.OrderID, "payment_intent_id", piID, "class", string(class), "status", ch.Status)
+			logger(ctx).Warn("confirmation answer settled by retrieve", "order_id", in.OrderID, "payment_intent_id", piID, "class", string(class), "status", ch.Status)
 			return c.settle(ctx, ch, true)
 		}
 		if class == payment.ClassInvalid {
@@ -356,7 +355,7 @@ func (c charging) legacyCharge(ctx context.Context, piID string, cause error) (C
 	switch {
 	case err == nil && found.PaymentIntentID != piID:
 		if v, _, _ := found.Verdict(); v != payment.VerdictUnconfirmed {
-			activity.GetLogger(ctx).Warn("payment made under the single-request key scheme found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
+			logger(ctx).Warn("payment made under the single-request key scheme found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
 			return c.settle(ctx, found, true)
 		}
 	case err != nil && !errors.Is(err, payment.ErrNotFound):
@@ -439,7 +438,7 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 	if _, err := a.Store.RecordPaymentFailed(ctx, f); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record declined payment of order %d: %w", in.OrderID, err))
 	}
-	activity.GetLogger(ctx).Info("payment refused", "order_id", in.OrderID, "code", f.Code, "decline_code", f.DeclineCode)
+	logger(ctx).Info("payment refused", "order_id", in.OrderID, "code", f.Code, "decline_code", f.DeclineCode)
 	return ChargeResult{Outcome: PaymentDeclined, FailureCode: f.Code, DeclineCode: f.DeclineCode}, nil
 }
 
@@ -455,7 +454,7 @@ func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, 
 	ch, err := a.Payments.FindInWindow(ctx, in.MessageID, claimedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
 	switch {
 	case err == nil:
-		activity.GetLogger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
+		logger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
 		return charging{a: a, in: in, key: key, token: token, claimedAt: claimedAt}.adopt(ctx, ch, true)
 	case !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an ambiguous create: %w", in.OrderID, err)
@@ -463,7 +462,7 @@ func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, 
 	if token < a.ambiguousAttempts() {
 		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous create and no payment intent listed yet (claim %d): %w", in.OrderID, token, cause)
 	}
-	activity.GetLogger(ctx).Error("stripe failed to create the payment intent; none exists: recorded as failed", "order_id", in.OrderID, "message_id", in.MessageID)
+	logger(ctx).Error("stripe failed to create the payment intent; none exists: recorded as failed", "order_id", in.OrderID, "message_id", in.MessageID)
 	return a.recordRefusal(ctx, in, key, token, store.PaymentFailure{
 		Code:    CodeCreateFailed,
 		Message: "stripe answered the create with a saved 500 and no payment intent exists: nothing was charged",

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/effect"
@@ -67,7 +69,7 @@ func (a *Activities) boundary(ctx context.Context, kind metrics.Effect, what str
 	switch pe.Class {
 	case effect.ClassAlert:
 		a.Metrics.EffectOutcome(kind, metrics.ResultProviderAuth)
-		activity.GetLogger(ctx).Error("provider refused our configuration: fix the API key or base URL; the effect is retried",
+		logger(ctx).Error("provider refused our configuration: fix the API key or base URL; the effect is retried",
 			"effect", string(kind), "error", pe.Err)
 		return temporal.NewApplicationErrorWithCause(
 			fmt.Sprintf("%s: the provider refused the API key or base URL (fix the configuration)", what), ErrTypeProviderAuth, pe.Err)
@@ -76,4 +78,14 @@ func (a *Activities) boundary(ctx context.Context, kind metrics.Effect, what str
 	case effect.ClassRetry, effect.ClassRefused, effect.ClassAmbiguous:
 	}
 	return fmt.Errorf("%s: %w", what, pe.Err)
+}
+
+// logger is the activity's logger, or slog's default for a context that
+// is no activity's (an activity method called directly, as the drain and
+// conformance tests do): structured either way, never a panic.
+func logger(ctx context.Context) log.Logger {
+	if activity.IsActivity(ctx) {
+		return activity.GetLogger(ctx)
+	}
+	return log.NewStructuredLogger(slog.Default())
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/effect"
@@ -113,7 +112,7 @@ func (m *mailing) send(ctx context.Context, c store.EmailClaim, build func(key s
 	case store.EmailDone:
 		return recordedReceipt(e), nil
 	case store.EmailUnknown:
-		activity.GetLogger(ctx).Warn("mail not resent: an earlier attempt may have sent it", "order_id", m.orderID, "key", e.Key, "policy", c.Policy)
+		logger(ctx).Warn("mail not resent: an earlier attempt may have sent it", "order_id", m.orderID, "key", e.Key, "policy", c.Policy)
 		return ReceiptResult{Outcome: ReceiptUnknown, Error: e.Error}, nil
 	case store.EmailSend:
 	}
@@ -165,7 +164,7 @@ func (m *mailing) Record(ctx context.Context, x string, via effect.Via) (Receipt
 		return ReceiptResult{}, fenced(fmt.Errorf("record %s (sendgrid id %s): %w", m.what, x, err))
 	}
 	if via == effect.ViaLookup {
-		activity.GetLogger(ctx).Info("mail not resent: sendgrid reported the earlier send", "order_id", m.orderID, "key", m.key, "x_message_id", x)
+		logger(ctx).Info("mail not resent: sendgrid reported the earlier send", "order_id", m.orderID, "key", m.key, "x_message_id", x)
 	}
 	return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: x}, nil
 }
@@ -176,7 +175,7 @@ func (m *mailing) Refused(ctx context.Context, cause error) (ReceiptResult, erro
 	if _, err := m.a.Store.RecordEmailFailed(ctx, m.key, m.token, m.statusOrder, cause.Error()); err != nil {
 		return ReceiptResult{}, fenced(fmt.Errorf("record refused %s: %w", m.what, err))
 	}
-	activity.GetLogger(ctx).Warn("mail refused", "order_id", m.orderID, "key", m.key, "error", cause)
+	logger(ctx).Warn("mail refused", "order_id", m.orderID, "key", m.key, "error", cause)
 	return ReceiptResult{Outcome: ReceiptFailed, Error: cause.Error()}, nil
 }
 

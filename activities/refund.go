@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/effect"
@@ -98,7 +97,7 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (res Refun
 	if err != nil {
 		return RefundResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
-	logger := activity.GetLogger(ctx)
+	lg := logger(ctx)
 	claim, err := a.Store.ClaimRefund(ctx, store.RefundClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
 		Reason: in.Reason, Key: key, RequestHash: requestHash(in),
@@ -108,10 +107,10 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (res Refun
 	}
 	switch claim.Decision {
 	case store.RefundOrderNotPaid:
-		logger.Info("refund refused: order not paid", "order_id", in.OrderID, "payment_state", claim.PaymentState)
+		lg.Info("refund refused: order not paid", "order_id", in.OrderID, "payment_state", claim.PaymentState)
 		return RefundResult{Outcome: RefundOrderNotPaid}, nil
 	case store.RefundExceedsPayment:
-		logger.Info("refund refused: exceeds what remains of the payment", "order_id", in.OrderID,
+		lg.Info("refund refused: exceeds what remains of the payment", "order_id", in.OrderID,
 			"amount", in.Amount, "paid", claim.Paid, "refunded", claim.Refunded)
 		return RefundResult{Outcome: RefundExceedsPayment, Paid: claim.Paid, Refunded: claim.Refunded}, nil
 	case store.RefundPaymentPending:
@@ -176,7 +175,7 @@ func (k *refunding) Classify(err error) effect.Class { return stripeClass(err) }
 // Record records the refund Stripe made (or, via a lookup, had made).
 func (k *refunding) Record(ctx context.Context, rf *payment.Refund, via effect.Via) (RefundResult, error) {
 	if via == effect.ViaLookup {
-		activity.GetLogger(ctx).Warn("refund of an earlier attempt found by listing the payment intent's refunds", "order_id", k.in.OrderID, "refund_id", rf.ID)
+		logger(ctx).Warn("refund of an earlier attempt found by listing the payment intent's refunds", "order_id", k.in.OrderID, "refund_id", rf.ID)
 	}
 	return k.a.recordRefund(ctx, k.in, k.key, k.token, k.r, rf, via == effect.ViaLookup)
 }
@@ -194,7 +193,7 @@ func (k *refunding) Refused(ctx context.Context, cause error) (RefundResult, err
 // moved that this request did not ask for, so nothing is recorded (the
 // amount stays reserved) and an operator decides.
 func (k *refunding) Foreign(ctx context.Context, found *payment.Refund, reason string) (RefundResult, error) {
-	activity.GetLogger(ctx).Error("refund found for the message differs from the request: operator action needed",
+	logger(ctx).Error("refund found for the message differs from the request: operator action needed",
 		"order_id", k.in.OrderID, "message_id", k.in.MessageID, "refund_id", found.ID, "reason", reason)
 	return RefundResult{}, temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("refund of order %d: refund %s found for the message differs from the request: %s", k.in.OrderID, found.ID, reason),
@@ -250,7 +249,7 @@ func (a *Activities) recordRefundRefused(ctx context.Context, in RefundInput, ke
 	}); err != nil {
 		return RefundResult{}, fenced(fmt.Errorf("record refused refund of order %d: %w", in.OrderID, err))
 	}
-	activity.GetLogger(ctx).Warn("refund refused by stripe", "order_id", in.OrderID, "code", code)
+	logger(ctx).Warn("refund refused by stripe", "order_id", in.OrderID, "code", code)
 	return RefundResult{Outcome: RefundRefused, FailureCode: code, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency}, nil
 }
 
