@@ -43,6 +43,19 @@ func stripeClass(err error) effect.Class {
 	return effect.ClassRetry
 }
 
+// stripeFound is a Stripe lookup's answer in the protocol's terms: nothing
+// found (payment.ErrNotFound) wraps effect.ErrNotFound; other errors say
+// what failed.
+func stripeFound[T any](found T, err error, what string) (T, error) {
+	switch {
+	case errors.Is(err, payment.ErrNotFound):
+		return found, fmt.Errorf("%s: %w", what, effect.ErrNotFound)
+	case err != nil:
+		return found, fmt.Errorf("%s: %w", what, err)
+	}
+	return found, nil
+}
+
 // mailClass is what a failed SendGrid send means to the effect protocol.
 // A transient failure may hide a send that happened: the next attempt's
 // claim follows this one, so it looks for SendGrid's event first.

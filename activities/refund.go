@@ -154,13 +154,7 @@ func (k *refunding) Call(ctx context.Context) (*payment.Refund, error) {
 // the object) for the one carrying the message's ID and key namespace.
 func (k *refunding) Lookup(ctx context.Context) (*payment.Refund, error) {
 	found, err := k.a.Payments.FindRefund(ctx, k.r.PaymentIntentID, k.in.MessageID)
-	switch {
-	case errors.Is(err, payment.ErrNotFound):
-		return nil, fmt.Errorf("refund of order %d: %w", k.in.OrderID, effect.ErrNotFound)
-	case err != nil:
-		return nil, fmt.Errorf("list refunds of order %d: %w", k.in.OrderID, err)
-	}
-	return found, nil
+	return stripeFound(found, err, fmt.Sprintf("list refunds of order %d", k.in.OrderID))
 }
 
 // Differs checks a listed refund against the request: PaymentIntent,
