@@ -7,11 +7,10 @@
 // fencing token, drain-safe call with heartbeats, replay inside the key
 // window and a strongly consistent lookup past it, the find checked before
 // it is adopted, one error classification in which a provider's 401/403 is
-// retryable and alerting, ErrTypeProviderAuth). RefundOrder, SendReceipt
-// and SendRefundReceipt are effect.Kind implementations run by effect.Run
-// (refund.go, receipt.go); ChargeOrder takes its first step, drain and
-// error classes from the protocol and keeps its create-then-confirm
-// recovery (charge.go).
+// retryable and alerting, ErrTypeProviderAuth). ChargeOrder, RefundOrder,
+// SendReceipt and SendRefundReceipt are effect.Kind implementations run by
+// effect.Run (charge.go, refund.go, receipt.go), each supplying its call,
+// lookup, check and record.
 //
 // Every activity is safe to retry, and Temporal does retry them:
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/effect"
+	"github.com/effectively/effectively/internal/identity"
 )
 
 func TestAttemptFirst(t *testing.T) {
@@ -179,4 +180,20 @@ func TestBeginOnADrainingWorker(t *testing.T) {
 	}()
 	end()
 	<-done
+}
+
+// TestNamesNeverShareAKey: each effect kind has its own name, so the keys
+// of two kinds for one message ID never meet (identity.Key is injective).
+func TestNamesNeverShareAKey(t *testing.T) {
+	seen := map[string]identity.Effect{}
+	for _, n := range append(effect.Names, identity.EffectPaymentIntent) {
+		k := identity.MustKey(n, "evt_same")
+		if other, ok := seen[k]; ok {
+			t.Fatalf("%s and %s share the key %s", n, other, k)
+		}
+		seen[k] = n
+	}
+	if len(seen) != 5 {
+		t.Fatalf("%d keys, want 5", len(seen))
+	}
 }
