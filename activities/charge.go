@@ -94,19 +94,15 @@ type ChargeResult struct {
 // the steps from the claim to the record run on a context that a worker
 // stop does not cancel (beginEffect), so a deploy lets them finish; a 401
 // or 403 is retried as ErrTypeProviderAuth and alerts, never recorded.
-func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res ChargeResult, err error) {
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return ChargeResult{}, err
-	}
-	defer func() {
-		end()
-		a.countCharge(in.Consumer, res, err)
-	}()
-	key, err := identity.Key(identity.EffectPayment, in.MessageID)
-	if err != nil {
-		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
+func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
+	count := func(r ChargeResult, err error) { a.countCharge(in.Consumer, r, err) }
+	return attempt(ctx, a, identity.EffectPayment, in.MessageID, count, func(ctx context.Context, key string) (ChargeResult, error) {
+		return a.chargeOrder(ctx, key, in)
+	})
+}
+
+// chargeOrder is ChargeOrder's attempt under key.
+func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput) (ChargeResult, error) {
 	createKey := identity.MustKey(identity.EffectPaymentIntent, in.MessageID)
 	lg := logger(ctx)
 	// The claim marks the message's inbox row dispatched (the intake does
@@ -140,7 +136,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 	// past it, the PaymentIntent is looked up (retrieved by its recorded ID,
 	// or listed over the claim's window) before any create or confirm.
 	at := effect.Attempt{Claim: token, ClaimedAt: claim.Payment.CreatedAt, KeyWindow: a.keyTrust()}
-	res, err = effect.Run(ctx, at, a.now(), effect.Kind[*payment.Charge, ChargeResult](c))
+	res, err := effect.Run(ctx, at, a.now(), effect.Kind[*payment.Charge, ChargeResult](c))
 	return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/payment"
 )
@@ -101,4 +102,25 @@ func logger(ctx context.Context) log.Logger {
 		return activity.GetLogger(ctx)
 	}
 	return log.NewStructuredLogger(slog.Default())
+}
+
+// attempt is the frame of one activity attempt at an effect: begin it
+// under the protocol (drain-safe context, heartbeats, refused while
+// draining), derive its key (name, messageID), run fn with both, then end
+// it and count what fn returned.
+func attempt[T any](ctx context.Context, a *Activities, name identity.Effect, messageID string, count func(T, error),
+	fn func(ctx context.Context, key string) (T, error)) (res T, err error) {
+	ctx, end, err := a.beginEffect(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		end()
+		count(res, err)
+	}()
+	key, err := identity.Key(name, messageID)
+	if err != nil {
+		return res, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
+	}
+	return fn(ctx, key)
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/failpoint"
@@ -62,22 +60,13 @@ type ReceiptResult struct {
 // it, so with ResendGrace set the retry waits that long for SendGrid's event
 // and resends only when none arrives (see awaitEarlierSend). A 401, 403 or
 // 404 (our key or base URL) is retried and alerts, never recorded.
-func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res ReceiptResult, err error) {
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return ReceiptResult{}, err
-	}
-	defer func() {
-		end()
-		a.countReceipt(metrics.EffectReceipt, res, err)
-	}()
-	key, err := identity.Key(identity.EffectEmail, in.MessageID)
-	if err != nil {
-		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
-	m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", in.OrderID), orderID: in.OrderID, statusOrder: in.OrderID}
-	return m.send(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key},
-		func(key string) email.Mail { return receiptMail(key, in) }, "")
+func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptResult, error) {
+	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectReceipt, r, err) }
+	return attempt(ctx, a, identity.EffectEmail, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
+		m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", in.OrderID), orderID: in.OrderID, statusOrder: in.OrderID}
+		return m.send(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key},
+			func(key string) email.Mail { return receiptMail(key, in) }, "")
+	})
 }
 
 // mailing is one claim's attempt at a receipt (an order's or a refund's):

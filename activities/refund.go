@@ -81,22 +81,17 @@ type RefundResult struct {
 // with another amount or currency is never adopted: the attempt stops with
 // a non-retryable ErrTypeUnexpectedState and the refund stays claimed (its
 // amount reserved) for an operator. A 401 or 403 is retried and alerts.
-func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (res RefundResult, err error) {
+func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundResult, error) {
 	// Like a charge: a worker stop lets the claim, the refund and its record
 	// finish, and a regular attempt heartbeats (refundOptions set a
 	// HeartbeatTimeout).
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return RefundResult{}, err
-	}
-	defer func() {
-		end()
-		a.countRefund(res, err)
-	}()
-	key, err := identity.Key(identity.EffectRefund, in.MessageID)
-	if err != nil {
-		return RefundResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
+	return attempt(ctx, a, identity.EffectRefund, in.MessageID, a.countRefund, func(ctx context.Context, key string) (RefundResult, error) {
+		return a.refundOrder(ctx, key, in)
+	})
+}
+
+// refundOrder is RefundOrder's attempt under key.
+func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput) (RefundResult, error) {
 	lg := logger(ctx)
 	claim, err := a.Store.ClaimRefund(ctx, store.RefundClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
@@ -268,19 +263,15 @@ type RefundReceiptInput struct {
 // store.EmailClaim.LegacyKey). The address is the one the order's receipt
 // went to; when it is no longer kept (the order's message was pruned), the
 // receipt is recorded as failed.
-func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInput) (res ReceiptResult, err error) {
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return ReceiptResult{}, err
-	}
-	defer func() {
-		end()
-		a.countReceipt(metrics.EffectRefundReceipt, res, err)
-	}()
-	key, err := identity.Key(identity.EffectRefundEmail, in.MessageID)
-	if err != nil {
-		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
+func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInput) (ReceiptResult, error) {
+	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectRefundReceipt, r, err) }
+	return attempt(ctx, a, identity.EffectRefundEmail, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
+		return a.sendRefundReceipt(ctx, key, in)
+	})
+}
+
+// sendRefundReceipt is SendRefundReceipt's attempt under key.
+func (a *Activities) sendRefundReceipt(ctx context.Context, key string, in RefundReceiptInput) (ReceiptResult, error) {
 	to, err := a.Store.ReceiptAddress(ctx, in.OrderID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return ReceiptResult{}, fmt.Errorf("refund receipt of order %d: %w", in.OrderID, err)
