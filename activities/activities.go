@@ -63,10 +63,11 @@ type Activities struct {
 	// zero value makes Prune refuse to delete anything.
 	Retention retention.Policy
 	// KeyTrust is how long after the claim Stripe's idempotency keys are
-	// trusted to replay (Stripe keeps them 24 h). Later, an attempt without
-	// a recorded PaymentIntent lists the claim's window before creating one,
-	// and one with a recorded PaymentIntent retrieves it before confirming.
-	// Default 23h.
+	// trusted to replay (Stripe keeps them 24 h): the effect protocol's key
+	// window. Later, a charge without a recorded PaymentIntent lists the
+	// claim's window before creating one, one with a recorded PaymentIntent
+	// retrieves it before confirming, and a refund lists its PaymentIntent's
+	// refunds before refunding. Default 23h.
 	KeyTrust time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/reconcile"
 	"github.com/effectively/effectively/internal/store"
@@ -90,23 +90,21 @@ type ChargeResult struct {
 // later retries retrieve it rather than list again. Transport errors, 409,
 // 429 and 5xx are returned as retryable errors.
 //
-// The steps from the claim to the record run on a context that a worker
-// stop does not cancel (beginEffect): a deploy lets them finish.
-func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res ChargeResult, err error) {
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return ChargeResult{}, err
-	}
-	defer func() {
-		end()
-		a.countCharge(in.Consumer, res, err)
-	}()
-	key, err := identity.Key(identity.EffectPayment, in.MessageID)
-	if err != nil {
-		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
+// It runs on the effect protocol (effect.Run, with charging as its kind):
+// the steps from the claim to the record run on a context that a worker
+// stop does not cancel (beginEffect), so a deploy lets them finish; a 401
+// or 403 is retried as ErrTypeProviderAuth and alerts, never recorded.
+func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
+	count := func(r ChargeResult, err error) { a.countCharge(in.Consumer, r, err) }
+	return attempt(ctx, a, identity.EffectPayment, in.MessageID, count, func(ctx context.Context, key string) (ChargeResult, error) {
+		return a.chargeOrder(ctx, key, in)
+	})
+}
+
+// chargeOrder is ChargeOrder's attempt under key.
+func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput) (ChargeResult, error) {
 	createKey := identity.MustKey(identity.EffectPaymentIntent, in.MessageID)
-	logger := activity.GetLogger(ctx)
+	lg := logger(ctx)
 	// The claim marks the message's inbox row dispatched (the intake does
 	// not, see route.Route.WorkflowMarksDispatched).
 	wfID, err := identity.WorkflowID(in.Consumer, in.MessageID)
@@ -124,7 +122,7 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 	}
 	switch claim.Outcome {
 	case store.ClaimBusinessDuplicate:
-		logger.Info("order already claimed by another message", "order_id", in.OrderID, "held_by", claim.Payment.MessageID)
+		lg.Info("order already claimed by another message", "order_id", in.OrderID, "held_by", claim.Payment.MessageID)
 		return ChargeResult{Outcome: PaymentBusinessDuplicate, HeldBy: claim.Payment.MessageID}, nil
 	case store.ClaimDone:
 		return recordedCharge(claim.Payment)
@@ -132,49 +130,131 @@ func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (res Charg
 		// This claim owns the payment: go on.
 	}
 	token := claim.Claim
-	c := charging{a: a, in: in, key: key, token: token, claimedAt: claim.Payment.CreatedAt}
-
+	c := &charging{a: a, in: in, key: key, createKey: createKey, token: token, claimedAt: claim.Payment.CreatedAt, piID: claim.Payment.PaymentIntentID}
 	failpoint.Hit(failpoint.PaymentAfterClaim)
-	piID := claim.Payment.PaymentIntentID
-	age := a.now().Sub(claim.Payment.CreatedAt)
-	if piID == "" && age > a.keyTrust() {
-		// An earlier claim may have created a PaymentIntent whose ID never
-		// reached Postgres. Within the key window the create key replays
-		// it; past it (a redrive a day later), list the claim's window,
-		// which is strongly consistent, before creating anything.
-		found, err := a.Payments.FindInWindow(ctx, in.MessageID, claim.Payment.CreatedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
-		switch {
-		case err == nil:
-			logger.Warn("payment intent of an earlier claim found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
-			return c.adopt(ctx, found, true)
-		case !errors.Is(err, payment.ErrNotFound):
-			return ChargeResult{}, fmt.Errorf("list payment intents of order %d before creating one: %w", in.OrderID, err)
-		}
-	}
-	if piID == "" {
-		created, err := a.Payments.Create(ctx, payment.ChargeRequest{
-			IdempotencyKey: createKey, MessageID: in.MessageID, OrderID: in.OrderID,
+	// The protocol (effect.Run): inside the key window the keys replay;
+	// past it, the PaymentIntent is looked up (retrieved by its recorded ID,
+	// or listed over the claim's window) before any create or confirm.
+	at := effect.Attempt{Claim: token, ClaimedAt: claim.Payment.CreatedAt, KeyWindow: a.keyTrust()}
+	res, err := effect.Run(ctx, at, a.now(), effect.Kind[*payment.Charge, ChargeResult](c))
+	return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
+}
+
+// Call creates the PaymentIntent under the create key unless one is
+// recorded, then confirms it under the confirm key. No transaction between
+// the two: the record after the confirmation carries the ID (see
+// ChargeOrder). A failed confirmation is a *confirmError.
+func (c *charging) Call(ctx context.Context) (*payment.Charge, error) {
+	in := c.in
+	if c.piID == "" {
+		created, err := c.a.Payments.Create(ctx, payment.ChargeRequest{
+			IdempotencyKey: c.createKey, MessageID: in.MessageID, OrderID: in.OrderID,
 			Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
 		})
 		if err != nil {
-			return c.createFailed(ctx, err)
+			return nil, err
 		}
-		// No transaction here: the record after the confirmation carries
-		// the ID (see ChargeOrder).
 		failpoint.Hit(failpoint.PaymentAfterCreate)
-		return c.confirm(ctx, created.PaymentIntentID)
+		c.piID = created.PaymentIntentID
 	}
-	if age > a.keyTrust() {
-		// Stripe may have forgotten the confirm key: read the
-		// PaymentIntent rather than confirm blindly (confirming a settled
-		// PaymentIntent is refused, though never charged twice).
-		pi, err := a.Payments.Get(ctx, piID)
+	ch, err := c.a.Payments.Confirm(ctx, c.piID, c.key)
+	if err != nil {
+		return nil, &confirmError{piID: c.piID, err: err}
+	}
+	failpoint.Hit(failpoint.PaymentAfterCharge)
+	return ch, nil
+}
+
+// confirmError is a failed confirmation of PaymentIntent piID: what the
+// PaymentIntent itself says decides (confirmFailed).
+type confirmError struct {
+	piID string
+	err  error
+}
+
+func (e *confirmError) Error() string {
+	return "confirm payment intent " + e.piID + ": " + e.err.Error()
+}
+func (e *confirmError) Unwrap() error { return e.err }
+
+// Lookup reads the PaymentIntent, strongly consistently: retrieved by its
+// recorded ID, or, when none is recorded (an earlier claim's create whose
+// answer was lost, an ambiguous create), listed over the claim's window.
+// Never Search.
+func (c *charging) Lookup(ctx context.Context) (*payment.Charge, error) {
+	if c.piID != "" {
+		pi, err := c.a.Payments.Get(ctx, c.piID)
 		if err != nil {
-			return ChargeResult{}, fmt.Errorf("retrieve payment intent of order %d past the key window: %w", in.OrderID, err)
+			return nil, fmt.Errorf("retrieve payment intent of order %d: %w", c.in.OrderID, err)
 		}
-		return c.adopt(ctx, pi, false)
+		return pi, nil
 	}
-	return c.confirm(ctx, piID)
+	c.listed = true
+	found, err := c.a.Payments.FindInWindow(ctx, c.in.MessageID, c.claimedAt.Add(-reconcile.ClockSkew), c.a.now().Add(reconcile.ClockSkew))
+	return stripeFound(found, err, fmt.Sprintf("list payment intents of order %d", c.in.OrderID))
+}
+
+// Differs checks a PaymentIntent found by a lookup (see differs).
+func (c *charging) Differs(found *payment.Charge) string { return c.differs(found) }
+
+// Classify classifies a failed create or confirm. A confirmation refused
+// or answered ambiguously is settled by what the PaymentIntent says
+// (Refused → confirmFailed), never by a lookup that would confirm again.
+func (c *charging) Classify(err error) effect.Class {
+	class := stripeClass(err)
+	if _, ok := errors.AsType[*confirmError](err); ok && class != effect.ClassAlert && class != effect.ClassRetry {
+		return effect.ClassRefused
+	}
+	return class
+}
+
+// Record records what the confirmation answered, or goes on with a
+// PaymentIntent a lookup found (adopt).
+func (c *charging) Record(ctx context.Context, ch *payment.Charge, via effect.Via) (ChargeResult, error) {
+	if via == effect.ViaLookup {
+		logger(ctx).Warn("payment intent of an earlier claim found by lookup", "order_id", c.in.OrderID,
+			"payment_intent_id", ch.PaymentIntentID, "status", ch.Status, "listed", c.listed)
+		return c.adopt(ctx, ch, c.listed)
+	}
+	res, err := c.settle(ctx, ch, false)
+	if err == nil {
+		failpoint.Hit(failpoint.PaymentAfterRecord)
+	}
+	return res, err
+}
+
+// Refused records a refused create as declined (nothing was confirmed, so
+// nothing was charged), and settles a failed confirmation by the
+// PaymentIntent (confirmFailed).
+func (c *charging) Refused(ctx context.Context, cause error) (ChargeResult, error) {
+	if ce, ok := errors.AsType[*confirmError](cause); ok {
+		return c.confirmFailed(ctx, ce.piID, ce.err)
+	}
+	return c.a.recordDecline(ctx, c.in, c.key, c.token, "", cause)
+}
+
+// Foreign records a PaymentIntent that differs from the request as
+// unexpected, for an operator: never confirmed, paid or failed.
+func (c *charging) Foreign(ctx context.Context, found *payment.Charge, reason string) (ChargeResult, error) {
+	return c.unexpected(ctx, found, reason)
+}
+
+// Unfound settles an ambiguous create (Stripe replayed a saved 500 for the
+// create key) that the list, strongly consistent, does not show. The
+// claims count the tries of the local and the regular activity together:
+// after AmbiguousAttempts of them, nothing exists at Stripe, so nothing was
+// charged, and the payment is recorded as failed with code create_failed.
+// It never creates again on a guess.
+func (c *charging) Unfound(ctx context.Context, cause error) (ChargeResult, error) {
+	in := c.in
+	if c.token < c.a.ambiguousAttempts() {
+		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous create and no payment intent listed yet (claim %d): %w", in.OrderID, c.token, cause)
+	}
+	logger(ctx).Error("stripe failed to create the payment intent; none exists: recorded as failed", "order_id", in.OrderID, "message_id", in.MessageID)
+	return c.a.recordRefusal(ctx, in, c.key, c.token, store.PaymentFailure{
+		Code:    CodeCreateFailed,
+		Message: "stripe answered the create with a saved 500 and no payment intent exists: nothing was charged",
+	})
 }
 
 // adopt goes on with a PaymentIntent found by a lookup (a list of the
@@ -212,12 +292,19 @@ func (c charging) confirm(ctx context.Context, piID string) (ChargeResult, error
 	return c.confirmFailed(ctx, piID, err)
 }
 
-// charging is one claim's attempt at a payment.
+// charging is one claim's attempt at a payment: the charge kind of the
+// effect protocol.
 type charging struct {
-	a     *Activities
-	in    ChargeInput
-	key   string
-	token int32
+	a         *Activities
+	in        ChargeInput
+	key       string
+	createKey string
+	token     int32
+	// piID is the PaymentIntent: recorded, or created by this attempt.
+	piID string
+	// listed is set once a lookup listed the claim's window: a
+	// PaymentIntent found so is recorded before it is confirmed.
+	listed bool
 	// claimedAt is when the payment was first claimed (payments.created_at):
 	// the start of the window a list searches.
 	claimedAt time.Time
@@ -269,7 +356,7 @@ func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled boo
 			return ChargeResult{}, fenced(fmt.Errorf("record processing payment of order %d: %w", in.OrderID, err))
 		}
 		if !already {
-			activity.GetLogger(ctx).Info("payment processing: waiting for stripe to settle it", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
+			logger(ctx).Info("payment processing: waiting for stripe to settle it", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
 		}
 		return ChargeResult{Outcome: PaymentProcessing, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}, nil
 	case payment.VerdictFailed:
@@ -291,7 +378,7 @@ func (c charging) unexpected(ctx context.Context, ch *payment.Charge, reason str
 	}); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record unexpected payment of order %d: %w", c.in.OrderID, err))
 	}
-	activity.GetLogger(ctx).Error("payment in an unexpected state: operator action needed", "order_id", c.in.OrderID,
+	logger(ctx).Error("payment in an unexpected state: operator action needed", "order_id", c.in.OrderID,
 		"message_id", c.in.MessageID, "payment_intent_id", ch.PaymentIntentID, "status", ch.Status)
 	return ChargeResult{}, temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("payment of order %d: %s", c.in.OrderID, reason), ErrTypeUnexpectedState, nil)
@@ -300,8 +387,8 @@ func (c charging) unexpected(ctx context.Context, ch *payment.Charge, reason str
 // confirmFailed handles a failed confirmation of PaymentIntent piID.
 func (c charging) confirmFailed(ctx context.Context, piID string, err error) (ChargeResult, error) {
 	in := c.in
-	if badKey(err) {
-		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
+	if stripeClass(err) == effect.ClassAlert {
+		return ChargeResult{}, &effect.Error{Class: effect.ClassAlert, Err: err}
 	}
 	switch class := payment.Classify(err); class {
 	case payment.ClassDeclined:
@@ -316,7 +403,7 @@ func (c charging) confirmFailed(ctx context.Context, piID string, err error) (Ch
 			return ChargeResult{}, fmt.Errorf("retrieve payment intent of order %d after %s confirmation: %w", in.OrderID, class, errors.Join(err, gerr))
 		}
 		if v, _, _ := ch.Verdict(); v != payment.VerdictUnconfirmed {
-			activity.GetLogger(ctx).Warn("confirmation answer settled by retrieve", "order_id", in.OrderID, "payment_intent_id", piID, "class", string(class), "status", ch.Status)
+			logger(ctx).Warn("confirmation answer settled by retrieve", "order_id", in.OrderID, "payment_intent_id", piID, "class", string(class), "status", ch.Status)
 			return c.settle(ctx, ch, true)
 		}
 		if class == payment.ClassInvalid {
@@ -349,40 +436,13 @@ func (c charging) legacyCharge(ctx context.Context, piID string, cause error) (C
 	switch {
 	case err == nil && found.PaymentIntentID != piID:
 		if v, _, _ := found.Verdict(); v != payment.VerdictUnconfirmed {
-			activity.GetLogger(ctx).Warn("payment made under the single-request key scheme found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
+			logger(ctx).Warn("payment made under the single-request key scheme found by list", "order_id", in.OrderID, "payment_intent_id", found.PaymentIntentID, "status", found.Status)
 			return c.settle(ctx, found, true)
 		}
 	case err != nil && !errors.Is(err, payment.ErrNotFound):
 		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an idempotency mismatch: %w", in.OrderID, err)
 	}
 	return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, cause)
-}
-
-// createFailed handles a failed create: nothing was confirmed, so nothing
-// was charged.
-func (c charging) createFailed(ctx context.Context, err error) (ChargeResult, error) {
-	in := c.in
-	if badKey(err) {
-		return ChargeResult{}, fmt.Errorf("charge order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
-	}
-	switch payment.Classify(err) {
-	case payment.ClassDeclined, payment.ClassInvalid:
-		return c.a.recordDecline(ctx, in, c.key, c.token, "", err)
-	case payment.ClassIdempotencyMismatch:
-		return ChargeResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
-	case payment.ClassAmbiguous:
-		return c.a.reconcile(ctx, in, c.key, c.token, c.claimedAt, err)
-	default:
-		return ChargeResult{}, fmt.Errorf("create payment intent of order %d: %w", in.OrderID, err)
-	}
-}
-
-// badKey reports a 401 or 403: a wrong or revoked API key is our
-// configuration, not the order's outcome, so it is retried (with backoff)
-// until an operator fixes it.
-func badKey(err error) bool {
-	var pe *payment.Error
-	return errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden)
 }
 
 // recordedCharge returns the outcome already in Postgres, without a call.
@@ -440,35 +500,8 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 	if _, err := a.Store.RecordPaymentFailed(ctx, f); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record declined payment of order %d: %w", in.OrderID, err))
 	}
-	activity.GetLogger(ctx).Info("payment refused", "order_id", in.OrderID, "code", f.Code, "decline_code", f.DeclineCode)
+	logger(ctx).Info("payment refused", "order_id", in.OrderID, "code", f.Code, "decline_code", f.DeclineCode)
 	return ChargeResult{Outcome: PaymentDeclined, FailureCode: f.Code, DeclineCode: f.DeclineCode}, nil
-}
-
-// reconcile settles an ambiguous create (Stripe replayed a saved 500 for
-// the create key, so retrying it only replays the 500): the PaymentIntent
-// may or may not exist. A list over the claim's window, strongly
-// consistent, tells. Found: its ID is recorded and it is confirmed. Not
-// found (token counts the claims, so the tries of the
-// local and the regular activity add up): nothing exists at Stripe, so
-// nothing was charged, and the payment is recorded as failed with code
-// create_failed. It never creates again on a guess.
-func (a *Activities) reconcile(ctx context.Context, in ChargeInput, key string, token int32, claimedAt time.Time, cause error) (ChargeResult, error) {
-	ch, err := a.Payments.FindInWindow(ctx, in.MessageID, claimedAt.Add(-reconcile.ClockSkew), a.now().Add(reconcile.ClockSkew))
-	switch {
-	case err == nil:
-		activity.GetLogger(ctx).Warn("ambiguous create reconciled by list", "order_id", in.OrderID, "payment_intent_id", ch.PaymentIntentID)
-		return charging{a: a, in: in, key: key, token: token, claimedAt: claimedAt}.adopt(ctx, ch, true)
-	case !errors.Is(err, payment.ErrNotFound):
-		return ChargeResult{}, fmt.Errorf("list payment intents of order %d after an ambiguous create: %w", in.OrderID, err)
-	}
-	if token < a.ambiguousAttempts() {
-		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous create and no payment intent listed yet (claim %d): %w", in.OrderID, token, cause)
-	}
-	activity.GetLogger(ctx).Error("stripe failed to create the payment intent; none exists: recorded as failed", "order_id", in.OrderID, "message_id", in.MessageID)
-	return a.recordRefusal(ctx, in, key, token, store.PaymentFailure{
-		Code:    CodeCreateFailed,
-		Message: "stripe answered the create with a saved 500 and no payment intent exists: nothing was charged",
-	})
 }
 
 // CodeCreateFailed is the failure code of a payment whose PaymentIntent

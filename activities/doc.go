@@ -1,8 +1,16 @@
 // Package activities holds the code that touches the world: Postgres, Stripe
 // and SendGrid. Each exported method of Activities is an activity type that
-// running workflow histories refer to by name (ChargeOrder, SendReceipt,
-// SettlePayment):
-// rename them with care, and keep helpers unexported.
+// running workflow histories refer to by name (names.go): rename them with
+// care, and keep helpers unexported.
+//
+// Every effect follows the effect protocol of internal/effect (claim with a
+// fencing token, drain-safe call with heartbeats, replay inside the key
+// window and a strongly consistent lookup past it, the find checked before
+// it is adopted, one error classification in which a provider's 401/403 is
+// retryable and alerting, ErrTypeProviderAuth). ChargeOrder, RefundOrder,
+// SendReceipt and SendRefundReceipt are effect.Kind implementations run by
+// effect.Run (charge.go, refund.go, receipt.go), each supplying its call,
+// lookup, check and record.
 //
 // Every activity is safe to retry, and Temporal does retry them:
 //
@@ -22,9 +30,17 @@
 //     payment-settled signal or its poll timer wakes it.
 //   - SendReceipt consults the effect ledger under "email:<message id>"
 //     before it sends, and records SendGrid's X-Message-Id after. SendGrid
-//     accepts no idempotency key, so a crash between the send and the record
-//     repeats the receipt on retry under the default at-least-once policy;
-//     the at-most-once policy refuses to resend instead, and may lose it.
+//     accepts no idempotency key, so a retry first waits ResendGrace for
+//     SendGrid's event about the earlier send; without one, a crash between
+//     the send and the record repeats the receipt under the default
+//     at-least-once policy; the at-most-once policy refuses to resend
+//     instead, and may lose it.
+//   - RefundOrder decides the refund in Postgres, then refunds under
+//     "refund:<message id>"; past Stripe's key window it lists the
+//     PaymentIntent's refunds first and adopts the message's one.
+//   - SendRefundReceipt is SendReceipt for a refund, under its own key
+//     "refundemail:<message id>" (a row an earlier release left under
+//     "email:<message id>" is claimed instead).
 //
 // Errors are classified here, at the boundary: permanent failures become
 // temporal.NewNonRetryableApplicationError with one of the ErrType constants;

@@ -2,11 +2,11 @@ package activities
 
 import (
 	"context"
-	"sync"
-	"time"
+	"errors"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/effect"
 )
 
 // ErrTypeDraining is the error type of an effect refused because the
@@ -17,145 +17,19 @@ const ErrTypeDraining = "Draining"
 
 // DefaultEffectTimeout bounds an effect that runs outside any activity
 // deadline (a test calling an activity method directly).
-const DefaultEffectTimeout = 2 * time.Minute
+const DefaultEffectTimeout = effect.DefaultTimeout
 
-// Drainer tracks the effects in flight in a worker process so that a
-// shutdown can let each of them finish its provider call and its record.
-//
-// Why: on worker stop the Temporal SDK cancels in-flight local activities at
-// once ("worker stopping"). An effect cancelled after Stripe charged or
-// SendGrid accepted, but before Postgres recorded it, is repeated by the
-// retry: a duplicate receipt, or a replayed charge. With a Drainer, an
-// effect runs on a context that the activity's cancellation does not reach
-// (its deadline still does), and the worker's shutdown first closes the
-// Drainer (no new effect starts; such an attempt fails retryably before it
-// claims anything), then waits for the ones in flight, and only then stops
-// the Temporal worker and closes the Postgres pool.
-//
-// The zero value is ready to use. A nil *Drainer tracks nothing and never
-// refuses: effects then run on the activity's own context.
-type Drainer struct {
-	mu       sync.Mutex
-	closed   bool
-	inFlight int
-	idle     chan struct{} // closed when inFlight drops to 0 after Close
-}
+// Drainer lets a worker shutdown wait for the effects in flight (see
+// effect.Drainer).
+type Drainer = effect.Drainer
 
-// begin registers one effect. It reports false when the Drainer is closed.
-func (d *Drainer) begin() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return false
-	}
-	d.inFlight++
-	return true
-}
-
-func (d *Drainer) end() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.inFlight--
-	if d.inFlight == 0 && d.idle != nil {
-		close(d.idle)
-		d.idle = nil
-	}
-}
-
-// Close stops new effects from starting: from now on an effect attempt
-// fails with a retryable ErrTypeDraining error before it claims anything.
-// Effects already in flight go on. Close is idempotent.
-func (d *Drainer) Close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.closed = true
-}
-
-// InFlight is the number of effects running now.
-func (d *Drainer) InFlight() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.inFlight
-}
-
-// Wait closes the Drainer and waits until no effect is in flight, or until
-// ctx ends; it then returns ctx's error and the number still running. Those
-// go to the retry path: their attempt is retried once its timeout expires,
-// and the ledger makes the retry replay, not repeat, a recorded effect.
-func (d *Drainer) Wait(ctx context.Context) (remaining int, err error) {
-	d.mu.Lock()
-	d.closed = true
-	if d.inFlight == 0 {
-		d.mu.Unlock()
-		return 0, nil
-	}
-	if d.idle == nil {
-		d.idle = make(chan struct{})
-	}
-	idle := d.idle
-	d.mu.Unlock()
-	select {
-	case <-idle:
-		return 0, nil
-	case <-ctx.Done():
-		return d.InFlight(), ctx.Err()
-	}
-}
-
-// heartbeatEvery is how often a regular activity heartbeats while its
-// effect runs: well inside the HeartbeatTimeout the workflows set, so that
-// a live worker is never taken for a dead one.
-const heartbeatEvery = 2 * time.Second
-
-// beginEffect starts one effect (claim, provider call, record) as a unit
-// that a worker shutdown waits for rather than cancels: the returned context
-// keeps the activity's values and deadline but not its cancellation, and a
-// regular activity heartbeats until end is called. When the worker is
-// draining, it returns a retryable ErrTypeDraining error instead.
+// beginEffect starts one effect under the protocol (effect.Begin): a
+// context a drain does not cancel, heartbeats, and a retryable
+// ErrTypeDraining when the worker is shutting down.
 func (a *Activities) beginEffect(ctx context.Context) (effectCtx context.Context, end func(), err error) {
-	if a.Drain == nil {
-		return ctx, heartbeat(ctx), nil
+	ectx, end, err := effect.Begin(ctx, a.Drain)
+	if errors.Is(err, effect.ErrDraining) {
+		return nil, nil, temporal.NewApplicationError(err.Error(), ErrTypeDraining)
 	}
-	if !a.Drain.begin() {
-		return nil, nil, temporal.NewApplicationError("the worker is shutting down; another attempt will run this effect", ErrTypeDraining)
-	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(DefaultEffectTimeout)
-	}
-	ectx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	stopBeat := heartbeat(ctx)
-	return ectx, func() {
-		stopBeat()
-		cancel()
-		a.Drain.end()
-	}, nil
-}
-
-// heartbeat records a heartbeat for a regular activity every heartbeatEvery
-// until the returned function is called. Local activities do not heartbeat
-// (the SDK ignores it); a context that is no activity's is left alone.
-func heartbeat(ctx context.Context) (stop func()) {
-	if !activity.IsActivity(ctx) || activity.GetInfo(ctx).IsLocalActivity {
-		return func() {}
-	}
-	activity.RecordHeartbeat(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(heartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return ectx, end, err
 }

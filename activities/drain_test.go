@@ -14,6 +14,7 @@ import (
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/stripesim"
 )
 
 func receipt(id string, order int64) activities.ReceiptInput {
@@ -158,10 +159,56 @@ func TestDrainCoversRefunds(t *testing.T) {
 	if _, err := run(t, f, f.acts.SendRefundReceipt, rin); !isType(err, activities.ErrTypeDraining) {
 		t.Fatalf("refund receipt: err = %v, want type %s", err, activities.ErrTypeDraining)
 	}
-	if _, err := f.db.Effect(context.Background(), "email:evt_drain_refund"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("a refused refund receipt claimed its ledger row: %v", err)
+	for _, key := range []string{"refundemail:evt_drain_refund", "email:evt_drain_refund"} {
+		if _, err := f.db.Effect(context.Background(), key); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a refused refund receipt claimed its ledger row %s: %v", key, err)
+		}
 	}
 	if n := f.sims.Stripe.Stats().Refunds; n != 0 {
 		t.Fatalf("refunds = %d, want 0", n)
+	}
+}
+
+// TestDrainFinishesCancelledRefundEffects: SIGTERM while a refund and then
+// its receipt are at the provider. The SDK cancels the activity's context;
+// each effect finishes its call and its record under the drain, and a retry
+// finds it recorded: one refund, one refund receipt.
+func TestDrainFinishesCancelledRefundEffects(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	f.acts.Drain = &activities.Drainer{}
+	paid(t, f, "evt_dr_p", 74)
+	in := refundOf("evt_dr", 74, 100)
+	cancelMidCall := func(call func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		time.Sleep(300 * time.Millisecond) // the call is at the provider now
+		cancel()                           // "worker stopping"
+		if err := <-done; err != nil {
+			t.Fatalf("the cancelled effect did not finish: %v", err)
+		}
+	}
+	f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: "evt_dr"}, Kind: stripesim.FaultDelay, Delay: 800 * time.Millisecond, Times: 1})
+	var refundID string
+	cancelMidCall(func(ctx context.Context) error {
+		r, err := f.acts.RefundOrder(ctx, in)
+		refundID = r.RefundID
+		return err
+	})
+	rin := activities.RefundReceiptInput{Consumer: "order-refund", MessageID: "evt_dr", OrderID: 74, Amount: 100, Currency: "usd", RefundID: refundID}
+	f.sims.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: "evt_dr"}, Kind: sendgridsim.FaultDelay, Delay: 800 * time.Millisecond, Times: 1})
+	cancelMidCall(func(ctx context.Context) error {
+		_, err := f.acts.SendRefundReceipt(ctx, rin)
+		return err
+	})
+	if r, err := run(t, f, f.acts.RefundOrder, in); err != nil || !r.Recorded {
+		t.Fatalf("refund retry = %+v, %v; want recorded", r, err)
+	}
+	if r, err := run(t, f, f.acts.SendRefundReceipt, rin); err != nil || !r.Recorded {
+		t.Fatalf("refund receipt retry = %+v, %v; want recorded", r, err)
+	}
+	if n, m := f.sims.Stripe.Stats().RefundsByMessage["evt_dr"], f.sims.SendGrid.Stats().DeliveriesByKey["refundemail:evt_dr"]; n != 1 || m != 1 {
+		t.Fatalf("refunds %d, refund receipts %d; want 1 each", n, m)
 	}
 }

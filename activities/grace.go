@@ -7,8 +7,6 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/effectively/effectively/internal/store"
 )
 
 // ErrTypeAwaitingEmailEvent is the error type of a local SendReceipt
@@ -21,22 +19,15 @@ const ErrTypeAwaitingEmailEvent = "AwaitingEmailEvent"
 // defaultEventPoll is how often the grace wait reads the event table.
 const defaultEventPoll = 250 * time.Millisecond
 
-// mayHaveSent reports whether, under at-least-once, the claim just taken
-// follows an earlier claim that did not settle: that attempt may have sent
-// the receipt (a lost response, a crash after the 202), so a resend could
-// be a duplicate.
-func (a *Activities) mayHaveSent(e store.Effect) bool {
-	return a.emailPolicy() == store.AtLeastOnce && a.ResendGrace > 0 && e.Claim > 1
-}
-
-// awaitEarlierSend waits up to ResendGrace for a SendGrid event (processed,
-// or any later one) proving that an earlier attempt's send of key was
-// accepted, heartbeating while it waits. It returns the X-Message-Id the
-// event names and true when one arrives. A local attempt does not wait: it
-// returns a retryable ErrTypeAwaitingEmailEvent so that the regular
-// activity, which heartbeats, waits instead.
+// awaitEarlierSend is the mail's lookup in the effect protocol: it waits up
+// to ResendGrace for a SendGrid event (processed, or any later one) proving
+// that an earlier attempt's send of key was accepted, heartbeating while it
+// waits. It returns the X-Message-Id the event names and true when one
+// arrives. With no ResendGrace it reads the event table once. A local
+// attempt does not wait: it returns a retryable ErrTypeAwaitingEmailEvent so
+// that the regular activity, which heartbeats, waits instead.
 func (a *Activities) awaitEarlierSend(ctx context.Context, key string, orderID int64) (string, bool, error) {
-	if activity.IsActivity(ctx) && activity.GetInfo(ctx).IsLocalActivity {
+	if a.ResendGrace > 0 && activity.IsActivity(ctx) && activity.GetInfo(ctx).IsLocalActivity {
 		if x, ok, err := a.Store.EmailAccepted(ctx, key); err != nil || ok {
 			return x, ok, err
 		}

@@ -32,7 +32,7 @@ func TestEffectOutcomesAreCounted(t *testing.T) {
 		}
 	}
 	want := `
-# HELP effectively_effect_outcomes_total Effect attempts by outcome: payment paid, declined, replayed, reconciled, unknown, fenced, processing, unexpected; receipt sent, replayed, failed, unknown.
+# HELP effectively_effect_outcomes_total Effect attempts by outcome: payment paid, declined, replayed, reconciled, unknown, fenced, processing, unexpected; receipt and refund_receipt sent, replayed, failed, unknown; refund refunded, failed, replayed, reconciled; provider_auth for any.
 # TYPE effectively_effect_outcomes_total counter
 effectively_effect_outcomes_total{effect="payment",result="declined"} 1
 effectively_effect_outcomes_total{effect="payment",result="paid"} 1

@@ -2,15 +2,15 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
-	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
-
+	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/store"
 )
 
@@ -48,85 +48,135 @@ type ReceiptResult struct {
 	Recorded bool `json:"recorded,omitempty"`
 }
 
-// SendReceipt sends the receipt of one paid order.
+// SendReceipt sends the receipt of one paid order, under the effect
+// protocol (internal/effect) with the ledger key "email:<message id>".
 //
-// The ledger row "email:<message id>" is consulted first: a recorded send is
-// never repeated. Under the default at-least-once policy the send comes
-// before its record, so a crash between SendGrid's 202 and the record's
-// commit sends the receipt again on retry (at most once more per such crash).
-// The key travels in custom_args, so SendGrid's Event Webhook names it: with
-// ResendGrace set, a retry that follows an attempt which may have sent the
-// receipt first waits that long for SendGrid's event, and resends only when
-// none arrives (see awaitEarlierSend).
-func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (res ReceiptResult, err error) {
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return ReceiptResult{}, err
-	}
-	defer func() {
-		end()
-		a.countReceipt(res, err)
-	}()
-	key, err := identity.Key(identity.EffectEmail, in.MessageID)
-	if err != nil {
-		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
-	mail := receiptMail(key, in)
-	decision, e, err := a.Store.ClaimEmail(ctx, store.EmailClaim{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key,
-		RequestHash: requestHash(mail), Policy: a.emailPolicy(),
+// The ledger row is consulted first: a recorded send is never repeated.
+// Under the default at-least-once policy the send comes before its record,
+// so a crash between SendGrid's 202 and the record's commit may send the
+// receipt again on retry (at most once more per such crash). SendGrid keeps
+// no idempotency key, so a retry (a claim after another) looks the mail up
+// first: the key travels in custom_args and SendGrid's Event Webhook names
+// it, so with ResendGrace set the retry waits that long for SendGrid's event
+// and resends only when none arrives (see awaitEarlierSend). A 401, 403 or
+// 404 (our key or base URL) is retried and alerts, never recorded.
+func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptResult, error) {
+	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectReceipt, r, err) }
+	return attempt(ctx, a, identity.EffectEmail, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
+		m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", in.OrderID), orderID: in.OrderID, statusOrder: in.OrderID}
+		return m.send(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key},
+			func(key string) email.Mail { return receiptMail(key, in) }, "")
 	})
+}
+
+// mailing is one claim's attempt at a receipt (an order's or a refund's):
+// the mail kind of the effect protocol.
+type mailing struct {
+	a    *Activities
+	kind metrics.Effect
+	what string // "receipt of order 42", for errors and logs
+	// orderID names the order in logs; statusOrder is the order whose
+	// receipt_status follows the mail (0 for a refund receipt).
+	orderID, statusOrder int64
+	key                  string // the claimed ledger row's key
+	token                int32
+	mail                 email.Mail
+}
+
+// send claims c (its Key, and c.LegacyKey when set, built into mails by
+// build) and runs the protocol: a recorded outcome is returned without a
+// send; an unsendable reason is recorded as failed without a send.
+func (m *mailing) send(ctx context.Context, c store.EmailClaim, build func(key string) email.Mail, unsendable string) (ReceiptResult, error) {
+	a := m.a
+	c.Policy = a.emailPolicy()
+	c.RequestHash = requestHash(build(c.Key))
+	if c.LegacyKey != "" {
+		c.LegacyRequestHash = requestHash(build(c.LegacyKey))
+	}
+	decision, e, err := a.Store.ClaimEmail(ctx, c)
 	if err != nil {
-		return ReceiptResult{}, fenced(fmt.Errorf("claim receipt of order %d: %w", in.OrderID, err))
+		return ReceiptResult{}, fenced(fmt.Errorf("claim %s: %w", m.what, err))
 	}
 	switch decision {
 	case store.EmailDone:
-		r := ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: e.ProviderRef, Recorded: true}
-		switch e.State {
-		case store.StateFailed:
-			r.Outcome, r.Error = ReceiptFailed, e.Error
-		case store.StateUnknown:
-			r.Outcome, r.Error = ReceiptUnknown, e.Error
-		default: // succeeded: only terminal rows are done
-		}
-		return r, nil
+		return recordedReceipt(e), nil
 	case store.EmailUnknown:
-		activity.GetLogger(ctx).Warn("receipt not resent: an earlier attempt may have sent it", "order_id", in.OrderID, "policy", a.emailPolicy())
+		logger(ctx).Warn("mail not resent: an earlier attempt may have sent it", "order_id", m.orderID, "key", e.Key, "policy", c.Policy)
 		return ReceiptResult{Outcome: ReceiptUnknown, Error: e.Error}, nil
-	case store.EmailSend: // send below
+	case store.EmailSend:
 	}
-	token := e.Claim
+	m.key, m.token, m.mail = e.Key, e.Claim, build(e.Key)
+	if unsendable != "" {
+		return m.Refused(ctx, errors.New(unsendable))
+	}
+	out, err := effect.Run(ctx, effect.Attempt{Claim: e.Claim, ClaimedAt: e.CreatedAt}, a.now(), effect.Kind[string, ReceiptResult](m))
+	return out, a.boundary(ctx, m.kind, "send "+m.what, err)
+}
 
-	if a.mayHaveSent(e) {
-		x, ok, err := a.awaitEarlierSend(ctx, key, in.OrderID)
-		if err != nil {
-			return ReceiptResult{}, err
-		}
-		if ok {
-			if _, err := a.Store.RecordEmailSent(ctx, key, token, in.OrderID, x); err != nil {
-				return ReceiptResult{}, fenced(fmt.Errorf("record receipt of order %d reported by sendgrid (%s): %w", in.OrderID, x, err))
-			}
-			activity.GetLogger(ctx).Info("receipt not resent: sendgrid reported the earlier send", "order_id", in.OrderID, "x_message_id", x)
-			return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: x}, nil
-		}
+// Call sends the mail; SendGrid answers its X-Message-Id.
+func (m *mailing) Call(ctx context.Context) (string, error) {
+	id, err := m.a.Mailer.Send(ctx, m.mail)
+	if err == nil {
+		failpoint.Hit(failpoint.EmailAfterSend)
 	}
+	return id, err
+}
 
-	id, err := a.Mailer.Send(ctx, mail)
-	if err != nil {
-		if email.IsPermanent(err) {
-			if _, rerr := a.Store.RecordEmailFailed(ctx, key, token, in.OrderID, err.Error()); rerr != nil {
-				return ReceiptResult{}, fenced(fmt.Errorf("record refused receipt of order %d: %w", in.OrderID, rerr))
-			}
-			activity.GetLogger(ctx).Warn("receipt refused by sendgrid", "order_id", in.OrderID, "error", err)
-			return ReceiptResult{Outcome: ReceiptFailed, Error: err.Error()}, nil
-		}
-		return ReceiptResult{}, fmt.Errorf("send receipt of order %d: %w", in.OrderID, err)
+// Lookup is the event table plus the grace: SendGrid's event for the key
+// proves an earlier attempt's send (see awaitEarlierSend). Under
+// at-most-once no claim gets here after a send (its in_flight row is
+// settled unknown by the claim), so nothing is looked up.
+func (m *mailing) Lookup(ctx context.Context) (string, error) {
+	if m.a.emailPolicy() != store.AtLeastOnce {
+		return "", effect.ErrNotFound
 	}
-	failpoint.Hit(failpoint.EmailAfterSend)
-	if _, err := a.Store.RecordEmailSent(ctx, key, token, in.OrderID, id); err != nil {
-		return ReceiptResult{}, fenced(fmt.Errorf("record receipt of order %d (sendgrid id %s): %w", in.OrderID, id, err))
+	x, ok, err := m.a.awaitEarlierSend(ctx, m.key, m.orderID)
+	switch {
+	case err != nil:
+		return "", err
+	case !ok:
+		return "", effect.ErrNotFound
 	}
-	return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: id}, nil
+	return x, nil
+}
+
+// Differs: an event names the key, and the webhook keeps only our key
+// namespace's, so what it proves is this mail.
+func (m *mailing) Differs(string) string { return "" }
+
+// Classify classifies a failed send (mailClass).
+func (m *mailing) Classify(err error) effect.Class { return mailClass(err) }
+
+// Record records SendGrid's acceptance.
+func (m *mailing) Record(ctx context.Context, x string, via effect.Via) (ReceiptResult, error) {
+	if _, err := m.a.Store.RecordEmailSent(ctx, m.key, m.token, m.statusOrder, x); err != nil {
+		return ReceiptResult{}, fenced(fmt.Errorf("record %s (sendgrid id %s): %w", m.what, x, err))
+	}
+	if via == effect.ViaLookup {
+		logger(ctx).Info("mail not resent: sendgrid reported the earlier send", "order_id", m.orderID, "key", m.key, "x_message_id", x)
+	}
+	return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: x}, nil
+}
+
+// Refused records a mail SendGrid refused for good (or one that cannot be
+// sent at all).
+func (m *mailing) Refused(ctx context.Context, cause error) (ReceiptResult, error) {
+	if _, err := m.a.Store.RecordEmailFailed(ctx, m.key, m.token, m.statusOrder, cause.Error()); err != nil {
+		return ReceiptResult{}, fenced(fmt.Errorf("record refused %s: %w", m.what, err))
+	}
+	logger(ctx).Warn("mail refused", "order_id", m.orderID, "key", m.key, "error", cause)
+	return ReceiptResult{Outcome: ReceiptFailed, Error: cause.Error()}, nil
+}
+
+// Foreign cannot happen for a mail (Differs never differs).
+func (m *mailing) Foreign(_ context.Context, _ string, reason string) (ReceiptResult, error) {
+	return ReceiptResult{}, fmt.Errorf("%s: %s", m.what, reason)
+}
+
+// Unfound cannot happen for a mail: no send failure is ambiguous to
+// mailClass (a transient one is retried, and the retry looks up).
+func (m *mailing) Unfound(_ context.Context, cause error) (ReceiptResult, error) {
+	return ReceiptResult{}, fmt.Errorf("send %s: %w", m.what, cause)
 }
 
 // receiptMail builds the receipt from the input alone: the same input always

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/failpoint"
 	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/internal/payment"
 	"github.com/effectively/effectively/internal/store"
 )
@@ -64,30 +64,35 @@ type RefundResult struct {
 	Reconciled  bool   `json:"reconciled,omitempty"`
 }
 
-// RefundOrder refunds part of an order's payment exactly once.
+// RefundOrder refunds part of an order's payment exactly once, under the
+// effect protocol (internal/effect).
 //
 // Safe to retry: the refund is decided in Postgres first, in one
 // transaction that locks the payment (a refund beyond what remains, or of an
 // order never paid, is recorded as such and Stripe is not called); Stripe is
 // called with the key "refund:<message id>" against the recorded
-// PaymentIntent (a repeat is replayed, never refunded again); the outcome
-// commits with the message's processed row in one statement. An ambiguous
-// answer is settled by listing the PaymentIntent's refunds, which is
-// strongly consistent.
+// PaymentIntent (a repeat inside Stripe's key window is replayed, never
+// refunded again); the outcome commits with the message's processed row in
+// one statement. A retry past the key window (KeyTrust after the claim: a
+// redrive a day later) lists the PaymentIntent's refunds first, which is
+// strongly consistent and scoped to the object, and adopts the one carrying
+// the message's ID and key namespace; only when there is none does it
+// refund. An ambiguous answer is settled by the same list. A refund found
+// with another amount or currency is never adopted: the attempt stops with
+// a non-retryable ErrTypeUnexpectedState and the refund stays claimed (its
+// amount reserved) for an operator. A 401 or 403 is retried and alerts.
 func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundResult, error) {
 	// Like a charge: a worker stop lets the claim, the refund and its record
 	// finish, and a regular attempt heartbeats (refundOptions set a
 	// HeartbeatTimeout).
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return RefundResult{}, err
-	}
-	defer end()
-	key, err := identity.Key(identity.EffectRefund, in.MessageID)
-	if err != nil {
-		return RefundResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
-	logger := activity.GetLogger(ctx)
+	return attempt(ctx, a, identity.EffectRefund, in.MessageID, a.countRefund, func(ctx context.Context, key string) (RefundResult, error) {
+		return a.refundOrder(ctx, key, in)
+	})
+}
+
+// refundOrder is RefundOrder's attempt under key.
+func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput) (RefundResult, error) {
+	lg := logger(ctx)
 	claim, err := a.Store.ClaimRefund(ctx, store.RefundClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
 		Reason: in.Reason, Key: key, RequestHash: requestHash(in),
@@ -97,10 +102,10 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundRes
 	}
 	switch claim.Decision {
 	case store.RefundOrderNotPaid:
-		logger.Info("refund refused: order not paid", "order_id", in.OrderID, "payment_state", claim.PaymentState)
+		lg.Info("refund refused: order not paid", "order_id", in.OrderID, "payment_state", claim.PaymentState)
 		return RefundResult{Outcome: RefundOrderNotPaid}, nil
 	case store.RefundExceedsPayment:
-		logger.Info("refund refused: exceeds what remains of the payment", "order_id", in.OrderID,
+		lg.Info("refund refused: exceeds what remains of the payment", "order_id", in.OrderID,
 			"amount", in.Amount, "paid", claim.Paid, "refunded", claim.Refunded)
 		return RefundResult{Outcome: RefundExceedsPayment, Paid: claim.Paid, Refunded: claim.Refunded}, nil
 	case store.RefundPaymentPending:
@@ -111,46 +116,84 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundRes
 	case store.RefundOwned:
 	}
 	r := claim.Refund
-	req := payment.RefundRequest{
+	k := &refunding{a: a, in: in, key: key, token: claim.Claim, r: r, req: payment.RefundRequest{
 		IdempotencyKey: key, MessageID: in.MessageID, OrderID: in.OrderID,
 		PaymentIntentID: r.PaymentIntentID, Amount: in.Amount, Reason: in.Reason,
-	}
-	rf, err := a.Payments.Refund(ctx, req)
+	}}
+	at := effect.Attempt{Claim: claim.Claim, ClaimedAt: r.CreatedAt, KeyWindow: a.keyTrust()}
+	out, err := effect.Run(ctx, at, a.now(), effect.Kind[*payment.Refund, RefundResult](k))
+	return out, a.boundary(ctx, metrics.EffectRefund, fmt.Sprintf("refund order %d", in.OrderID), err)
+}
+
+// refunding is one claim's attempt at a refund: the refund kind of the
+// effect protocol.
+type refunding struct {
+	a     *Activities
+	in    RefundInput
+	key   string
+	token int32
+	r     store.Refund
+	req   payment.RefundRequest
+}
+
+// Call refunds under the key.
+func (k *refunding) Call(ctx context.Context) (*payment.Refund, error) {
+	rf, err := k.a.Payments.Refund(ctx, k.req)
 	if err == nil {
 		failpoint.Hit(failpoint.RefundAfterRefund)
-		return a.recordRefund(ctx, in, key, claim.Claim, r, rf, false)
 	}
-	var pe *payment.Error
-	if errors.As(err, &pe) && (pe.HTTPStatus == http.StatusUnauthorized || pe.HTTPStatus == http.StatusForbidden) {
-		return RefundResult{}, fmt.Errorf("refund order %d: stripe refused the API key (fix STRIPE_API_KEY): %w", in.OrderID, err)
+	return rf, err
+}
+
+// Lookup lists the PaymentIntent's refunds (strongly consistent, scoped to
+// the object) for the one carrying the message's ID and key namespace.
+func (k *refunding) Lookup(ctx context.Context) (*payment.Refund, error) {
+	found, err := k.a.Payments.FindRefund(ctx, k.r.PaymentIntentID, k.in.MessageID)
+	return stripeFound(found, err, fmt.Sprintf("list refunds of order %d", k.in.OrderID))
+}
+
+// Differs checks a listed refund against the request: PaymentIntent,
+// amount and the payment's currency.
+func (k *refunding) Differs(found *payment.Refund) string {
+	return found.Differs(k.req, k.r.Currency)
+}
+
+// Classify classifies a failed refund (stripeClass).
+func (k *refunding) Classify(err error) effect.Class { return stripeClass(err) }
+
+// Record records the refund Stripe made (or, via a lookup, had made).
+func (k *refunding) Record(ctx context.Context, rf *payment.Refund, via effect.Via) (RefundResult, error) {
+	if via == effect.ViaLookup {
+		logger(ctx).Warn("refund of an earlier attempt found by listing the payment intent's refunds", "order_id", k.in.OrderID, "refund_id", rf.ID)
 	}
-	switch payment.Classify(err) {
-	case payment.ClassDeclined, payment.ClassInvalid:
-		code := ""
-		if pe != nil {
-			code = pe.Code
-		}
-		return a.recordRefundRefused(ctx, in, key, claim.Claim, r, code, err.Error())
-	case payment.ClassIdempotencyMismatch:
-		return RefundResult{}, temporal.NewNonRetryableApplicationError("stripe refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, err)
-	case payment.ClassAmbiguous:
-		found, ferr := a.Payments.FindRefund(ctx, r.PaymentIntentID, in.MessageID)
-		switch {
-		case ferr == nil:
-			logger.Warn("ambiguous stripe answer reconciled by listing refunds", "order_id", in.OrderID, "refund_id", found.ID)
-			return a.recordRefund(ctx, in, key, claim.Claim, r, found, true)
-		case errors.Is(ferr, payment.ErrNotFound):
-			// The list is strongly consistent: no refund exists, and the key
-			// only replays the error. The amount is freed for another message.
-			return a.recordRefundRefused(ctx, in, key, claim.Claim, r, "ambiguous_not_created", err.Error())
-		default:
-			return RefundResult{}, fmt.Errorf("look up refund of order %d after ambiguous answer: %w", in.OrderID, ferr)
-		}
-	case payment.ClassInFlight, payment.ClassRateLimited, payment.ClassTransient:
+	return k.a.recordRefund(ctx, k.in, k.key, k.token, k.r, rf, via == effect.ViaLookup)
+}
+
+// Refused records a refund Stripe refused; its amount is freed.
+func (k *refunding) Refused(ctx context.Context, cause error) (RefundResult, error) {
+	code := ""
+	if pe, ok := errors.AsType[*payment.Error](cause); ok {
+		code = pe.Code
 	}
-	// In flight (409), rate limited (429), transport errors, 5xx: retry
-	// with backoff under the same key.
-	return RefundResult{}, fmt.Errorf("refund order %d: %w", in.OrderID, err)
+	return k.a.recordRefundRefused(ctx, k.in, k.key, k.token, k.r, code, cause.Error())
+}
+
+// Foreign stops on a refund naming the message with other terms: money
+// moved that this request did not ask for, so nothing is recorded (the
+// amount stays reserved) and an operator decides.
+func (k *refunding) Foreign(ctx context.Context, found *payment.Refund, reason string) (RefundResult, error) {
+	logger(ctx).Error("refund found for the message differs from the request: operator action needed",
+		"order_id", k.in.OrderID, "message_id", k.in.MessageID, "refund_id", found.ID, "reason", reason)
+	return RefundResult{}, temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("refund of order %d: refund %s found for the message differs from the request: %s", k.in.OrderID, found.ID, reason),
+		ErrTypeUnexpectedState, nil)
+}
+
+// Unfound settles an ambiguous answer with no refund listed: the list is
+// strongly consistent, so none exists, and the key only replays the error.
+// The amount is freed for another message.
+func (k *refunding) Unfound(ctx context.Context, cause error) (RefundResult, error) {
+	return k.a.recordRefundRefused(ctx, k.in, k.key, k.token, k.r, "ambiguous_not_created", cause.Error())
 }
 
 // recordedRefund returns the outcome already in Postgres, without a call.
@@ -195,7 +238,7 @@ func (a *Activities) recordRefundRefused(ctx context.Context, in RefundInput, ke
 	}); err != nil {
 		return RefundResult{}, fenced(fmt.Errorf("record refused refund of order %d: %w", in.OrderID, err))
 	}
-	activity.GetLogger(ctx).Warn("refund refused by stripe", "order_id", in.OrderID, "code", code)
+	logger(ctx).Warn("refund refused by stripe", "order_id", in.OrderID, "code", code)
 	return RefundResult{Outcome: RefundRefused, FailureCode: code, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency}, nil
 }
 
@@ -211,62 +254,38 @@ type RefundReceiptInput struct {
 	RefundID  string `json:"refund_id"`
 }
 
-// SendRefundReceipt tells the customer about a refund, under the ledger key
-// "email:<message id>" and the worker's email policy, like SendReceipt. The
-// address is the one the order's receipt went to; when it is no longer
-// kept (the order's message was pruned), the receipt is recorded as failed.
+// SendRefundReceipt tells the customer about a refund, under the effect
+// protocol and the worker's email policy, like SendReceipt (the resend
+// grace included), with its own ledger key "refundemail:<message id>": an
+// order.placed and an order.refund_requested may share a message ID, and
+// their receipts must not share a key. A refund receipt claimed by an
+// earlier release under "email:<message id>" keeps that row (see
+// store.EmailClaim.LegacyKey). The address is the one the order's receipt
+// went to; when it is no longer kept (the order's message was pruned), the
+// receipt is recorded as failed.
 func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInput) (ReceiptResult, error) {
-	ctx, end, err := a.beginEffect(ctx)
-	if err != nil {
-		return ReceiptResult{}, err
-	}
-	defer end()
-	key, err := identity.Key(identity.EffectEmail, in.MessageID)
-	if err != nil {
-		return ReceiptResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
-	}
+	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectRefundReceipt, r, err) }
+	return attempt(ctx, a, identity.EffectRefundEmail, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
+		return a.sendRefundReceipt(ctx, key, in)
+	})
+}
+
+// sendRefundReceipt is SendRefundReceipt's attempt under key.
+func (a *Activities) sendRefundReceipt(ctx context.Context, key string, in RefundReceiptInput) (ReceiptResult, error) {
 	to, err := a.Store.ReceiptAddress(ctx, in.OrderID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return ReceiptResult{}, fmt.Errorf("refund receipt of order %d: %w", in.OrderID, err)
 	}
-	mail := refundMail(key, to, in)
-	// OrderID 0: a refund receipt leaves the order's receipt_status alone.
-	decision, e, err := a.Store.ClaimEmail(ctx, store.EmailClaim{
-		Consumer: in.Consumer, MessageID: in.MessageID, Key: key,
-		RequestHash: requestHash(mail), Policy: a.emailPolicy(),
-	})
-	if err != nil {
-		return ReceiptResult{}, fenced(fmt.Errorf("claim refund receipt of order %d: %w", in.OrderID, err))
-	}
-	switch decision {
-	case store.EmailDone:
-		return recordedReceipt(e), nil
-	case store.EmailUnknown:
-		activity.GetLogger(ctx).Warn("refund receipt not resent: an earlier attempt may have sent it", "order_id", in.OrderID, "policy", a.emailPolicy())
-		return ReceiptResult{Outcome: ReceiptUnknown, Error: e.Error}, nil
-	case store.EmailSend:
-	}
+	unsendable := ""
 	if to == "" {
-		const reason = "no address on record: the order's message was pruned"
-		if _, err := a.Store.RecordEmailFailed(ctx, key, e.Claim, 0, reason); err != nil {
-			return ReceiptResult{}, fenced(fmt.Errorf("record unsendable refund receipt of order %d: %w", in.OrderID, err))
-		}
-		return ReceiptResult{Outcome: ReceiptFailed, Error: reason}, nil
+		unsendable = "no address on record: the order's message was pruned"
 	}
-	id, err := a.Mailer.Send(ctx, mail)
-	if err != nil {
-		if email.IsPermanent(err) {
-			if _, rerr := a.Store.RecordEmailFailed(ctx, key, e.Claim, 0, err.Error()); rerr != nil {
-				return ReceiptResult{}, fenced(fmt.Errorf("record refused refund receipt of order %d: %w", in.OrderID, rerr))
-			}
-			return ReceiptResult{Outcome: ReceiptFailed, Error: err.Error()}, nil
-		}
-		return ReceiptResult{}, fmt.Errorf("send refund receipt of order %d: %w", in.OrderID, err)
-	}
-	if _, err := a.Store.RecordEmailSent(ctx, key, e.Claim, 0, id); err != nil {
-		return ReceiptResult{}, fenced(fmt.Errorf("record refund receipt of order %d (sendgrid id %s): %w", in.OrderID, id, err))
-	}
-	return ReceiptResult{Outcome: ReceiptSent, ProviderMessageID: id}, nil
+	// OrderID 0: a refund receipt leaves the order's receipt_status alone.
+	m := &mailing{a: a, kind: metrics.EffectRefundReceipt, what: fmt.Sprintf("refund receipt of order %d", in.OrderID), orderID: in.OrderID}
+	return m.send(ctx, store.EmailClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, Key: key,
+		LegacyKey: identity.MustKey(identity.EffectEmail, in.MessageID),
+	}, func(key string) email.Mail { return refundMail(key, to, in) }, unsendable)
 }
 
 // recordedReceipt is a settled email ledger row as a ReceiptResult.

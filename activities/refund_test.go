@@ -82,7 +82,7 @@ func TestRefundOrderRefundsOnceAndSendsOneReceipt(t *testing.T) {
 		t.Fatalf("retry = %+v, %v", m2, err)
 	}
 	mails := f.sims.SendGrid.Messages()
-	if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:evt_r1"]; n != 1 || len(mails) != 1 || len(mails[0].To) != 1 || mails[0].To[0] != "ada@example.com" || mails[0].Subject != "Your refund for order 50" {
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["refundemail:evt_r1"]; n != 1 || len(mails) != 1 || len(mails[0].To) != 1 || mails[0].To[0] != "ada@example.com" || mails[0].Subject != "Your refund for order 50" {
 		t.Errorf("refund receipts = %d, mails %+v", n, mails)
 	}
 	st, err := f.db.Status(context.Background(), "order-placed", "evt_p1")

@@ -104,7 +104,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	if err != nil {
 		return st, err
 	}
-	mailKey, err := identity.Key(identity.EffectEmail, in.MessageID)
+	mailKey, err := identity.Key(identity.EffectRefundEmail, in.MessageID)
 	if err != nil {
 		return st, err
 	}

@@ -19,9 +19,11 @@
 //
 //   - Send returns SendGrid's X-Message-Id on acceptance (202).
 //   - Every failure is either permanent (IsPermanent reports true: an invalid
-//     mail or configuration, or a 400, 401, 403, 404 or 413 answer), where
-//     retrying cannot help, or transient (429, 5xx, timeouts, transport
-//     errors, a canceled context), where it may.
+//     mail or Config, or a 400 or 413 answer), where retrying cannot help, or
+//     transient (429, 5xx, timeouts, transport errors, a canceled context),
+//     where it may. A 401, 403, 404 or 3xx is about effectively's API key or
+//     base URL, not the mail (IsConfiguration): transient, since it heals
+//     once an operator fixes the configuration, and worth an alert.
 //   - A transient failure does not prove that nothing was sent. When the
 //     connection breaks or the timeout expires after SendGrid accepted the
 //     mail, or SendGrid fails after accepting it, Send returns a transient
@@ -404,9 +406,10 @@ func (*timeoutError) Unwrap() error { return context.DeadlineExceeded }
 // if any, met while reading the body.
 func (c *Client) providerError(key string, resp *rest.Response, readErr error) *Error {
 	e := &Error{
-		StatusCode: resp.StatusCode,
-		Permanent:  permanentStatus(resp.StatusCode),
-		key:        key,
+		StatusCode:    resp.StatusCode,
+		Permanent:     permanentStatus(resp.StatusCode),
+		Configuration: configurationStatus(resp.StatusCode),
+		key:           key,
 	}
 	if readErr != nil {
 		e.Err = c.redact(readErr)
@@ -431,17 +434,29 @@ func (c *Client) providerError(key string, resp *rest.Response, readErr error) *
 }
 
 // permanentStatus reports whether retrying a request answered status cannot
-// help: every 3xx (redirects are not followed, so BaseURL is wrong) and 4xx
-// but 408 and 429.
+// help: a 4xx that is about the mail (400, 413, …), not 408, 429 or one of
+// configurationStatus.
 func permanentStatus(status int) bool {
 	switch {
+	case configurationStatus(status):
+		return false
 	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
 		return false
-	case status >= 300 && status < 500:
+	case status >= 400 && status < 500:
 		return true
 	default:
 		return false
 	}
+}
+
+// configurationStatus reports whether status is about effectively's own
+// configuration, not the mail: 401 and 403 (a wrong, revoked or rotated API
+// key, a key without the mail.send scope), 404 and every 3xx (a wrong
+// BaseURL: redirects are not followed). Retrying helps once an operator
+// fixes it, so such an answer is never the mail's outcome.
+func configurationStatus(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusNotFound ||
+		status >= 300 && status < 400
 }
 
 func (c *Client) redactString(s string) string {
@@ -492,6 +507,9 @@ type Error struct {
 	StatusCode int
 	// Permanent reports whether retrying cannot help (see IsPermanent).
 	Permanent bool
+	// Configuration reports an answer about effectively's API key or base
+	// URL rather than the mail (see IsConfiguration): not permanent.
+	Configuration bool
 	// Message is the first errors[].message of the answer, or the answer
 	// itself when it is not SendGrid's JSON, truncated to 300 characters,
 	// with the API key and control characters removed.
@@ -530,10 +548,11 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // IsPermanent reports whether err means that retrying the same send cannot
-// succeed: an invalid Config or Mail, or SendGrid answering 400, 401, 403,
-// 404, 413 or another 4xx but 408 and 429. Everything else — 408, 429, 5xx,
-// timeouts, transport errors, a canceled context, unknown errors — is
-// transient. IsPermanent(nil) is false.
+// succeed: an invalid Config or Mail, or SendGrid answering 400, 413 or
+// another 4xx but 401, 403, 404, 408 and 429. Everything else — 3xx, 401,
+// 403, 404 (IsConfiguration), 408, 429, 5xx, timeouts, transport errors, a
+// canceled context, unknown errors — is transient. IsPermanent(nil) is
+// false.
 func IsPermanent(err error) bool {
 	if err == nil {
 		return false
@@ -542,6 +561,14 @@ func IsPermanent(err error) bool {
 		return e.Permanent
 	}
 	return errors.Is(err, ErrInvalidMail) || errors.Is(err, ErrInvalidConfig)
+}
+
+// IsConfiguration reports whether err is SendGrid refusing effectively's
+// configuration rather than the mail: 401, 403 (the API key), 404 or a
+// redirect (the base URL). Retryable, and an operator must be told.
+func IsConfiguration(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Configuration
 }
 
 // ValidateAddress reports whether addr is a bare e-mail address such as

@@ -190,19 +190,20 @@ func TestProviderStatuses(t *testing.T) {
 		fault     sendgridsim.Fault
 		status    int
 		permanent bool
+		config    bool
 	}{
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 400}, 400, true},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 401}, 401, true},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 403}, 403, true},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 404}, 404, true},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 413}, 413, true},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 422}, 422, true},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 408}, 408, false},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultRateLimit}, 429, false},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore}, 500, false},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 502}, 502, false},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 503}, 503, false},
-		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorAfter}, 500, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 400}, 400, true, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 401}, 401, false, true},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 403}, 403, false, true},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 404}, 404, false, true},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 413}, 413, true, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 422}, 422, true, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 408}, 408, false, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultRateLimit}, 429, false, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore}, 500, false, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 502}, 502, false, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorBefore, Status: 503}, 503, false, false},
+		{sendgridsim.Fault{Kind: sendgridsim.FaultErrorAfter}, 500, false, false},
 	}
 	sim, srv := newSim(t)
 	c := newClient(t, srv.URL)
@@ -216,8 +217,9 @@ func TestProviderStatuses(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("Send = %q, %v; want an *Error", id, err)
 			}
-			if e.StatusCode != tt.status || e.Permanent != tt.permanent || email.IsPermanent(err) != tt.permanent {
-				t.Errorf("error %+v, IsPermanent %v; want status %d, permanent %v", e, email.IsPermanent(err), tt.status, tt.permanent)
+			if e.StatusCode != tt.status || e.Permanent != tt.permanent || email.IsPermanent(err) != tt.permanent || email.IsConfiguration(err) != tt.config {
+				t.Errorf("error %+v, IsPermanent %v, IsConfiguration %v; want status %d, permanent %v, configuration %v",
+					e, email.IsPermanent(err), email.IsConfiguration(err), tt.status, tt.permanent, tt.config)
 			}
 			if e.Message == "" || !strings.Contains(err.Error(), fmt.Sprint(tt.status)) || !strings.Contains(err.Error(), "email:evt_1") {
 				t.Errorf("error %q does not say what happened", err)
@@ -239,7 +241,7 @@ func TestUnauthorized(t *testing.T) {
 	c := newClient(t, srv.URL, func(c *email.Config) { c.APIKey = "SG.wrong" })
 	_, err := c.Send(context.Background(), receipt("evt_1"))
 	var e *email.Error
-	if !errors.As(err, &e) || e.StatusCode != 401 || !e.Permanent ||
+	if !errors.As(err, &e) || e.StatusCode != 401 || e.Permanent || !email.IsConfiguration(err) ||
 		e.Message != "The provided authorization grant is invalid, expired, or revoked" || e.Field != "" {
 		t.Errorf("Send error = %#v", err)
 	}
@@ -300,8 +302,8 @@ func TestRedirectNotFollowed(t *testing.T) {
 	srv, n := sendGridAnswer(t, http.StatusTemporaryRedirect, "", map[string]string{"Location": "/elsewhere"})
 	_, err := newClient(t, srv.URL).Send(context.Background(), receipt("evt_1"))
 	var e *email.Error
-	if !errors.As(err, &e) || e.StatusCode != 307 || !e.Permanent {
-		t.Errorf("Send error = %#v, want a permanent 307", err)
+	if !errors.As(err, &e) || e.StatusCode != 307 || e.Permanent || !email.IsConfiguration(err) {
+		t.Errorf("Send error = %#v, want a 307 about the configuration, not permanent", err)
 	}
 	if n.Load() != 1 {
 		t.Errorf("%d requests, want 1: the redirect was followed", n.Load())

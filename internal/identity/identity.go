@@ -66,9 +66,14 @@ const (
 	// EffectPaymentIntent keys the Stripe request that creates the
 	// payment's PaymentIntent, unconfirmed.
 	EffectPaymentIntent Effect = "paymentintent"
-	// EffectEmail keys the receipt's ledger row; it travels to SendGrid in
-	// custom_args.
+	// EffectEmail keys the order receipt's ledger row; it travels to
+	// SendGrid in custom_args.
 	EffectEmail Effect = "email"
+	// EffectRefundEmail keys the refund receipt's ledger row, apart from
+	// the order receipt's: an order.placed and an order.refund_requested
+	// may carry the same message ID. Refund receipts claimed before it
+	// existed keep their row under EffectEmail (see activities).
+	EffectRefundEmail Effect = "refundemail"
 	// EffectRefund is a Stripe Refund: "refund:<message id>" is its
 	// Idempotency-Key.
 	EffectRefund Effect = "refund"

@@ -48,6 +48,9 @@ func TestKey(t *testing.T) {
 	if k := MustKey(EffectRefund, "evt_91c2"); k != "refund:evt_91c2" {
 		t.Fatalf("refund key = %q", k)
 	}
+	if k := MustKey(EffectRefundEmail, "evt_91c2"); k != "refundemail:evt_91c2" {
+		t.Fatalf("refund receipt key = %q", k)
+	}
 	long := strings.Repeat("x", 255)
 	k, err := Key(EffectPayment, long)
 	if err != nil {
@@ -110,6 +113,9 @@ func FuzzIdentity(f *testing.F) {
 		if r1 := MustKey(EffectRefund, id1); r1 == p1 || r1 == MustKey(EffectEmail, id1) {
 			t.Fatalf("refund shares key %q", r1)
 		}
+		if re1 := MustKey(EffectRefundEmail, id1); re1 == MustKey(EffectEmail, id1) || re1 == MustKey(EffectRefund, id1) {
+			t.Fatalf("refund receipt shares key %q", re1)
+		}
 		if ValidateMessageID(id2) != nil || id1 == id2 {
 			return
 		}
@@ -170,7 +176,7 @@ func TestScope(t *testing.T) {
 func TestScopeFitsStripe(t *testing.T) {
 	ns := strings.Repeat("n", MaxNamespaceLen)
 	for _, id := range []string{strings.Repeat("m", 249), strings.Repeat("m", 255), strings.Repeat("m", 200)} {
-		for _, e := range []Effect{EffectPayment, EffectPaymentIntent, EffectEmail, EffectRefund} {
+		for _, e := range []Effect{EffectPayment, EffectPaymentIntent, EffectEmail, EffectRefund, EffectRefundEmail} {
 			key := MustKey(e, id)
 			scoped, err := Scope(ns, key)
 			if err != nil {

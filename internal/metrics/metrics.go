@@ -59,8 +59,10 @@ type Effect string
 
 // The effects.
 const (
-	EffectPayment Effect = "payment"
-	EffectReceipt Effect = "receipt"
+	EffectPayment       Effect = "payment"
+	EffectReceipt       Effect = "receipt"
+	EffectRefund        Effect = "refund"
+	EffectRefundReceipt Effect = "refund_receipt"
 )
 
 // Result is the value of the result label of NameEffectOutcomes.
@@ -87,6 +89,10 @@ const (
 	ResultProcessing Result = "processing"
 	// ResultUnexpected: Stripe answered a status the code does not expect.
 	ResultUnexpected Result = "unexpected"
+	// ResultProviderAuth: the provider refused our API key or base URL
+	// (401, 403; SendGrid 404 or a redirect). Retried, never recorded as
+	// the effect's outcome; EffectivelyProviderAuth alerts on it.
+	ResultProviderAuth Result = "provider_auth"
 )
 
 // Results of the receipt effect (ResultReplayed too: a send already in the
@@ -94,8 +100,11 @@ const (
 const (
 	// ResultSent: SendGrid accepted the receipt now.
 	ResultSent Result = "sent"
-	// ResultFailed: SendGrid refused the receipt for good.
+	// ResultFailed: SendGrid refused the receipt for good (and, for a
+	// refund, Stripe refused it).
 	ResultFailed Result = "failed"
+	// ResultRefunded: Stripe made the refund now.
+	ResultRefunded Result = "refunded"
 )
 
 // Metrics holds the worker's own collectors. Build it once per process
@@ -115,7 +124,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"consumer", "decision"}),
 		effectOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameEffectOutcomes,
-			Help: "Effect attempts by outcome: payment paid, declined, replayed, reconciled, unknown, fenced, processing, unexpected; receipt sent, replayed, failed, unknown.",
+			Help: "Effect attempts by outcome: payment paid, declined, replayed, reconciled, unknown, fenced, processing, unexpected; receipt and refund_receipt sent, replayed, failed, unknown; refund refunded, failed, replayed, reconciled; provider_auth for any.",
 		}, []string{"effect", "result"}),
 		providerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: NameProviderDuration,

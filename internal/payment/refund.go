@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/stripe/stripe-go/v76"
 )
@@ -146,4 +147,22 @@ func toRefund(r *stripe.Refund) *Refund {
 		out.Replayed = r.LastResponse.Header.Get("Idempotent-Replayed") == "true"
 	}
 	return out
+}
+
+// Differs describes how a refund found by FindRefund differs from req, of
+// a payment in currency: "" when it is req's refund (same PaymentIntent,
+// amount and currency), else the difference. FindRefund has checked the
+// message ID and the key namespace already.
+func (r *Refund) Differs(req RefundRequest, currency string) string {
+	var diffs []string
+	if r.PaymentIntentID != req.PaymentIntentID {
+		diffs = append(diffs, fmt.Sprintf("payment intent %s, want %s", r.PaymentIntentID, req.PaymentIntentID))
+	}
+	if r.Amount != req.Amount {
+		diffs = append(diffs, fmt.Sprintf("amount %d, want %d", r.Amount, req.Amount))
+	}
+	if !strings.EqualFold(r.Currency, currency) {
+		diffs = append(diffs, fmt.Sprintf("currency %q, want %q", r.Currency, strings.ToLower(currency)))
+	}
+	return strings.Join(diffs, "; ")
 }

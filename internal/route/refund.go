@@ -41,7 +41,7 @@ func RefundRequested() Route {
 			return fmt.Sprintf("Refund of order %d from message %s", r.OrderID, m.ID),
 				fmt.Sprintf("Message `%s` (%s), consumer `%s`: refund %d of order %d under key `%s`, then send the refund receipt under ledger key `%s`.",
 					m.ID, m.Type, m.Consumer, r.Amount, r.OrderID,
-					identity.MustKey(identity.EffectRefund, m.ID), identity.MustKey(identity.EffectEmail, m.ID))
+					identity.MustKey(identity.EffectRefund, m.ID), identity.MustKey(identity.EffectRefundEmail, m.ID))
 		},
 	}
 }

@@ -31,9 +31,34 @@ type EmailClaim struct {
 	// OrderID is the order whose receipt_status follows the mail; 0 for a
 	// mail that is not the order's receipt (a refund receipt).
 	OrderID     int64
-	Key         string // "email:<message id>"
+	Key         string // "email:<message id>", "refundemail:<message id>"
 	RequestHash string
 	Policy      EmailPolicy
+	// LegacyKey, when set, is the key an earlier release claimed the same
+	// mail under ("email:<message id>" for a refund receipt). A row under it
+	// of the same consumer is claimed in place of Key, with
+	// LegacyRequestHash, so that a mail the earlier release sent or had in
+	// flight is neither sent twice nor refused as a mismatch. The returned
+	// Effect's Key says which row was claimed.
+	LegacyKey         string
+	LegacyRequestHash string
+}
+
+// legacy resolves c.LegacyKey inside tx: c itself when no row of c's
+// consumer exists under it, else c claiming that row.
+func (c EmailClaim) legacy(ctx context.Context, tx pgx.Tx) (EmailClaim, error) {
+	if c.LegacyKey == "" {
+		return c, nil
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM effects WHERE key = $1 AND consumer = $2 AND kind = $3`,
+		c.LegacyKey, c.Consumer, KindEmail).Scan(&n); err != nil {
+		return c, fmt.Errorf("look up legacy email %s: %w", c.LegacyKey, translate(err))
+	}
+	if n > 0 {
+		c.Key, c.RequestHash = c.LegacyKey, c.LegacyRequestHash
+	}
+	return c, nil
 }
 
 // EmailDecision says what the email activity should do next.
@@ -63,7 +88,8 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 		// The common case in one statement: the claim, and the order's
 		// receipt marked sending. A row it cannot take (already settled,
 		// or claimed for another request) is sorted out below.
-		e, err := scanEffect(s.pool.QueryRow(ctx, claimEmailSQL, c.Key, KindEmail, c.Consumer, c.MessageID, c.RequestHash, StateClaimed, c.OrderID))
+		e, err := scanEffect(s.pool.QueryRow(ctx, claimEmailSQL, c.Key, KindEmail, c.Consumer, c.MessageID, c.RequestHash, StateClaimed, c.OrderID,
+			c.LegacyKey, c.LegacyRequestHash))
 		if err == nil {
 			return EmailSend, e, nil
 		}
@@ -72,6 +98,10 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 		}
 	}
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		c, err := c.legacy(ctx, tx)
+		if err != nil {
+			return err
+		}
 		if c.Policy == AtMostOnce {
 			// An in_flight row left by an earlier claim means a send may
 			// have happened: settle it as unknown instead of sending again,
@@ -125,8 +155,15 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 }
 
 // claimEmailSQL is claimEffectSQL and, when it took the row, the order's
-// ($7) receipt marked sending, in one statement.
-var claimEmailSQL = `WITH claimed AS (` + claimEffectSQL + ` RETURNING *
+// ($7) receipt marked sending, in one statement. A row of the same consumer
+// under the legacy key $8 is claimed instead, with the request hash $9 (see
+// EmailClaim.LegacyKey).
+var claimEmailSQL = `WITH legacy AS (
+		SELECT key FROM effects WHERE key = $8 AND consumer = $3 AND kind = $2
+	), claimed AS (
+		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+		SELECT coalesce((SELECT key FROM legacy), $1::text), $2, $3, $4,
+		       CASE WHEN EXISTS (SELECT FROM legacy) THEN $9::text ELSE $5::text END, $6, 1` + takeOverEffect + ` RETURNING *
 	), mark AS (
 		UPDATE orders SET receipt_status = ` + keepEventReceipt("'sending'") + `, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM claimed)
 	)

@@ -31,15 +31,18 @@ type sendgridEvent struct {
 	Namespace      string `json:"effectively_namespace"`
 }
 
-// emailKeyPrefix begins the key of every mail effectively sends
-// (identity.EffectEmail).
-const emailKeyPrefix = string(identity.EffectEmail) + ":"
+// ourMailKey reports whether key is the key of a mail effectively sends:
+// an order receipt ("email:…", identity.EffectEmail) or a refund receipt
+// ("refundemail:…", identity.EffectRefundEmail).
+func ourMailKey(key string) bool {
+	return strings.HasPrefix(key, string(identity.EffectEmail)+":") || strings.HasPrefix(key, string(identity.EffectRefundEmail)+":")
+}
 
 // foreign reports whether ev is about a mail effectively sent under another
 // key namespace (Config.Namespace): another deployment's receipt, whose key
 // may well be one of ours too.
 func (h *Handler) foreign(ev sendgridEvent) bool {
-	return strings.HasPrefix(ev.IdempotencyKey, emailKeyPrefix) && ev.Namespace != h.cfg.Namespace
+	return ourMailKey(ev.IdempotencyKey) && ev.Namespace != h.cfg.Namespace
 }
 
 // maxEventIDLen bounds sg_event_id, which becomes an inbox message ID.
@@ -96,7 +99,7 @@ func (h *Handler) serveSendGrid(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) recordSendGrid(ctx context.Context, ev sendgridEvent, raw []byte) (bool, error) {
 	var res store.EmailEventResult
 	// The caller skipped other namespaces' mails.
-	ours := strings.HasPrefix(ev.IdempotencyKey, emailKeyPrefix)
+	ours := ourMailKey(ev.IdempotencyKey)
 	inserted, err := h.store.RecordProviderEvent(ctx, store.ProviderEvent{
 		Consumer: ConsumerSendGrid, EventID: ev.SGEventID, Payload: raw, PayloadHash: sha256Hex(raw), Source: "webhook",
 	}, func(ctx context.Context, tx pgx.Tx) error {

@@ -62,7 +62,7 @@ func TestRefundCrashWindow(t *testing.T) {
 	if n := s.sims.Stripe.Stats().RefundsByMessage[id]; n != 1 {
 		t.Errorf("refunds = %d, want exactly 1", n)
 	}
-	if n := s.sims.SendGrid.Stats().DeliveriesByKey["email:"+id]; n != 1 {
+	if n := s.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+id]; n != 1 {
 		t.Errorf("refund receipts = %d, want 1", n)
 	}
 	if refunded, _, err := s.store.RefundedAmount(ctx, 78); err != nil || refunded != 700 {

@@ -75,11 +75,11 @@ func TestRefunds(t *testing.T) {
 	if stripe.Refunds != 1 || stripe.RefundsByMessage["evt_rf_1"] != 1 || stripe.RefundedAmount != 500 || stripe.RefundsRefused != 0 {
 		t.Errorf("stripe: %d refunds (%v), %d refunded, %d refused", stripe.Refunds, stripe.RefundsByMessage, stripe.RefundedAmount, stripe.RefundsRefused)
 	}
-	if n := mail.DeliveriesByKey["email:evt_rf_1"]; n != 1 {
+	if n := mail.DeliveriesByKey["refundemail:evt_rf_1"]; n != 1 {
 		t.Errorf("refund receipts = %d, want 1", n)
 	}
 	for _, id := range []string{"evt_rf_2", "evt_rf_3"} {
-		if n := mail.DeliveriesByKey["email:"+id]; n != 0 {
+		if n := mail.DeliveriesByKey["refundemail:"+id]; n != 0 {
 			t.Errorf("%s: %d receipts for a refund that did not happen", id, n)
 		}
 	}

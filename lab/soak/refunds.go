@@ -15,6 +15,7 @@ import (
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/workflows"
 )
@@ -38,6 +39,8 @@ type RefundReport struct {
 	StripeRefused int `json:"stripe_refused"`
 	// Faults counts refunds given a Stripe fault.
 	Faults int `json:"faults"`
+	// Receipts are the refund receipts' figures.
+	Receipts ReceiptFigures `json:"receipts"`
 }
 
 func (r RefundReport) String() string {
@@ -56,7 +59,10 @@ type plannedRefund struct {
 	pair string
 	// notPaid is set for a refund of a declined order.
 	notPaid bool
-	raw     []byte
+	// lostMail is set when the refund receipt's first send is accepted by
+	// SendGrid with the answer lost.
+	lostMail bool
+	raw      []byte
 }
 
 // planRefunds picks orders to refund among the unique messages: a share
@@ -114,6 +120,14 @@ func runRefunds(ctx context.Context, cfg Config, st Stack, p plan, rng *rand.Ran
 	// Stripe faults on a share of the refunds: a 503 before Stripe acts, a
 	// 500 saved after it refunded (ambiguous: settled by listing the
 	// PaymentIntent's refunds), a response lost after it refunded.
+	// SendGrid loses the answer to a share of the refund receipts' first
+	// sends, as it does for the order receipts.
+	for i := range refunds {
+		if r := &refunds[i]; !r.notPaid && rng.Float64() < cfg.LostSendRatio {
+			st.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: r.id}, Kind: sendgridsim.FaultLostAfter, Times: 1})
+			r.lostMail = true
+		}
+	}
 	for _, r := range refunds {
 		if r.notPaid || rng.IntN(10) != 0 {
 			continue
@@ -232,7 +246,8 @@ func reconcileRefunds(ctx context.Context, st Stack, refunds []plannedRefund, re
 		o := ms.Processed.Outcome
 		outcomes[r.id] = o
 		n := stripe.RefundsByMessage[r.id]
-		emails := mail.DeliveriesByKey[identity.MustKey(identity.EffectEmail, r.id)]
+		emails := mail.DeliveriesByKey[identity.MustKey(identity.EffectRefundEmail, r.id)]
+		rep.Receipts.add(emails, r.lostMail)
 		switch o {
 		case store.OutcomeRefunded:
 			rep.Refunded++

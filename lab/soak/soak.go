@@ -70,6 +70,10 @@ type Config struct {
 	// wait EMAIL_RESEND_GRACE before resending a receipt (see webhooks.go).
 	// Default off.
 	Webhooks bool
+	// LostSendRatio is the share of receipts of each kind (order and
+	// refund) whose first send SendGrid accepts with the answer lost, on
+	// top of FaultRatio's faults. Default 0.1; negative means none.
+	LostSendRatio float64
 }
 
 func (c *Config) setDefaults() {
@@ -84,6 +88,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Kills == 0 {
 		c.Kills = 3
+	}
+	if c.LostSendRatio == 0 {
+		c.LostSendRatio = 0.1
 	}
 	if c.FaultRatio == 0 {
 		c.FaultRatio = 0.1
@@ -144,10 +151,52 @@ type Report struct {
 	Faults       int                        `json:"faults"`
 	Elapsed      time.Duration              `json:"elapsed"`
 	Violations   []string                   `json:"violations"`
+	// OrderReceipts are the order receipts' figures: duplicates against
+	// the sends whose answer was lost (the refund receipts' are in
+	// Refunds.Receipts).
+	OrderReceipts ReceiptFigures `json:"order_receipts"`
 	// Refunds is the refund phase's report (refunds.go).
 	Refunds RefundReport `json:"refunds"`
 	// Webhooks is set when the run had webhooks on.
 	Webhooks *WebhookReport `json:"webhooks,omitempty"`
+}
+
+// ReceiptFigures are one receipt kind's figures.
+type ReceiptFigures struct {
+	// Delivered counts the mails SendGrid accepted, duplicates included.
+	Delivered int `json:"delivered"`
+	// LostSends counts the receipts whose first send SendGrid accepted
+	// with the answer lost (a planned fault that fired).
+	LostSends int `json:"lost_sends"`
+	// Duplicates counts the deliveries beyond the first of each message,
+	// and DuplicatesOfLost those of the receipts with a lost send.
+	Duplicates       int `json:"duplicates"`
+	DuplicatesOfLost int `json:"duplicates_of_lost"`
+}
+
+// add counts one message's receipt: delivered mails, and whether its
+// first send's answer was planned lost.
+func (f *ReceiptFigures) add(delivered int, lost bool) {
+	f.Delivered += delivered
+	dups := max(delivered-1, 0)
+	f.Duplicates += dups
+	if lost && delivered > 0 {
+		f.LostSends++
+		f.DuplicatesOfLost += dups
+	}
+}
+
+// Ratio is the duplicates per lost send, 0 without a lost send.
+func (f ReceiptFigures) Ratio() float64 {
+	if f.LostSends == 0 {
+		return 0
+	}
+	return float64(f.Duplicates) / float64(f.LostSends)
+}
+
+func (f ReceiptFigures) line(kind string) string {
+	return fmt.Sprintf("%s: delivered %d, lost sends %d, duplicates %d (%d of them after a lost send): %.0f%% of lost sends\n",
+		kind, f.Delivered, f.LostSends, f.Duplicates, f.DuplicatesOfLost, 100*f.Ratio())
 }
 
 // String renders the figures as the soak command prints them.
@@ -159,7 +208,9 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
 	fmt.Fprintf(&b, "open payments: unknown %d (must be 0), processing %d, unexpected %d\n",
 		r.OpenPayments[store.PaymentUnknown], r.OpenPayments[store.PaymentProcessing], r.OpenPayments[store.PaymentUnexpected])
+	b.WriteString(r.OrderReceipts.line("order receipts"))
 	b.WriteString(r.Refunds.String())
+	b.WriteString(r.Refunds.Receipts.line("refund receipts"))
 	b.WriteString(r.webhookLine())
 	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
 	if len(r.Violations) == 0 {
@@ -180,6 +231,9 @@ type plan struct {
 	late     []int // duplicates sent after every workflow completed
 	invalid  [][]byte
 	declined map[string]bool
+	// lostMail holds the messages whose receipt's first send is accepted
+	// by SendGrid with the answer lost (a lost send).
+	lostMail map[string]bool
 }
 
 type planned struct {
@@ -191,7 +245,7 @@ func makePlan(cfg Config, rng *rand.Rand) plan {
 	dups := int(float64(cfg.Messages) * cfg.DuplicateRatio)
 	invalid := cfg.Messages / 100
 	uniq := cfg.Messages - dups - invalid
-	p := plan{declined: map[string]bool{}}
+	p := plan{declined: map[string]bool{}, lostMail: map[string]bool{}}
 	for i := range uniq {
 		id := fmt.Sprintf("soak_%d_%05d", cfg.Seed%100000, i)
 		pm := "pm_card_visa"
@@ -242,7 +296,14 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	start := time.Now()
 	cfg.Logf("soak: seed %d, %d messages (%d unique, %d duplicates, %d invalid), %d workers", cfg.Seed, cfg.Messages, len(p.unique), len(p.sends)-len(p.unique)+len(p.late), len(p.invalid), cfg.Workers)
 
-	// Provider faults, attached to chosen messages up front.
+	// Lost receipt sends, then provider faults, attached to chosen
+	// messages up front.
+	for _, u := range p.unique {
+		if !p.declined[u.id] && rng.Float64() < cfg.LostSendRatio {
+			st.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: u.id}, Kind: sendgridsim.FaultLostAfter, Times: 1})
+			p.lostMail[u.id] = true
+		}
+	}
 	for _, u := range p.unique {
 		if rng.Float64() >= cfg.FaultRatio {
 			continue
@@ -261,6 +322,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 			st.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: u.id}, Kind: stripesim.FaultDelay, Delay: 800 * time.Millisecond, Times: 1})
 		case 5:
 			st.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: u.id}, Kind: sendgridsim.FaultLostAfter, Times: 1})
+			p.lostMail[u.id] = true
 		case 6:
 			st.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: u.id}, Kind: sendgridsim.FaultErrorBefore, Status: 503, Times: 1})
 		}
@@ -509,6 +571,7 @@ func reconcile(ctx context.Context, st Stack, p plan, rep *Report) error {
 			rep.Violations = append(rep.Violations, fmt.Sprintf("%s charged %d times", u.id, charges))
 		}
 		emails := mail.DeliveriesByKey[identity.MustKey(identity.EffectEmail, u.id)]
+		rep.OrderReceipts.add(emails, p.lostMail[u.id])
 		if emails > 1 {
 			rep.DuplicateEmails += emails - 1
 		}

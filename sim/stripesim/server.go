@@ -103,7 +103,8 @@ type Stats struct {
 	// Processing counts confirmations that answered status processing.
 	Processing int `json:"processing"`
 	// RequestsByOperation counts API requests by operation: create,
-	// confirm, retrieve, list, search.
+	// confirm, retrieve, list, search, refund, list_refunds,
+	// retrieve_refund; "other" for the rest.
 	RequestsByOperation map[string]int `json:"requests_by_operation"`
 }
 

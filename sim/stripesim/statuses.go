@@ -248,6 +248,12 @@ func operationOf(method, path string) string {
 		return "confirm"
 	case method == http.MethodGet && intentPath.MatchString(path):
 		return "retrieve"
+	case method == http.MethodPost && path == "/v1/refunds":
+		return "refund"
+	case method == http.MethodGet && path == "/v1/refunds":
+		return "list_refunds"
+	case method == http.MethodGet && refundPath.MatchString(path):
+		return "retrieve_refund"
 	}
 	return "other"
 }
