@@ -27,7 +27,9 @@ type DispatcherConfig struct {
 	// Default 15s.
 	MinAge time.Duration
 	// Lease is how long a claimed batch is kept from other dispatchers
-	// while its starts run; no row lock is held meanwhile. Default 2m.
+	// while its starts run (they stop at 3/4 of it); no row lock is held
+	// meanwhile. It is also how long a killed dispatcher's rows wait.
+	// Default 20s.
 	Lease time.Duration
 	// Hold is how long a row whose payload this worker cannot decode is
 	// left pending before it is tried again (by this worker or a newer
@@ -53,7 +55,7 @@ func (c DispatcherConfig) withDefaults() DispatcherConfig {
 		c.MinAge = 15 * time.Second
 	}
 	if c.Lease <= 0 {
-		c.Lease = 2 * time.Minute
+		c.Lease = 20 * time.Second
 	}
 	if c.Hold <= 0 {
 		c.Hold = time.Hour
