@@ -336,6 +336,7 @@ func LoadEnv(env Env) (Config, error) {
 			BaseURL:  get("SENDGRID_BASE_URL", ""),
 			From:     get("EMAIL_FROM", "receipts@effectively.local"),
 			FromName: get("EMAIL_FROM_NAME", "effectively"),
+			Timeout:  email.DefaultTimeout, // no variable: the worker's HTTP client takes it from here
 		},
 		EmailPolicy: store.EmailPolicy(get("EMAIL_POLICY", string(store.AtLeastOnce))),
 		Workflows: workflows.Config{

@@ -645,6 +645,38 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 	return s, true, nil
 }
 
+// EnsureStreams ensures each stream of specs (EnsureStream) and logs what it
+// found: a created stream at info; an existing one, which is the broker
+// owner's and never changed, at warn when it keeps messages longer than
+// spec.MaxAge (a replay through a new consumer would then run messages whose
+// records were pruned) or stores messages larger than MaxStreamMsgSize.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, logger *slog.Logger, specs ...StreamSpec) error {
+	for _, spec := range specs {
+		s, created, err := EnsureStream(ctx, js, spec)
+		if err != nil {
+			return err
+		}
+		if created {
+			logger.Info("created stream", "stream", spec.Name, "subjects", spec.Subjects, "max_age", spec.MaxAge.String(),
+				"max_msg_size", MaxStreamMsgSize)
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			continue
+		}
+		if info.Config.MaxAge == 0 || info.Config.MaxAge > spec.MaxAge {
+			logger.Warn("stream keeps messages longer than the retention: replaying it through a new consumer would run messages whose records were pruned",
+				"stream", spec.Name, "max_age", info.Config.MaxAge.String(), "retention", spec.MaxAge.String())
+		}
+		if LooseMessageLimit(info.Config) {
+			logger.Warn("stream stores messages larger than the intake accepts: an oversized one is delivered and quarantined as too_large (size, SHA-256, first 1 KiB) instead of being refused by the broker; set the stream's max_msg_size",
+				"stream", spec.Name, "max_msg_size", info.Config.MaxMsgSize, "limit", MaxStreamMsgSize)
+		}
+	}
+	return nil
+}
+
 // LooseMessageLimit reports whether a stream configured as c stores
 // messages larger than MaxStreamMsgSize, or has no size limit of its own.
 // EnsureStream leaves such an existing stream as it is (it is the broker
