@@ -167,10 +167,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 
-	// The drain timeout covers the whole shutdown: the effects in flight
-	// get three quarters of it, the Temporal worker's own stop (pollers,
-	// tasks that still hold a slot) the last quarter.
-	stopTimeout := cfg.DrainTimeout / 4
+	effectsTimeout, stopTimeout := cfg.ShutdownTimeouts()
 	w := worker.New(d.tc, cfg.TaskQueue, worker.Options{WorkerStopTimeout: stopTimeout})
 	d.workflows.Register(w)
 	activities.Register(w, d.activities)
@@ -219,7 +216,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if d.broker != nil {
 		logger.Info("broker intake stopped", "consumer", d.broker.consumer.Stats(), "outbox", d.broker.relay.Stats())
 	}
-	shutdown(w, d.activities.Drain, cfg.DrainTimeout-stopTimeout, logger)
+	shutdown(w, d.activities.Drain, effectsTimeout, logger)
 	return err
 }
 

@@ -155,30 +155,42 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 func (c JetStreamConfig) Validate() error {
 	c = c.withDefaults()
 	var errs []error
+	bad := func(err error, fields ...string) { errs = append(errs, &FieldError{Fields: fields, Err: err}) }
 	if c.AckWait <= 0 {
-		errs = append(errs, fmt.Errorf("ack wait %s must be positive", c.AckWait))
+		bad(fmt.Errorf("ack wait %s must be positive", c.AckWait), "AckWait")
 	}
 	for i, b := range c.BackOff {
 		if b <= 0 {
-			errs = append(errs, fmt.Errorf("backoff entry %d (%s) must be positive", i+1, b))
+			bad(fmt.Errorf("backoff entry %d (%s) must be positive", i+1, b), "BackOff")
 		}
 	}
 	if c.MaxDeliver <= 0 {
-		errs = append(errs, fmt.Errorf("max deliver %d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", c.MaxDeliver))
+		bad(fmt.Errorf("max deliver %d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", c.MaxDeliver), "MaxDeliver")
 	} else if len(c.BackOff) > 0 && c.MaxDeliver <= len(c.BackOff)+1 {
-		errs = append(errs, fmt.Errorf("max deliver %d must exceed the %d ack waits (ack wait plus %d backoff entries)", c.MaxDeliver, len(c.BackOff)+1, len(c.BackOff)))
+		bad(fmt.Errorf("max deliver %d must exceed the %d ack waits (ack wait plus %d backoff entries)", c.MaxDeliver, len(c.BackOff)+1, len(c.BackOff)),
+			"MaxDeliver", "AckWait", "BackOff")
 	}
-	if strings.ContainsAny(c.Stream, ". *>") {
-		errs = append(errs, fmt.Errorf("stream name %q must not contain '.', '*', '>' or spaces", c.Stream))
+	if strings.ContainsAny(c.Stream, ". *>\t") {
+		bad(fmt.Errorf("stream name %q must not contain '.', '*', '>' or spaces", c.Stream), "Stream")
 	}
-	if strings.ContainsAny(c.Durable, ". *>") {
-		errs = append(errs, fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.Durable))
+	if strings.ContainsAny(c.Durable, ". *>\t") {
+		bad(fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.Durable), "Durable")
 	}
 	if err := validSubject(c.Subject, true); err != nil {
-		errs = append(errs, err)
+		bad(err, "Subject")
 	}
 	return errors.Join(errs...)
 }
+
+// FieldError is an error of JetStreamConfig.Validate about the fields it
+// names, so that a caller can name its own settings for them.
+type FieldError struct {
+	Fields []string // JetStreamConfig's field names
+	Err    error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // ackWaits is the broker's BackOff list: the ack wait of each delivery.
 func (c JetStreamConfig) ackWaits() []time.Duration {
