@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -152,6 +153,30 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 		}
 	}
 	return d, nil
+}
+
+// guardKeyNamespace records the key namespace in the database, or refuses
+// to start (exit 2) when it differs from the recorded one while effects
+// made under that one are open: retried under new keys, they would be new
+// requests at Stripe (store.GuardKeyNamespace). `worker migrate` does not
+// run it: it changes the schema only, and may run from a job that is not
+// given the workers' configuration.
+func guardKeyNamespace(ctx context.Context, pool *pgxpool.Pool, configured string, logger *slog.Logger) error {
+	res, err := store.GuardKeyNamespace(ctx, pool, configured)
+	if errors.Is(err, store.ErrKeyNamespaceInUse) {
+		return fmt.Errorf("%w: %s: %w", errBadConfig, config.EnvKeyNamespace, err)
+	}
+	if err != nil {
+		return fmt.Errorf("key namespace guard: %w", err)
+	}
+	switch {
+	case res.Changed && res.HadRecord:
+		logger.Warn("key namespace changed: no payment, refund or receipt of the previous one was open",
+			"variable", config.EnvKeyNamespace, "previous", res.Recorded, "namespace", configured)
+	case !res.HadRecord:
+		logger.Info("key namespace recorded", "variable", config.EnvKeyNamespace, "namespace", configured)
+	}
+	return nil
 }
 
 // setupTracing starts tracing (off unless OTEL_TRACES_EXPORTER or an OTLP

@@ -40,7 +40,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/worker"
@@ -122,30 +121,6 @@ func migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error 
 	}
 	defer pool.Close()
 	return store.Migrate(ctx, pool, logger)
-}
-
-// guardKeyNamespace records the key namespace in the database, or refuses
-// to start (exit 2) when it differs from the recorded one while effects
-// made under that one are open: retried under new keys, they would be new
-// requests at Stripe (store.GuardKeyNamespace). `worker migrate` does not
-// run it: it changes the schema only, and may run from a job that is not
-// given the workers' configuration.
-func guardKeyNamespace(ctx context.Context, pool *pgxpool.Pool, configured string, logger *slog.Logger) error {
-	res, err := store.GuardKeyNamespace(ctx, pool, configured)
-	if errors.Is(err, store.ErrKeyNamespaceInUse) {
-		return fmt.Errorf("%w: %s: %w", errBadConfig, config.EnvKeyNamespace, err)
-	}
-	if err != nil {
-		return fmt.Errorf("key namespace guard: %w", err)
-	}
-	switch {
-	case res.Changed && res.HadRecord:
-		logger.Warn("key namespace changed: no payment, refund or receipt of the previous one was open",
-			"variable", config.EnvKeyNamespace, "previous", res.Recorded, "namespace", configured)
-	case !res.HadRecord:
-		logger.Info("key namespace recorded", "variable", config.EnvKeyNamespace, "namespace", configured)
-	}
-	return nil
 }
 
 // errBadConfig marks a refusal to start that the operator fixes in the
