@@ -1,9 +1,10 @@
 // Package config is the one place the worker and the starter read the
-// environment: it applies defaults in one place and validates, naming the
-// variable at fault. The Temporal connection is read here too, through
-// Temporal's own envconfig, and the payload keyring is loaded here once and
-// shared by the Temporal client and the codec server. Every variable read
-// here is listed in docs/configuration.md (a test compares the two).
+// environment. One table of variables (variables.go) gives each variable's
+// field, default, check and doc line: it drives LoadEnv, Validate's errors
+// (which name the variable), Names and the table in docs/configuration.md,
+// which a test regenerates. The Temporal connection is read here too,
+// through Temporal's own envconfig, and the payload keyring is loaded here
+// once and shared by the Temporal client and the codec server.
 // Secrets (API keys, tokens, keys) are read here and never logged: the
 // LogValue method redacts them.
 package config
@@ -21,12 +22,9 @@ import (
 
 	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/outbox"
 	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/pruning"
 	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/internal/webhook"
@@ -47,119 +45,78 @@ type Env interface {
 }
 
 // Config is everything the worker and the starter read from the
-// environment.
+// environment. Each field names its variable; the defaults and checks are
+// the table of variables' (variables.go), shown in docs/configuration.md.
 type Config struct {
-	// DatabaseURL is the Postgres connection string (DATABASE_URL). Default
-	// store.DefaultURL.
+	// DatabaseURL is the Postgres connection string (DATABASE_URL).
 	DatabaseURL string
-	// DatabaseMaxConns bounds the worker's Postgres pool
-	// (DATABASE_MAX_CONNS). Default 32: room for the JetStream handlers'
-	// inbox transactions (two at once, whatever NATS_HANDLERS is), the
-	// fast-path starters, the dispatcher, the outbox relay and the
-	// activities.
+	// DatabaseMaxConns bounds the worker's Postgres pool, which the
+	// intake, the dispatcher, the relay and the activities share (DATABASE_MAX_CONNS).
 	DatabaseMaxConns int
-	// TaskQueue is the Temporal task queue (EFFECTIVELY_TASK_QUEUE).
-	// Default workflows.DefaultTaskQueue.
+	// TaskQueue is the Temporal task queue of both processes (EFFECTIVELY_TASK_QUEUE).
 	TaskQueue string
-	// KeyNamespace scopes the keys and tags the objects effectively gives
-	// Stripe and SendGrid (EFFECTIVELY_KEY_NAMESPACE; default empty: none,
-	// keys stay "payment:evt_…"): 1 to 64 characters of A-Z a-z 0-9 _ - .
-	// LoadEnv copies it into Stripe, Email and Webhooks. Required, and
-	// different per deployment, when deployments share a Stripe or SendGrid
-	// account and a message-ID space; see docs/configuration.md before
-	// changing it on a running deployment.
+	// KeyNamespace scopes the provider keys and tags the provider objects
+	// (EFFECTIVELY_KEY_NAMESPACE); LoadEnv copies it into Stripe, Email and
+	// Webhooks. Read docs/configuration.md#key-namespace before changing it.
 	KeyNamespace string
 	// Stripe configures the Stripe client (STRIPE_API_KEY, STRIPE_BASE_URL).
 	Stripe payment.Config
 	// Email configures the SendGrid client (SENDGRID_API_KEY,
-	// SENDGRID_BASE_URL, EMAIL_FROM default receipts@effectively.local).
+	// SENDGRID_BASE_URL, EMAIL_FROM, EMAIL_FROM_NAME; Timeout email.DefaultTimeout).
 	Email email.Config
-	// EmailPolicy is at-least-once (default) or at-most-once (EMAIL_POLICY).
+	// EmailPolicy is at-least-once or at-most-once (EMAIL_POLICY).
 	EmailPolicy store.EmailPolicy
-	// Workflows holds activity timeouts (PAYMENT_SCHEDULE_TO_CLOSE, …) and
-	// the local attempt before them (LOCAL_START_TO_CLOSE).
+	// Workflows holds the activity timeouts (PAYMENT_*, EMAIL_*_TO_CLOSE,
+	// LOCAL_START_TO_CLOSE); its defaults are workflows.DefaultConfig's.
 	Workflows workflows.Config
-	// HealthAddr serves GET /livez, /readyz (and /healthz, an alias of
-	// /livez) and the Prometheus metrics at /metrics
-	// (EFFECTIVELY_HEALTH_ADDR). Default 127.0.0.1:8081; "off" disables it.
+	// HealthAddr serves /livez, /readyz, /healthz and /metrics
+	// (EFFECTIVELY_HEALTH_ADDR); "" is off.
 	HealthAddr string
-	// DrainTimeout bounds the graceful shutdown on SIGTERM or SIGINT: the
-	// intake stops, then the effects in flight (a provider call and its
-	// record) get this long to finish before the Temporal worker stops;
-	// whatever outlives it goes to the retry path
-	// (EFFECTIVELY_DRAIN_TIMEOUT). Default 20s: well inside the 30 s grace
-	// period orchestrators usually give before SIGKILL.
+	// DrainTimeout bounds the graceful shutdown on SIGTERM or SIGINT; what
+	// outlives it goes to the retry path (EFFECTIVELY_DRAIN_TIMEOUT).
 	DrainTimeout time.Duration
-	// PprofAddr serves Go's profiles at /debug/pprof/ (EFFECTIVELY_PPROF_ADDR,
-	// e.g. 127.0.0.1:6060). Default off: profiles reveal internals, so
-	// Validate refuses any address but loopback, opt-in or not.
+	// PprofAddr serves Go's profiles at /debug/pprof/, on loopback only
+	// (EFFECTIVELY_PPROF_ADDR); "" is off.
 	PprofAddr string
-	// LogLevel is debug, info (default), warn or error (LOG_LEVEL).
+	// LogLevel is debug, info, warn or error (LOG_LEVEL).
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
 	NATS NATS
-	// Retention is how long processed-message rows, dispatched inbox rows
-	// and published outbox rows are kept (RETENTION, a Go duration or a
-	// number of days such as 30d). Default 720h (30 days). The worker
-	// refuses to start when it is shorter than the redelivery horizon.
+	// Retention is how long processed-message, dispatched inbox and published
+	// outbox rows are kept (RETENTION); never less than the redelivery horizon.
 	Retention time.Duration
-	// QuarantineRetention is how long a quarantine row is kept after the
-	// last copy of its message arrived (QUARANTINE_RETENTION, a Go duration
-	// or a number of days). Default 720h (30 days), or Retention when that
-	// is longer. The worker refuses to start when it is shorter than the
-	// redelivery horizon.
+	// QuarantineRetention is how long a quarantine row is kept after its
+	// message's last copy (QUARANTINE_RETENTION); by default never below Retention.
 	QuarantineRetention time.Duration
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
-	// Default 1h.
 	PruneEvery time.Duration
-	// WebhookAddr serves POST /webhooks/stripe and /webhooks/sendgrid
-	// (EFFECTIVELY_WEBHOOK_ADDR). Default 127.0.0.1:8082; "off" disables
-	// it. The listener runs only when Webhooks has a secret or a key.
+	// WebhookAddr serves /webhooks/stripe and /webhooks/sendgrid
+	// (EFFECTIVELY_WEBHOOK_ADDR) when Webhooks has a secret or a key; "" is off.
 	WebhookAddr string
-	// Webhooks verifies the providers' events: STRIPE_WEBHOOK_SECRETS (the
-	// endpoint's whsec_… signing secrets, comma separated: during a
-	// rotation list the new and the old), STRIPE_WEBHOOK_TOLERANCE (largest
-	// age of the signed timestamp, default 300s), SENDGRID_WEBHOOK_PUBLIC_KEY
-	// (the Event Webhook's verification key, base64) and
-	// SENDGRID_WEBHOOK_TOLERANCE (default 300s). See docs/webhooks.md.
+	// Webhooks verifies the providers' events (STRIPE_WEBHOOK_SECRETS,
+	// STRIPE_WEBHOOK_TOLERANCE, SENDGRID_WEBHOOK_PUBLIC_KEY,
+	// SENDGRID_WEBHOOK_TOLERANCE); see docs/webhooks.md.
 	Webhooks webhook.Config
-	// EmailResendGrace is how long, under at-least-once, a receipt retry
-	// after a possibly successful send waits for SendGrid's event before
-	// sending again (EMAIL_RESEND_GRACE; 0 disables). Default 30s when
-	// SENDGRID_WEBHOOK_PUBLIC_KEY is set, else 0. Every worker waits, not
-	// only the one serving the webhook: the events are read from Postgres.
-	// It must be shorter than EMAIL_START_TO_CLOSE.
+	// EmailResendGrace is how long a receipt retry after a possible send
+	// waits for SendGrid's event (EMAIL_RESEND_GRACE; DefaultEmailResendGrace
+	// with a SendGrid key, else 0); shorter than EMAIL_START_TO_CLOSE.
 	EmailResendGrace time.Duration
-	// Temporal is the connection to Temporal. Temporal's envconfig fills
-	// its Options from TEMPORAL_ADDRESS (default localhost:7233),
-	// TEMPORAL_NAMESPACE (default "default"), TEMPORAL_API_KEY,
-	// TEMPORAL_TLS*, TEMPORAL_GRPC_META_*, TEMPORAL_PROFILE and the
-	// temporal.toml file (TEMPORAL_CONFIG_FILE);
-	// EFFECTIVELY_GRPC_COMPRESSION picks gzip (default) or none. Its Keys,
-	// the payload keyring (EFFECTIVELY_CODEC_KEYS or
-	// EFFECTIVELY_CODEC_KEY_FILE; default none: plaintext payloads), are
-	// loaded once here and are also the codec server's; with
-	// EFFECTIVELY_CODEC_REQUIRE=true (default false; it needs the keys) its
-	// RequireEncryption refuses plaintext payloads, in the codec server too.
+	// Temporal is the connection (Temporal's envconfig: TEMPORAL_*,
+	// temporal.toml; EFFECTIVELY_GRPC_COMPRESSION) and the payload keyring,
+	// loaded once (EFFECTIVELY_CODEC_KEYS or _KEY_FILE, EFFECTIVELY_CODEC_REQUIRE).
 	Temporal temporalclient.Config
-	// CodecServer is the worker's optional codec server for the Temporal UI
-	// (EFFECTIVELY_CODEC_SERVER_ADDR, default off;
-	// EFFECTIVELY_CODEC_CORS_ORIGINS; EFFECTIVELY_CODEC_TOKEN). It decrypts
-	// with Temporal.Keys, which it requires.
+	// CodecServer is the worker's optional codec server, which decrypts with
+	// Temporal.Keys (EFFECTIVELY_CODEC_SERVER_ADDR, _TOKEN, _CORS_ORIGINS).
 	CodecServer codec.ServerConfig
 
-	// PublicListenerNames are the listeners that may bind beyond loopback,
-	// of health, webhook and codec (EFFECTIVELY_PUBLIC_LISTENERS,
-	// comma-separated, default none). The image sets health alone.
+	// PublicListenerNames are the listeners, of health, webhook and codec,
+	// that may bind beyond loopback (EFFECTIVELY_PUBLIC_LISTENERS).
 	PublicListenerNames []string
-	// AllowPublicListeners lets the health, webhook and codec listeners all
-	// bind beyond loopback (EFFECTIVELY_ALLOW_PUBLIC_LISTENERS, default
-	// false). PublicListeners names each one for a warning at start; pprof
-	// stays on loopback regardless.
+	// AllowPublicListeners lets all three bind beyond loopback, each with a
+	// warning at start; pprof never (EFFECTIVELY_ALLOW_PUBLIC_LISTENERS).
 	AllowPublicListeners bool
-	// AllowInsecureProviderURLs lets SENDGRID_BASE_URL use plain http to a
-	// host other than loopback (EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS,
-	// default false), as the compose stack does for its simulator.
+	// AllowInsecureProviderURLs lets SENDGRID_BASE_URL use plain http beyond
+	// loopback (EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS).
 	AllowInsecureProviderURLs bool
 
 	// logLevelSet records whether LOG_LEVEL was given, for LogLevelOr.
@@ -175,42 +132,35 @@ func (c Config) LogLevelOr(def slog.Level) slog.Level {
 	return def
 }
 
+// ShutdownTimeouts splits DrainTimeout, which covers the whole shutdown:
+// the effects in flight get three quarters of it, the Temporal worker's own
+// stop (pollers, tasks that still hold a slot) the last quarter.
+func (c Config) ShutdownTimeouts() (effects, workerStop time.Duration) {
+	workerStop = c.DrainTimeout / 4
+	return c.DrainTimeout - workerStop, workerStop
+}
+
 // DefaultEmailResendGrace is EmailResendGrace's default with a SendGrid key.
 const DefaultEmailResendGrace = 30 * time.Second
 
 // NATS configures the broker side: the JetStream consumer the worker takes
-// messages from, the stream it creates when missing, and where the outbox
+// messages from, the streams it creates when missing, and where the outbox
 // relay publishes events. The starter's publish command reads it too.
 type NATS struct {
-	// URL of the NATS server (NATS_URL). Default nats://127.0.0.1:4222;
-	// "off" (stored as "") disables the consumer and the outbox relay.
+	// URL of the NATS server (NATS_URL); "" is off: no consumer, no relay.
 	URL string
-	// JetStream is the consumer: NATS_STREAM (default EFFECTIVELY),
-	// NATS_SUBJECT (the filter, default effectively.messages.>),
-	// NATS_CONSUMER (the durable name, default effectively-worker),
-	// NATS_ACK_WAIT (default 30s), NATS_MAX_DELIVER (default 5) and
-	// NATS_BACKOFF (the ack waits of the second, third, … delivery, comma
-	// separated, default 1m,5m,15m; "none" to use NATS_ACK_WAIT for all) and
-	// NATS_HANDLERS (deliveries settled at once, default 64, at least 1) and
-	// NATS_STARTERS (workflow starts in flight after the ack, default 32,
-	// at least 1).
+	// JetStream is the consumer (NATS_STREAM, NATS_SUBJECT, NATS_CONSUMER,
+	// NATS_ACK_WAIT, NATS_BACKOFF, NATS_MAX_DELIVER, NATS_HANDLERS, NATS_STARTERS).
 	JetStream intake.JetStreamConfig
-	// DuplicateWindow is the publish deduplication window of a stream the
-	// worker creates (NATS_DUPLICATE_WINDOW). Default 2m. An existing
-	// stream keeps its own; the horizon is computed from the real one.
+	// DuplicateWindow is the deduplication window of a stream the worker
+	// creates (NATS_DUPLICATE_WINDOW); an existing stream keeps its own.
 	DuplicateWindow time.Duration
-	// EventsStream is the stream outbox events are published to
-	// (NATS_EVENTS_STREAM). Default EFFECTIVELY_EVENTS.
+	// EventsStream is the stream of outbox events (NATS_EVENTS_STREAM).
 	EventsStream string
-	// EventsPrefix is prepended to an event's topic to form its subject
-	// (NATS_EVENTS_PREFIX). Default effectively.events, so order.paid is
-	// published on effectively.events.order.paid.
+	// EventsPrefix prefixes an event's topic to form its subject (NATS_EVENTS_PREFIX).
 	EventsPrefix string
-	// Auth is the credential and the TLS files the worker and the starter
-	// connect with (NATS_USER, NATS_PASSWORD, NATS_PASSWORD_FILE,
-	// NATS_TOKEN, NATS_TOKEN_FILE, NATS_NKEY_SEED_FILE, NATS_CREDS_FILE,
-	// NATS_TLS_CA_FILE, NATS_TLS_CERT_FILE, NATS_TLS_KEY_FILE). Connect and
-	// Options apply it.
+	// Auth is the credential and TLS files both processes connect with
+	// (NATS_USER … NATS_TLS_KEY_FILE); Connect and Options apply it.
 	Auth NATSAuth
 }
 
@@ -259,160 +209,21 @@ type lookupEnv Lookup
 func (l lookupEnv) LookupEnv(name string) (string, bool) { return l(name) }
 func (lookupEnv) Environ() []string                      { return nil }
 
-// LoadEnv reads the configuration from env.
+// LoadEnv reads the configuration from env: the table of variables
+// (variables.go), then NATS authentication and the Temporal connection.
 func LoadEnv(env Env) (Config, error) {
+	var c Config
+	c.Email.Timeout = email.DefaultTimeout // no variable: the worker's HTTP client takes it from here
+	errs := c.loadTable(env)
 	get := func(name, def string) string {
 		if v, ok := env.LookupEnv(name); ok && strings.TrimSpace(v) != "" {
 			return strings.TrimSpace(v)
 		}
 		return def
 	}
-	var errs []error
-	dur := func(name string) time.Duration {
-		v := get(name, "")
-		if v == "" {
-			return 0
-		}
-		d, err := parseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: not a duration (use e.g. 20h, 90s): %w", name, v, err))
-		}
-		return d
-	}
-	durOr := func(name string, def time.Duration) time.Duration {
-		if d := dur(name); d != 0 {
-			return d
-		}
-		return def
-	}
-	backoff := func(name string) []time.Duration {
-		v := get(name, "")
-		switch v {
-		case "":
-			return intake.DefaultBackOff
-		case "none":
-			return []time.Duration{}
-		}
-		var out []time.Duration
-		for _, part := range strings.Split(v, ",") {
-			d, err := parseDuration(strings.TrimSpace(part))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: a comma-separated list of durations (e.g. 1m,5m,15m) or none: %w", name, v, err))
-				return nil
-			}
-			out = append(out, d)
-		}
-		return out
-	}
-	intOr := func(name string, def int) int {
-		v := get(name, "")
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: not a whole number", name, v))
-		}
-		return n
-	}
-	boolean := func(name string) bool {
-		v := get(name, "false")
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: use true or false", name, v))
-		}
-		return b
-	}
-	c := Config{
-		DatabaseURL:      get("DATABASE_URL", store.DefaultURL),
-		DatabaseMaxConns: intOr("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
-		TaskQueue:        get("EFFECTIVELY_TASK_QUEUE", workflows.DefaultTaskQueue),
-		Stripe: payment.Config{
-			APIKey:  get("STRIPE_API_KEY", ""),
-			BaseURL: get("STRIPE_BASE_URL", ""),
-		},
-		Email: email.Config{
-			APIKey:   get("SENDGRID_API_KEY", ""),
-			BaseURL:  get("SENDGRID_BASE_URL", ""),
-			From:     get("EMAIL_FROM", "receipts@effectively.local"),
-			FromName: get("EMAIL_FROM_NAME", "effectively"),
-		},
-		EmailPolicy: store.EmailPolicy(get("EMAIL_POLICY", string(store.AtLeastOnce))),
-		Workflows: workflows.Config{
-			PaymentStartToClose:    dur("PAYMENT_START_TO_CLOSE"),
-			PaymentScheduleToClose: dur("PAYMENT_SCHEDULE_TO_CLOSE"),
-			EmailStartToClose:      dur("EMAIL_START_TO_CLOSE"),
-			EmailScheduleToClose:   dur("EMAIL_SCHEDULE_TO_CLOSE"),
-			LocalStartToClose:      dur("LOCAL_START_TO_CLOSE"),
-
-			PaymentProcessingPoll:    dur("PAYMENT_PROCESSING_POLL"),
-			PaymentProcessingMaxWait: dur("PAYMENT_PROCESSING_MAX_WAIT"),
-		},
-		HealthAddr:   get("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081"),
-		DrainTimeout: durOr("EFFECTIVELY_DRAIN_TIMEOUT", DefaultDrainTimeout),
-		PprofAddr:    get("EFFECTIVELY_PPROF_ADDR", ""),
-		NATS: NATS{
-			URL: get("NATS_URL", DefaultNATSURL),
-			JetStream: intake.JetStreamConfig{
-				Stream:     get("NATS_STREAM", intake.DefaultStream),
-				Subject:    get("NATS_SUBJECT", intake.DefaultSubject),
-				Durable:    get("NATS_CONSUMER", intake.DefaultDurable),
-				AckWait:    durOr("NATS_ACK_WAIT", intake.DefaultAckWait),
-				MaxDeliver: intOr("NATS_MAX_DELIVER", intake.DefaultMaxDeliver),
-				BackOff:    backoff("NATS_BACKOFF"),
-				Handlers:   intOr("NATS_HANDLERS", intake.DefaultHandlers),
-				Starters:   intOr("NATS_STARTERS", intake.DefaultStarters),
-			},
-			DuplicateWindow: durOr("NATS_DUPLICATE_WINDOW", intake.DefaultDuplicateWindow),
-			EventsStream:    get("NATS_EVENTS_STREAM", outbox.DefaultStream),
-			EventsPrefix:    get("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix),
-		},
-		Retention:           durOr("RETENTION", DefaultRetention),
-		QuarantineRetention: dur("QUARANTINE_RETENTION"),
-		PruneEvery:          durOr("PRUNE_EVERY", pruning.DefaultEvery),
-		WebhookAddr:         get("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082"),
-		Webhooks: webhook.Config{
-			StripeSecrets:     list(get("STRIPE_WEBHOOK_SECRETS", "")),
-			StripeTolerance:   durOr("STRIPE_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
-			SendGridPublicKey: get("SENDGRID_WEBHOOK_PUBLIC_KEY", ""),
-			SendGridTolerance: durOr("SENDGRID_WEBHOOK_TOLERANCE", webhook.DefaultTolerance),
-		},
-		PublicListenerNames:       list(get(EnvPublicListeners, "")),
-		AllowPublicListeners:      boolean(EnvAllowPublicListeners),
-		AllowInsecureProviderURLs: boolean(EnvAllowInsecureProviderURLs),
-	}
-	c.KeyNamespace = get(EnvKeyNamespace, "")
-	if err := identity.ValidateNamespace(c.KeyNamespace); err != nil {
-		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvKeyNamespace, c.KeyNamespace, err))
-	}
-	c.Stripe.Namespace, c.Email.Namespace, c.Webhooks.Namespace = c.KeyNamespace, c.KeyNamespace, c.KeyNamespace
-	if c.WebhookAddr == "off" {
-		c.WebhookAddr = ""
-	}
-	if c.QuarantineRetention == 0 {
-		// Unset: never shorter than RETENTION, so that a RETENTION raised
-		// past 30 days for a long horizon does not make the default refused.
-		c.QuarantineRetention = max(DefaultQuarantineRetention, c.Retention)
-	}
-	switch {
-	case get("EMAIL_RESEND_GRACE", "") != "":
-		c.EmailResendGrace = dur("EMAIL_RESEND_GRACE")
-	case c.Webhooks.SendGridPublicKey != "":
-		c.EmailResendGrace = DefaultEmailResendGrace
-	}
-	if c.HealthAddr == "off" {
-		c.HealthAddr = ""
-	}
-	if c.NATS.URL == "off" {
-		c.NATS.URL = ""
-	}
-	var authErrs []error
-	c.NATS.Auth, authErrs = loadNATSAuth(get, c.NATS.URL)
+	auth, authErrs := loadNATSAuth(get, c.NATS.URL)
+	c.NATS.Auth = auth
 	errs = append(errs, authErrs...)
-	c.logLevelSet = get("LOG_LEVEL", "") != ""
-	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
-		errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: use debug, info, warn or error", get("LOG_LEVEL", "")))
-	}
 	if err := c.loadTemporal(env); err != nil {
 		errs = append(errs, err)
 	}
@@ -459,9 +270,10 @@ func (c *Config) loadTemporal(env Env) error {
 	return errors.Join(errs...)
 }
 
-// Validate checks what the worker needs, naming the variable at fault.
+// Validate checks what the worker needs, naming the variable at fault: the
+// table's checks, then what spans several variables.
 func (c Config) Validate() error {
-	var errs []error
+	errs := c.checkTable()
 	if c.CodecServer.Enabled() && c.Temporal.Keys == nil {
 		errs = append(errs, fmt.Errorf("%s needs %s or %s", codec.EnvServerAddr, codec.EnvKeys, codec.EnvKeyFile))
 	}
@@ -471,49 +283,34 @@ func (c Config) Validate() error {
 	if c.Email.APIKey == "" {
 		errs = append(errs, errors.New("SENDGRID_API_KEY is not set"))
 	}
-	switch c.EmailPolicy {
-	case store.AtLeastOnce, store.AtMostOnce:
-	default:
-		errs = append(errs, fmt.Errorf("EMAIL_POLICY=%q: use %s or %s", c.EmailPolicy, store.AtLeastOnce, store.AtMostOnce))
-	}
-	if c.DatabaseMaxConns < 4 || c.DatabaseMaxConns > 1000 {
-		errs = append(errs, fmt.Errorf("DATABASE_MAX_CONNS=%d: must be between 4 and 1000", c.DatabaseMaxConns))
-	}
-	if c.DrainTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("EFFECTIVELY_DRAIN_TIMEOUT=%s: must be positive", c.DrainTimeout))
-	}
 	errs = append(errs, c.validateBroker()...)
-	errs = append(errs, c.validateWebhooks()...)
+	if err := c.Webhooks.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Webhooks.Enabled() && c.WebhookAddr == "" {
+		errs = append(errs, errors.New("EFFECTIVELY_WEBHOOK_ADDR is off but a webhook secret or key is set: unset STRIPE_WEBHOOK_SECRETS/SENDGRID_WEBHOOK_PUBLIC_KEY or give an address"))
+	}
 	errs = append(errs, c.validateListeners()...)
 	errs = append(errs, c.validateProviderURLs()...)
 	if err := c.Workflows.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("activity timeouts (PAYMENT_*/EMAIL_* variables): %w", err))
+		errs = append(errs, namedByMessage("Workflows.", fmt.Errorf("activity timeouts: %w", err)))
 	}
 	return errors.Join(errs...)
 }
 
-// validateBroker checks the NATS and retention settings. The retention's
+// validateBroker checks the NATS URL and the consumer (with
+// JetStreamConfig.Validate, its errors named by variable). The retention's
 // check against the redelivery horizon needs the broker and Temporal, so the
 // worker makes it at start.
 func (c Config) validateBroker() []error {
-	var errs []error
-	if c.Retention <= 0 {
-		errs = append(errs, fmt.Errorf("RETENTION=%s: must be positive", c.Retention))
-	}
-	if c.QuarantineRetention <= 0 {
-		errs = append(errs, fmt.Errorf("QUARANTINE_RETENTION=%s: must be positive", c.QuarantineRetention))
-	}
-	if c.PruneEvery <= 0 {
-		errs = append(errs, fmt.Errorf("PRUNE_EVERY=%s: must be positive", c.PruneEvery))
-	}
 	if !c.NATS.Enabled() {
-		return errs
+		return nil
 	}
-	n, js := c.NATS, c.NATS.JetStream
+	var errs []error
 	// Each URL of a comma-separated list on its own: parsed whole, a list
 	// passes whatever follows its first URL. The value is not quoted: it may
 	// hold credentials.
-	urls := strings.Split(n.URL, ",")
+	urls := strings.Split(c.NATS.URL, ",")
 	for i, one := range urls {
 		if u, err := url.Parse(strings.TrimSpace(one)); err != nil || u.Host == "" {
 			which := "NATS_URL"
@@ -523,62 +320,22 @@ func (c Config) validateBroker() []error {
 			errs = append(errs, fmt.Errorf("%s: not a URL such as nats://127.0.0.1:4222 (or off)", which))
 		}
 	}
-	names := map[string]string{"NATS_STREAM": js.Stream, "NATS_CONSUMER": js.Durable, "NATS_EVENTS_STREAM": n.EventsStream}
-	for _, name := range []string{"NATS_STREAM", "NATS_CONSUMER", "NATS_EVENTS_STREAM"} {
-		if v := names[name]; v == "" || strings.ContainsAny(v, ". *>\t") {
-			errs = append(errs, fmt.Errorf("%s=%q: must be non-empty, without '.', '*', '>' or spaces", name, v))
+	js, subjectOK := c.NATS.JetStream, true
+	if err := js.Validate(); err != nil {
+		for _, e := range namedByFieldErrors("NATS.JetStream.", err) {
+			var fe *intake.FieldError
+			if errors.As(e, &fe) && fe.Fields[0] == "Subject" {
+				subjectOK = false
+			}
+			if js.MaxDeliver < 1 && errors.As(e, &fe) && fe.Fields[0] == "MaxDeliver" {
+				continue // NATS_MAX_DELIVER's own check refused it: not twice
+			}
+			errs = append(errs, e)
 		}
 	}
-	if _, err := intake.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil {
+	// The starter publishes a type's messages under the filter.
+	if _, err := intake.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil && subjectOK {
 		errs = append(errs, fmt.Errorf("NATS_SUBJECT=%q: %w", js.Subject, err))
-	}
-	if _, err := intake.PublishSubject(n.EventsPrefix+".>", "order.paid"); err != nil {
-		errs = append(errs, fmt.Errorf("NATS_EVENTS_PREFIX=%q: %w", n.EventsPrefix, err))
-	}
-	if js.AckWait <= 0 {
-		errs = append(errs, fmt.Errorf("NATS_ACK_WAIT=%s: must be positive", js.AckWait))
-	}
-	for _, b := range js.BackOff {
-		if b <= 0 {
-			errs = append(errs, fmt.Errorf("NATS_BACKOFF: every entry must be positive, got %s", b))
-		}
-	}
-	switch {
-	case js.MaxDeliver < 1:
-		errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", js.MaxDeliver))
-	case len(js.BackOff) > 0 && js.MaxDeliver <= len(js.BackOff)+1:
-		errs = append(errs, fmt.Errorf("NATS_MAX_DELIVER=%d: must exceed the %d ack waits given by NATS_ACK_WAIT and NATS_BACKOFF (JetStream refuses otherwise)", js.MaxDeliver, len(js.BackOff)+1))
-	}
-	if js.Handlers < 1 {
-		errs = append(errs, fmt.Errorf("NATS_HANDLERS=%d: must be at least 1", js.Handlers))
-	}
-	if js.Starters < 1 {
-		errs = append(errs, fmt.Errorf("NATS_STARTERS=%d: must be at least 1", js.Starters))
-	}
-	if n.DuplicateWindow <= 0 {
-		errs = append(errs, fmt.Errorf("NATS_DUPLICATE_WINDOW=%s: must be positive", n.DuplicateWindow))
-	}
-	return errs
-}
-
-// validateWebhooks checks the webhook listener and the resend grace.
-func (c Config) validateWebhooks() []error {
-	var errs []error
-	if err := c.Webhooks.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Webhooks.Enabled() && c.WebhookAddr == "" {
-		errs = append(errs, errors.New("EFFECTIVELY_WEBHOOK_ADDR is off but a webhook secret or key is set: unset STRIPE_WEBHOOK_SECRETS/SENDGRID_WEBHOOK_PUBLIC_KEY or give an address"))
-	}
-	emailStart := c.Workflows.EmailStartToClose
-	if emailStart == 0 {
-		emailStart = workflows.DefaultConfig().EmailStartToClose
-	}
-	switch {
-	case c.EmailResendGrace < 0:
-		errs = append(errs, fmt.Errorf("EMAIL_RESEND_GRACE=%s: must not be negative", c.EmailResendGrace))
-	case c.EmailResendGrace > 0 && c.EmailResendGrace >= emailStart:
-		errs = append(errs, fmt.Errorf("EMAIL_RESEND_GRACE=%s: must be shorter than EMAIL_START_TO_CLOSE (%s), which bounds the attempt that waits", c.EmailResendGrace, emailStart))
 	}
 	return errs
 }

@@ -11,16 +11,14 @@ import (
 const GRPCMetaPrefix = "TEMPORAL_GRPC_META_"
 
 // Names returns, sorted, every environment variable Load reads, Temporal's
-// own included; a name ending in * stands for a family of variables with
-// that prefix. docs/configuration.md documents exactly these (a test
-// compares them), and the deployment check holds the worker's environment in
-// docker-compose.yml to them.
+// own included: the table of variables. A name ending in * stands for a
+// family of variables with that prefix. docs/configuration.md's table is
+// generated from the same table, and the deployment check holds the
+// worker's environment in docker-compose.yml to them.
 func Names() []string {
-	r := &recorder{read: map[string]bool{}}
-	_, _ = LoadEnv(r) // an empty environment: every variable is looked up, none set
-	names := make([]string, 0, len(r.read))
-	for n := range r.read {
-		names = append(names, n)
+	names := make([]string, 0, len(variables))
+	for _, v := range variables {
+		names = append(names, v.name)
 	}
 	slices.Sort(names)
 	return names
@@ -38,19 +36,4 @@ func Known(name string) bool {
 		}
 	}
 	return false
-}
-
-// recorder is an empty environment that records what is looked up.
-type recorder struct {
-	read map[string]bool
-}
-
-func (r *recorder) LookupEnv(name string) (string, bool) {
-	r.read[name] = true
-	return "", false
-}
-
-func (r *recorder) Environ() []string {
-	r.read[GRPCMetaPrefix+"*"] = true
-	return nil
 }

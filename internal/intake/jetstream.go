@@ -155,30 +155,42 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 func (c JetStreamConfig) Validate() error {
 	c = c.withDefaults()
 	var errs []error
+	bad := func(err error, fields ...string) { errs = append(errs, &FieldError{Fields: fields, Err: err}) }
 	if c.AckWait <= 0 {
-		errs = append(errs, fmt.Errorf("ack wait %s must be positive", c.AckWait))
+		bad(fmt.Errorf("ack wait %s must be positive", c.AckWait), "AckWait")
 	}
 	for i, b := range c.BackOff {
 		if b <= 0 {
-			errs = append(errs, fmt.Errorf("backoff entry %d (%s) must be positive", i+1, b))
+			bad(fmt.Errorf("backoff entry %d (%s) must be positive", i+1, b), "BackOff")
 		}
 	}
 	if c.MaxDeliver <= 0 {
-		errs = append(errs, fmt.Errorf("max deliver %d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", c.MaxDeliver))
+		bad(fmt.Errorf("max deliver %d: must be at least 1; unlimited redelivery has no horizon, so no retention would be safe", c.MaxDeliver), "MaxDeliver")
 	} else if len(c.BackOff) > 0 && c.MaxDeliver <= len(c.BackOff)+1 {
-		errs = append(errs, fmt.Errorf("max deliver %d must exceed the %d ack waits (ack wait plus %d backoff entries)", c.MaxDeliver, len(c.BackOff)+1, len(c.BackOff)))
+		bad(fmt.Errorf("max deliver %d must exceed the %d ack waits (ack wait plus %d backoff entries)", c.MaxDeliver, len(c.BackOff)+1, len(c.BackOff)),
+			"MaxDeliver", "AckWait", "BackOff")
 	}
-	if strings.ContainsAny(c.Stream, ". *>") {
-		errs = append(errs, fmt.Errorf("stream name %q must not contain '.', '*', '>' or spaces", c.Stream))
+	if strings.ContainsAny(c.Stream, ". *>\t") {
+		bad(fmt.Errorf("stream name %q must not contain '.', '*', '>' or spaces", c.Stream), "Stream")
 	}
-	if strings.ContainsAny(c.Durable, ". *>") {
-		errs = append(errs, fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.Durable))
+	if strings.ContainsAny(c.Durable, ". *>\t") {
+		bad(fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.Durable), "Durable")
 	}
 	if err := validSubject(c.Subject, true); err != nil {
-		errs = append(errs, err)
+		bad(err, "Subject")
 	}
 	return errors.Join(errs...)
 }
+
+// FieldError is an error of JetStreamConfig.Validate about the fields it
+// names, so that a caller can name its own settings for them.
+type FieldError struct {
+	Fields []string // JetStreamConfig's field names
+	Err    error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // ackWaits is the broker's BackOff list: the ack wait of each delivery.
 func (c JetStreamConfig) ackWaits() []time.Duration {
@@ -643,6 +655,38 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		return nil, false, fmt.Errorf("create stream %s: %w", spec.Name, err)
 	}
 	return s, true, nil
+}
+
+// EnsureStreams ensures each stream of specs (EnsureStream) and logs what it
+// found: a created stream at info; an existing one, which is the broker
+// owner's and never changed, at warn when it keeps messages longer than
+// spec.MaxAge (a replay through a new consumer would then run messages whose
+// records were pruned) or stores messages larger than MaxStreamMsgSize.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, logger *slog.Logger, specs ...StreamSpec) error {
+	for _, spec := range specs {
+		s, created, err := EnsureStream(ctx, js, spec)
+		if err != nil {
+			return err
+		}
+		if created {
+			logger.Info("created stream", "stream", spec.Name, "subjects", spec.Subjects, "max_age", spec.MaxAge.String(),
+				"max_msg_size", MaxStreamMsgSize)
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			continue
+		}
+		if info.Config.MaxAge == 0 || info.Config.MaxAge > spec.MaxAge {
+			logger.Warn("stream keeps messages longer than the retention: replaying it through a new consumer would run messages whose records were pruned",
+				"stream", spec.Name, "max_age", info.Config.MaxAge.String(), "retention", spec.MaxAge.String())
+		}
+		if LooseMessageLimit(info.Config) {
+			logger.Warn("stream stores messages larger than the intake accepts: an oversized one is delivered and quarantined as too_large (size, SHA-256, first 1 KiB) instead of being refused by the broker; set the stream's max_msg_size",
+				"stream", spec.Name, "max_msg_size", info.Config.MaxMsgSize, "limit", MaxStreamMsgSize)
+		}
+	}
+	return nil
 }
 
 // LooseMessageLimit reports whether a stream configured as c stores

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +95,38 @@ func TestEnsureStreamLeavesAnExistingStream(t *testing.T) {
 	}
 	if intake.LooseMessageLimit(jetstream.StreamConfig{MaxMsgSize: 1 << 10}) {
 		t.Error("a tighter limit counts as loose")
+	}
+}
+
+// TestEnsureStreamsWarns: EnsureStreams creates a missing stream and says
+// so, and warns, naming the stream, about an existing one that keeps
+// messages longer than the retention or has no size limit of its own.
+func TestEnsureStreamsWarns(t *testing.T) {
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{MaxMsgSize: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	fresh := j.Stream + "_FRESH"
+	err := intake.EnsureStreams(ctx, j.JS, logger,
+		intake.StreamSpec{Name: j.Stream, Subjects: []string{j.Subject}, MaxAge: 30 * time.Minute}, // it keeps 1h
+		intake.StreamSpec{Name: fresh, Subjects: []string{fresh + ".>"}, MaxAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.JS.DeleteStream(context.Background(), fresh) })
+	out := buf.String()
+	for _, want := range []string{
+		"level=WARN msg=\"stream keeps messages longer than the retention",
+		"level=WARN msg=\"stream stores messages larger than the intake accepts",
+		"level=INFO msg=\"created stream\" stream=" + fresh,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "stream="+j.Stream+" ") != 2 {
+		t.Errorf("want two warnings naming %s:\n%s", j.Stream, out)
 	}
 }
 
