@@ -17,29 +17,6 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// Error types of the non-retryable application errors activities return.
-// Workflows and operators match on these strings, never on Go type names.
-const (
-	// ErrTypeIdempotencyMismatch: a key was reused with different
-	// parameters. It is a bug, not a transient condition.
-	ErrTypeIdempotencyMismatch = "IdempotencyMismatch"
-	// ErrTypePaymentUnknown: the charge's outcome could not be established
-	// (an ambiguous provider answer, and no charge found by lookup). The
-	// payment is recorded as unknown for an operator; nothing is retried.
-	ErrTypePaymentUnknown = "PaymentUnknown"
-	// ErrTypeUnexpectedState: the PaymentIntent is in a status effectively
-	// never asks for (requires_capture, or never confirmed). The payment is
-	// recorded unexpected for an operator; no receipt is sent.
-	ErrTypeUnexpectedState = "unexpected_state"
-	// ErrTypeInvalidInput: the activity input is unusable.
-	ErrTypeInvalidInput = "InvalidInput"
-	// ErrTypeFenced: a later claim owns the ledger row (a retry, or the
-	// regular activity that took over from a local one). It is retryable:
-	// whichever attempt Temporal still waits for claims again and settles
-	// the row; a superseded attempt's result is discarded anyway.
-	ErrTypeFenced = "Fenced"
-)
-
 // Activities holds the dependencies of every activity. It is built once per
 // worker process and registered with Register(w, &Activities{...}), each
 // activity under its constant name (names.go).

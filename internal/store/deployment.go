@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectively/effectively/internal/identity"
 )
 
 // keyNamespaceSetting is the deployment row that records the key namespace.
@@ -182,6 +184,21 @@ const openEffectsSQL = `
 	UNION ALL
 	SELECT 'receipt', count(*), (array_agg(message_id ORDER BY updated_at))[1:$1]
 	  FROM effects WHERE kind = 'email' AND state IN ('claimed', 'in_flight')`
+
+// OpenEffectsRow names the row of openEffectsSQL that counts the open
+// cases of effect e, and false for an effect the guard does not count. A
+// route's effects must all be counted (internal/route's TestChecklist).
+func OpenEffectsRow(e identity.Effect) (string, bool) {
+	switch e {
+	case identity.EffectPayment, identity.EffectPaymentIntent:
+		return "payment", true // one payments row holds both keys
+	case identity.EffectRefund:
+		return "refund", true
+	case identity.EffectEmail, identity.EffectRefundEmail:
+		return "receipt", true // both are effects rows of kind email
+	}
+	return "", false
+}
 
 func openEffects(ctx context.Context, db DBTX) (OpenEffects, error) {
 	var o OpenEffects
