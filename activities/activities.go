@@ -34,17 +34,13 @@ type Activities struct {
 	// attempts together) list Stripe after an ambiguous create before its
 	// absence is taken as proof that nothing was created. Default 5.
 	AmbiguousAttempts int32
-	// Retention is how long Prune keeps processed-message, inbox and outbox
-	// rows (and quarantine rows: Retention.Quarantine), with the horizon the
-	// worker checked it against at start. The
-	// zero value makes Prune refuse to delete anything.
+	// Retention is how long Prune keeps processed, inbox, outbox and
+	// quarantine rows, with the horizon checked at start. Zero: Prune
+	// deletes nothing.
 	Retention retention.Policy
-	// KeyTrust is how long after the claim Stripe's idempotency keys are
-	// trusted to replay (Stripe keeps them 24 h): the effect protocol's key
-	// window. Later, a charge without a recorded PaymentIntent lists the
-	// claim's window before creating one, one with a recorded PaymentIntent
-	// retrieves it before confirming, and a refund lists its PaymentIntent's
-	// refunds before refunding. Default 23h.
+	// KeyTrust is the effect protocol's key window: how long after the claim
+	// Stripe's keys are trusted to replay; past it a retry looks up before
+	// it calls (internal/effect). Default 23h.
 	KeyTrust time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -55,11 +51,9 @@ type Activities struct {
 	// Metrics counts effect outcomes (and business duplicates). Nil counts
 	// nothing.
 	Metrics *metrics.Metrics
-	// ResendGrace is how long, under at-least-once, a SendReceipt retry
-	// that follows a possibly successful send waits for SendGrid's event
-	// (processed, delivered, …) before sending again. The events arrive
-	// through the worker's /webhooks/sendgrid. Zero: no wait, resend at
-	// once. It must be shorter than the activity's start-to-close.
+	// ResendGrace is how long a receipt retry after a possible send waits
+	// for SendGrid's event (/webhooks/sendgrid) before resending, under
+	// at-least-once. Zero: no wait. Shorter than the start-to-close.
 	ResendGrace time.Duration
 	// EventPoll is how often that wait reads the event table. Default 250ms.
 	EventPoll time.Duration

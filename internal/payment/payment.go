@@ -56,10 +56,9 @@ type Config struct {
 	// DefaultTimeout. It replaces the Timeout of HTTPClient, if one is
 	// given.
 	Timeout time.Duration
-	// MaxNetworkRetries is how many times stripe-go itself retries a request
-	// that failed in a way it considers retryable, always with the same
-	// idempotency key. Zero means DefaultMaxNetworkRetries; NoNetworkRetries
-	// (-1) turns the retries off.
+	// MaxNetworkRetries is how often stripe-go retries a request itself,
+	// under the same key. Zero means DefaultMaxNetworkRetries;
+	// NoNetworkRetries (-1) turns them off.
 	MaxNetworkRetries int64
 	// HTTPClient is the HTTP client to use. It is copied, not modified. Nil
 	// means a client with its own connection pool.
@@ -68,15 +67,9 @@ type Config struct {
 	// level, warnings and errors at their own. Response bodies are never
 	// logged. Nil discards everything.
 	Logger *slog.Logger
-	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
-	// default. When set, every Idempotency-Key the Client sends is scoped
-	// by it (identity.Scope: "eu/payment:evt_1"), every PaymentIntent and
-	// Refund it creates carries it as metadata[effectively_namespace], and
-	// its lookups (FindInWindow, FindByMessageID, FindRefund) only return
-	// objects with the same namespace, absent when Namespace is empty. So
-	// deployments sharing one Stripe account and one message-ID space never
-	// replay or adopt each other's payments. At most
-	// identity.MaxNamespaceLen characters of A-Z a-z 0-9 _ - .
+	// Namespace scopes every key the Client sends ("eu/payment:evt_1"),
+	// tags what it creates, and limits its lookups to its own (doc.go, "Key
+	// namespace"). Empty by default: keys are sent as given.
 	Namespace string
 }
 

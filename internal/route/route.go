@@ -63,10 +63,9 @@ type Route struct {
 	Schema   message.Schema
 	Workflow string
 	Effects  []identity.Effect
-	// WorkflowMarksDispatched is true when the workflow marks its inbox row
-	// dispatched in its own first transaction (OrderPlaced's payment
-	// claim): the intake then skips that commit after the start, and a row
-	// whose workflow died first is marked by a later Dispatcher pass.
+	// WorkflowMarksDispatched: the workflow marks its inbox row dispatched
+	// in its first transaction, so the intake skips that commit; a row whose
+	// workflow died first is marked by a later Dispatcher pass.
 	WorkflowMarksDispatched bool
 
 	start   func(m *message.Message) (WorkflowStart, error)

@@ -27,11 +27,8 @@ var ErrKeyNamespaceInUse = errors.New("the key namespace changed while effects a
 // OpenEffects counts the effects whose outcome is not final: the ones a
 // retry would make again with its keys.
 type OpenEffects struct {
-	// Payments counts payments claimed (the PaymentIntent may exist at
-	// Stripe with its ID not yet recorded), processing, unknown or
-	// unexpected; Refunds refunds claimed (sent, or about to be, with no
-	// answer recorded); Receipts mails (order and refund receipts) claimed
-	// or in flight, not recorded sent or failed.
+	// Payments, Refunds and Receipts count the open payments, refunds and
+	// mails (order and refund receipts), as openEffectsSQL defines them.
 	Payments, Refunds, Receipts int64
 	// PaymentMessages, RefundMessages and ReceiptMessages are the message
 	// IDs of the oldest few of each, for `starter status`.
@@ -91,9 +88,8 @@ func plural(n int64, noun string) string {
 // KeyNamespaceCheck is what GuardKeyNamespace found and did.
 type KeyNamespaceCheck struct {
 	// Recorded is the namespace recorded before this start; HadRecord is
-	// false when there was no record (a new database, or one last run by
-	// a binary without the guard, whose keys were unscoped: Recorded is
-	// then "").
+	// false when there was none (a new database, or one of a binary before
+	// the guard): Recorded is then "".
 	Recorded  string
 	HadRecord bool
 	// Changed reports that the configured namespace differed from Recorded
