@@ -320,7 +320,8 @@ func (c *Charge) Succeeded() bool { return c.Status == StatusSucceeded }
 // Charge creates and confirms a PaymentIntent for req under
 // req.IdempotencyKey. It returns the PaymentIntent when Stripe answers with
 // success, whatever its Status (check Succeeded), and otherwise an error
-// wrapping an *Error.
+// wrapping an *Error. The product charges with Create and Confirm instead;
+// Charge serves the lab's single-request reference.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (*Charge, error) {
 	if err := req.validate(); err != nil {
 		return nil, fmt.Errorf("payment: charge: %w", err)
@@ -396,7 +397,8 @@ const maxSearchResults = 100
 // FindByMessageID searches for the PaymentIntent created for a message. If
 // there are several it returns a succeeded one, else a processing one, else
 // the newest. It returns an error wrapping ErrNotFound when there is none;
-// see the package documentation on search lag.
+// Search lags (see the package documentation), so the product calls it only
+// through FindInWindow, for what is older than SearchLag.
 func (c *Client) FindByMessageID(ctx context.Context, messageID string) (*Charge, error) {
 	if messageID == "" {
 		return nil, fmt.Errorf("payment: find: %w", localError("message ID is required"))
