@@ -28,7 +28,8 @@ type ChargeInput struct {
 	PaymentMethod string `json:"payment_method"`
 }
 
-// PaymentOutcome is the outcome of ChargeOrder.
+// PaymentOutcome is the outcome of ChargeOrder. Its values but processing
+// are those the processed row records (store.Outcome).
 type PaymentOutcome string
 
 // Payment outcomes returned by ChargeOrder.

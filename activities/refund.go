@@ -26,7 +26,8 @@ type RefundInput struct {
 	Reason    string `json:"reason"`
 }
 
-// RefundOutcome is the outcome of RefundOrder.
+// RefundOutcome is the outcome of RefundOrder, with the values the
+// processed row records (store.Outcome).
 type RefundOutcome string
 
 // Refund outcomes returned by RefundOrder.

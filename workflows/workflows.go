@@ -20,7 +20,8 @@ const (
 	StageCompleted      Stage = "completed"
 )
 
-// Outcome is how a workflow ended, in its status and result. Each
+// Outcome is how a workflow ended, in its status and result; one that ends
+// on a payment's or refund's outcome has that outcome's value. Each
 // workflow's own outcomes are in its file.
 type Outcome string
 
