@@ -17,29 +17,6 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// Error types of the non-retryable application errors activities return.
-// Workflows and operators match on these strings, never on Go type names.
-const (
-	// ErrTypeIdempotencyMismatch: a key was reused with different
-	// parameters. It is a bug, not a transient condition.
-	ErrTypeIdempotencyMismatch = "IdempotencyMismatch"
-	// ErrTypePaymentUnknown: the charge's outcome could not be established
-	// (an ambiguous provider answer, and no charge found by lookup). The
-	// payment is recorded as unknown for an operator; nothing is retried.
-	ErrTypePaymentUnknown = "PaymentUnknown"
-	// ErrTypeUnexpectedState: the PaymentIntent is in a status effectively
-	// never asks for (requires_capture, or never confirmed). The payment is
-	// recorded unexpected for an operator; no receipt is sent.
-	ErrTypeUnexpectedState = "unexpected_state"
-	// ErrTypeInvalidInput: the activity input is unusable.
-	ErrTypeInvalidInput = "InvalidInput"
-	// ErrTypeFenced: a later claim owns the ledger row (a retry, or the
-	// regular activity that took over from a local one). It is retryable:
-	// whichever attempt Temporal still waits for claims again and settles
-	// the row; a superseded attempt's result is discarded anyway.
-	ErrTypeFenced = "Fenced"
-)
-
 // Activities holds the dependencies of every activity. It is built once per
 // worker process and registered with Register(w, &Activities{...}), each
 // activity under its constant name (names.go).
@@ -57,17 +34,13 @@ type Activities struct {
 	// attempts together) list Stripe after an ambiguous create before its
 	// absence is taken as proof that nothing was created. Default 5.
 	AmbiguousAttempts int32
-	// Retention is how long Prune keeps processed-message, inbox and outbox
-	// rows (and quarantine rows: Retention.Quarantine), with the horizon the
-	// worker checked it against at start. The
-	// zero value makes Prune refuse to delete anything.
+	// Retention is how long Prune keeps processed, inbox, outbox and
+	// quarantine rows, with the horizon checked at start. Zero: Prune
+	// deletes nothing.
 	Retention retention.Policy
-	// KeyTrust is how long after the claim Stripe's idempotency keys are
-	// trusted to replay (Stripe keeps them 24 h): the effect protocol's key
-	// window. Later, a charge without a recorded PaymentIntent lists the
-	// claim's window before creating one, one with a recorded PaymentIntent
-	// retrieves it before confirming, and a refund lists its PaymentIntent's
-	// refunds before refunding. Default 23h.
+	// KeyTrust is the effect protocol's key window: how long after the claim
+	// Stripe's keys are trusted to replay; past it a retry looks up before
+	// it calls (internal/effect). Default 23h.
 	KeyTrust time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -78,11 +51,9 @@ type Activities struct {
 	// Metrics counts effect outcomes (and business duplicates). Nil counts
 	// nothing.
 	Metrics *metrics.Metrics
-	// ResendGrace is how long, under at-least-once, a SendReceipt retry
-	// that follows a possibly successful send waits for SendGrid's event
-	// (processed, delivered, …) before sending again. The events arrive
-	// through the worker's /webhooks/sendgrid. Zero: no wait, resend at
-	// once. It must be shorter than the activity's start-to-close.
+	// ResendGrace is how long a receipt retry after a possible send waits
+	// for SendGrid's event (/webhooks/sendgrid) before resending, under
+	// at-least-once. Zero: no wait. Shorter than the start-to-close.
 	ResendGrace time.Duration
 	// EventPoll is how often that wait reads the event table. Default 250ms.
 	EventPoll time.Duration

@@ -123,7 +123,7 @@ func TestChargeOrderRecordFailedThenRetryReplays(t *testing.T) {
 func TestChargeOrderDeclinedIsRecordedNotRetried(t *testing.T) {
 	f := newFixture(t, "")
 	r, err := run(t, f, f.acts.ChargeOrder, charge("evt_d", 8, "pm_card_chargeDeclinedInsufficientFunds"))
-	if err != nil || r.Outcome != activities.PaymentDeclined || r.DeclineCode != "insufficient_funds" {
+	if err != nil || r.Outcome != activities.PaymentFailed || r.DeclineCode != "insufficient_funds" {
 		t.Fatalf("declined = %+v, %v", r, err)
 	}
 	st, err := f.db.Status(context.Background(), "order-placed", "evt_d")
@@ -362,7 +362,7 @@ func TestChargeOrderAmbiguousDeclineIsReconciled(t *testing.T) {
 		t.Fatal("a fresh 500 was not reported")
 	}
 	r, err := run(t, f, f.acts.ChargeOrder, in)
-	if err != nil || r.Outcome != activities.PaymentDeclined || r.DeclineCode != "generic_decline" {
+	if err != nil || r.Outcome != activities.PaymentFailed || r.DeclineCode != "generic_decline" {
 		t.Fatalf("replayed 500 on a declined card = %+v, %v; want declined by lookup", r, err)
 	}
 	st, err := f.db.Status(context.Background(), "order-placed", "evt_ambd")
@@ -412,7 +412,7 @@ func TestChargeOrderAmbiguousCreateWithNothingListedFails(t *testing.T) {
 		}
 	}
 	r, err := run(t, f, f.acts.ChargeOrder, in)
-	if err != nil || r.Outcome != activities.PaymentDeclined || r.FailureCode != activities.CodeCreateFailed {
+	if err != nil || r.Outcome != activities.PaymentFailed || r.FailureCode != activities.CodeCreateFailed {
 		t.Fatalf("attempt 3 = %+v, %v; want %s", r, err, activities.CodeCreateFailed)
 	}
 	p, err := db.PaymentOf(context.Background(), "order-placed", "evt_unk")

@@ -28,13 +28,14 @@ type ChargeInput struct {
 	PaymentMethod string `json:"payment_method"`
 }
 
-// PaymentOutcome is the outcome of ChargeOrder.
+// PaymentOutcome is the outcome of ChargeOrder. Its values but processing
+// are those the processed row records (store.Outcome).
 type PaymentOutcome string
 
 // Payment outcomes returned by ChargeOrder.
 const (
 	PaymentPaid              PaymentOutcome = "paid"
-	PaymentDeclined          PaymentOutcome = "payment_failed"
+	PaymentFailed            PaymentOutcome = "payment_failed"
 	PaymentBusinessDuplicate PaymentOutcome = "business_duplicate"
 	// PaymentProcessing: Stripe is processing the payment; it settles
 	// later (succeeded or failed). No receipt until it succeeds.
@@ -43,11 +44,11 @@ const (
 
 // ChargeResult is the recorded outcome of ChargeOrder.
 type ChargeResult struct {
-	// Outcome is PaymentPaid, PaymentDeclined, PaymentProcessing or
+	// Outcome is PaymentPaid, PaymentFailed, PaymentProcessing or
 	// PaymentBusinessDuplicate.
 	Outcome         PaymentOutcome `json:"outcome"`
 	PaymentIntentID string         `json:"payment_intent_id,omitempty"`
-	// FailureCode and DeclineCode explain a PaymentDeclined.
+	// FailureCode and DeclineCode explain a PaymentFailed.
 	FailureCode string `json:"failure_code,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`
 	// HeldBy is the message that holds the order, for a business duplicate.
@@ -452,7 +453,7 @@ func recordedCharge(p store.Payment) (ChargeResult, error) {
 	case store.PaymentSucceeded:
 		r.Outcome = PaymentPaid
 	case store.PaymentFailed:
-		r.Outcome = PaymentDeclined
+		r.Outcome = PaymentFailed
 		r.FailureCode, r.DeclineCode = p.FailureCode, p.DeclineCode
 	case store.PaymentProcessing:
 		r.Outcome = PaymentProcessing
@@ -501,7 +502,7 @@ func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key stri
 		return ChargeResult{}, fenced(fmt.Errorf("record declined payment of order %d: %w", in.OrderID, err))
 	}
 	logger(ctx).Info("payment refused", "order_id", in.OrderID, "code", f.Code, "decline_code", f.DeclineCode)
-	return ChargeResult{Outcome: PaymentDeclined, FailureCode: f.Code, DeclineCode: f.DeclineCode}, nil
+	return ChargeResult{Outcome: PaymentFailed, FailureCode: f.Code, DeclineCode: f.DeclineCode}, nil
 }
 
 // CodeCreateFailed is the failure code of a payment whose PaymentIntent

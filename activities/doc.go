@@ -3,6 +3,11 @@
 // running workflow histories refer to by name (names.go): rename them with
 // care, and keep helpers unexported.
 //
+// Per route (internal/route): order.placed runs ChargeOrder (or
+// ChargeOrderLocally first), SettlePayment while a payment is processing,
+// and SendReceipt (or SendReceiptLocally); order.refund_requested runs
+// RefundOrder and SendRefundReceipt. The PruneRecords schedule runs Prune.
+//
 // Every effect follows the effect protocol of internal/effect (claim with a
 // fencing token, drain-safe call with heartbeats, replay inside the key
 // window and a strongly consistent lookup past it, the find checked before

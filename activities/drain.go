@@ -9,12 +9,6 @@ import (
 	"github.com/effectively/effectively/internal/effect"
 )
 
-// ErrTypeDraining is the error type of an effect refused because the
-// worker is shutting down and takes no new effect. It
-// is retryable: the attempt claimed nothing, so another worker (or this one,
-// restarted) runs it from the start.
-const ErrTypeDraining = "Draining"
-
 // DefaultEffectTimeout bounds an effect that runs outside any activity
 // deadline (a test calling an activity method directly).
 const DefaultEffectTimeout = effect.DefaultTimeout

@@ -9,13 +9,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// ErrTypeAwaitingEmailEvent is the error type of a local SendReceipt
-// attempt that found that an earlier attempt may have sent the receipt. It
-// is retryable: the regular activity that takes over waits for SendGrid's
-// event (ResendGrace) before deciding to resend, which a local attempt,
-// bounded by a few seconds and unable to heartbeat, cannot do.
-const ErrTypeAwaitingEmailEvent = "AwaitingEmailEvent"
-
 // defaultEventPoll is how often the grace wait reads the event table.
 const defaultEventPoll = 250 * time.Millisecond
 

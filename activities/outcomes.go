@@ -41,7 +41,7 @@ func (a *Activities) countCharge(consumer string, r ChargeResult, err error) {
 	case r.Outcome == PaymentBusinessDuplicate:
 		a.Metrics.IntakeDecision(consumer, metrics.DecisionBusinessDuplicate)
 		return
-	case r.Outcome == PaymentDeclined:
+	case r.Outcome == PaymentFailed:
 		res = metrics.ResultDeclined
 	case r.Outcome == PaymentProcessing:
 		res = metrics.ResultProcessing
@@ -86,7 +86,7 @@ func (a *Activities) countRefund(r RefundResult, err error) {
 		res = metrics.ResultReplayed
 	case r.Outcome == RefundRefunded:
 		res = metrics.ResultRefunded
-	case r.Outcome == RefundRefused:
+	case r.Outcome == RefundFailed:
 		res = metrics.ResultFailed
 	}
 	a.count(metrics.EffectRefund, res, err)

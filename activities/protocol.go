@@ -18,14 +18,6 @@ import (
 	"github.com/effectively/effectively/internal/payment"
 )
 
-// ErrTypeProviderAuth is the error type of an attempt the provider refused
-// for our configuration: a wrong, revoked or rotated API key (401, 403), or
-// a wrong SendGrid base URL (404, a redirect). It is retryable and never
-// recorded as the effect's outcome: the effect goes through once an operator
-// fixes the configuration, and the effect_outcomes counter's provider_auth
-// result (alert EffectivelyProviderAuth) tells them.
-const ErrTypeProviderAuth = "ProviderAuth"
-
 // stripeClass is what a failed Stripe call means to the effect protocol.
 func stripeClass(err error) effect.Class {
 	if pe, ok := errors.AsType[*payment.Error](err); ok &&

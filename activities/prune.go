@@ -11,12 +11,6 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// ErrTypeRetentionUnsafe is the error type when the worker's retention is
-// shorter than the horizon it was checked against (or unset); pruning with it
-// could delete the record of a message that can still be redelivered, so
-// nothing is deleted.
-const ErrTypeRetentionUnsafe = "RetentionUnsafe"
-
 // DefaultPruneBatch is how many rows one DELETE removes when PruneInput
 // does not say.
 const DefaultPruneBatch = 1000

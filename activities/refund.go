@@ -16,11 +16,6 @@ import (
 	"github.com/effectively/effectively/internal/store"
 )
 
-// ErrTypePaymentPending is the type of the error RefundOrder returns while
-// the order's payment has no final outcome, so that the refund cannot be
-// decided yet. Retryable: the refund waits for the payment.
-const ErrTypePaymentPending = "PaymentPending"
-
 // RefundInput is what RefundOrder needs: everything comes from the message;
 // the PaymentIntent and the currency come from the recorded payment.
 type RefundInput struct {
@@ -31,15 +26,16 @@ type RefundInput struct {
 	Reason    string `json:"reason"`
 }
 
-// RefundOutcome is the outcome of RefundOrder.
+// RefundOutcome is the outcome of RefundOrder, with the values the
+// processed row records (store.Outcome).
 type RefundOutcome string
 
 // Refund outcomes returned by RefundOrder.
 const (
 	// RefundRefunded: Stripe created the refund (once, under the key).
 	RefundRefunded RefundOutcome = "refunded"
-	// RefundRefused: Stripe refused the refund; its amount is free again.
-	RefundRefused RefundOutcome = "refund_failed"
+	// RefundFailed: Stripe refused the refund; its amount is free again.
+	RefundFailed RefundOutcome = "refund_failed"
 	// RefundExceedsPayment: more than what remains of the payment; Stripe
 	// was not called.
 	RefundExceedsPayment RefundOutcome = "refund_exceeds_payment"
@@ -57,7 +53,7 @@ type RefundResult struct {
 	// refunds already hold, for RefundExceedsPayment.
 	Paid     int64 `json:"paid,omitempty"`
 	Refunded int64 `json:"refunded,omitempty"`
-	// FailureCode explains a RefundRefused.
+	// FailureCode explains a RefundFailed.
 	FailureCode string `json:"failure_code,omitempty"`
 	Replayed    bool   `json:"replayed,omitempty"`
 	Recorded    bool   `json:"recorded,omitempty"`
@@ -203,7 +199,7 @@ func recordedRefund(r store.Refund) (RefundResult, error) {
 	case store.RefundSucceeded:
 		res.Outcome = RefundRefunded
 	case store.RefundFailed:
-		res.Outcome, res.FailureCode = RefundRefused, r.FailureCode
+		res.Outcome, res.FailureCode = RefundFailed, r.FailureCode
 	case store.RefundClaimed:
 		// ClaimRefund reports a claimed refund as done only when its ledger
 		// row is terminal without the refund row following: a bug.
@@ -239,7 +235,7 @@ func (a *Activities) recordRefundRefused(ctx context.Context, in RefundInput, ke
 		return RefundResult{}, fenced(fmt.Errorf("record refused refund of order %d: %w", in.OrderID, err))
 	}
 	logger(ctx).Warn("refund refused by stripe", "order_id", in.OrderID, "code", code)
-	return RefundResult{Outcome: RefundRefused, FailureCode: code, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency}, nil
+	return RefundResult{Outcome: RefundFailed, FailureCode: code, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency}, nil
 }
 
 // RefundReceiptInput is what SendRefundReceipt needs. The address is not in

@@ -120,7 +120,7 @@ func TestRefundBeyondWhatRemainsIsRefusedWithoutStripe(t *testing.T) {
 
 func TestRefundOfOrderNeverPaid(t *testing.T) {
 	f := newFixture(t, "")
-	if r, err := run(t, f, f.acts.ChargeOrder, charge("evt_dec", 52, "pm_card_chargeDeclined")); err != nil || r.Outcome != activities.PaymentDeclined {
+	if r, err := run(t, f, f.acts.ChargeOrder, charge("evt_dec", 52, "pm_card_chargeDeclined")); err != nil || r.Outcome != activities.PaymentFailed {
 		t.Fatalf("declined charge = %+v, %v", r, err)
 	}
 	requests := f.sims.Stripe.Stats().Requests

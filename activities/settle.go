@@ -19,7 +19,7 @@ type SettleInput struct {
 
 // SettlePayment reads a processing payment's PaymentIntent from Stripe by
 // its recorded ID (strongly consistent) and records what it says, then
-// returns the payment's outcome: PaymentPaid, PaymentDeclined, or
+// returns the payment's outcome: PaymentPaid, PaymentFailed, or
 // PaymentProcessing while Stripe is still processing it. A payment settled
 // meanwhile (by a webhook, or an operator) is returned as recorded, without
 // a call. Safe to retry and to run alongside those: the ledger moves by
@@ -36,7 +36,7 @@ func (a *Activities) SettlePayment(ctx context.Context, in SettleInput) (ChargeR
 	case store.PaymentSucceeded:
 		out.Outcome = PaymentPaid
 	case store.PaymentFailed:
-		out.Outcome, out.FailureCode, out.DeclineCode = PaymentDeclined, p.FailureCode, p.DeclineCode
+		out.Outcome, out.FailureCode, out.DeclineCode = PaymentFailed, p.FailureCode, p.DeclineCode
 	case store.PaymentProcessing:
 		out.Outcome = PaymentProcessing
 	case store.PaymentUnexpected:

@@ -49,7 +49,7 @@ func TestChargeStatusProcessingThenSettled(t *testing.T) {
 		want    activities.PaymentOutcome
 	}{
 		{"pm_card_processing", true, activities.PaymentPaid},
-		{"pm_card_processingDeclined", false, activities.PaymentDeclined},
+		{"pm_card_processingDeclined", false, activities.PaymentFailed},
 	} {
 		t.Run(tc.pm, func(t *testing.T) {
 			f := newFixture(t, "")
@@ -115,7 +115,7 @@ func TestChargeStatusRefusals(t *testing.T) {
 			f := newFixture(t, "")
 			id := "evt_" + tc.status
 			r, err := run(t, f, f.acts.ChargeOrder, charge(id, 51, tc.pm))
-			if err != nil || r.Outcome != activities.PaymentDeclined || r.FailureCode != tc.code || r.DeclineCode != tc.decline {
+			if err != nil || r.Outcome != activities.PaymentFailed || r.FailureCode != tc.code || r.DeclineCode != tc.decline {
 				t.Fatalf("charge = %+v, %v; want declined %s/%s", r, err, tc.code, tc.decline)
 			}
 			p := paymentOf(t, f, id)

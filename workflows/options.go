@@ -39,27 +39,20 @@ type Config struct {
 	RetryInitialInterval time.Duration
 	// RetryMaximumInterval caps the backoff. Default 5m.
 	RetryMaximumInterval time.Duration
-	// LocalStartToClose bounds the local attempt of an effect. Each effect
-	// first runs once as a local activity in the worker that runs the
-	// workflow (no task queue round trip, no history event but a marker);
-	// when that attempt fails or runs out of time, the same activity runs
-	// again as a regular activity with the timeouts above. Default 10s.
+	// LocalStartToClose bounds an effect's first, local attempt; when it
+	// fails or times out, the regular activity takes over. Default 10s.
 	LocalStartToClose time.Duration
-	// PaymentProcessingPoll is how long a workflow whose payment is
-	// processing waits, without a PaymentSettledSignal, before it
-	// retrieves the PaymentIntent from Stripe again. Each wait is a
-	// durable timer. Default 10m.
+	// PaymentProcessingPoll is how long a processing payment waits for
+	// PaymentSettledSignal before it is retrieved again (a durable timer).
+	// Default 10m.
 	PaymentProcessingPoll time.Duration
-	// PaymentProcessingMaxWait bounds the whole wait for a processing
-	// payment; past it the workflow fails as payment_processing_timeout
-	// and the payment stays processing for an operator. Default 72h
-	// (asynchronous methods such as bank debits take days).
+	// PaymentProcessingMaxWait bounds the wait for a processing payment;
+	// past it the workflow fails (payment_processing_timeout) for an
+	// operator. Default 72h: bank debits take days.
 	PaymentProcessingMaxWait time.Duration
-	// HeartbeatTimeout is how long a regular ChargeOrder or SendReceipt
-	// attempt may go without a heartbeat before Temporal takes its worker
-	// for dead and retries it elsewhere. The activities heartbeat every 2s
-	// while they work, so a killed worker is noticed within this, rather
-	// than after the start-to-close timeout. Default 10s.
+	// HeartbeatTimeout is how long a regular effect attempt may go without
+	// a heartbeat (sent every 2s) before Temporal retries it elsewhere.
+	// Default 10s.
 	HeartbeatTimeout time.Duration
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
@@ -13,26 +12,9 @@ import (
 	"github.com/effectively/effectively/internal/message"
 )
 
-// OrderPlacedName is the workflow type of order.placed messages. Running
-// histories refer to it: never rename it.
-//
-// Versioning: OrderPlaced has no workflow.GetVersion call, and must not get
-// one. A GetVersion marker upserts the TemporalChangeVersion search
-// attribute on every run that takes it, and that upsert is a billable
-// Temporal action of its own: a third of a paid message's actions (see
-// docs/performance.md, "Versioning workflows"). The next incompatible change
-// to this function (an activity added, removed or reordered, a timer, a new
-// command before an old one) goes instead under a new workflow type name,
-// say "OrderPlacedV2", registered in Register beside this one: the intake
-// starts new messages under the new name, runs already started under this
-// one finish on the old code, and the old type is dropped once none is open
-// (or, alternatively, under Temporal's worker versioning). The replay test
-// (TestReplayRecordedHistories) replays recorded histories of this type
-// against this code and fails on such a change.
+// OrderPlacedName is the workflow type of order.placed messages; histories
+// refer to it. Never add GetVersion here: see docs/routes.md, "Versioning".
 const OrderPlacedName = "OrderPlaced"
-
-// StatusQuery is the name of the query that returns a workflow's Status.
-const StatusQuery = "status"
 
 // OrderPlacedInput is the workflow's input: the message's identity and its
 // validated data.
@@ -42,24 +24,21 @@ type OrderPlacedInput struct {
 	Order     message.OrderPlaced `json:"order"`
 }
 
-// Stage is where a workflow stands, as the status query reports it.
-type Stage string
+// ErrTypePaymentProcessingTimeout is the type of the non-retryable error an
+// OrderPlaced workflow fails with when its payment is still processing
+// after Config.PaymentProcessingMaxWait.
+const ErrTypePaymentProcessingTimeout = "payment_processing_timeout"
 
-// Stages of an OrderPlaced workflow, as the status query reports them.
+// Stages of an OrderPlaced workflow (and StageSendingReceipt, StageCompleted).
 const (
 	StageCharging Stage = "charging"
 	// StagePaymentProcessing: Stripe is processing the payment; the
-	// workflow waits for it to settle (a PaymentSettledSignal, or a
-	// durable timer and a retrieve).
+	// workflow waits for it to settle (PaymentSettledSignal or its timer).
 	StagePaymentProcessing Stage = "payment_processing"
-	StageSendingReceipt    Stage = "sending_receipt"
-	StageCompleted         Stage = "completed"
 )
 
-// Outcome is how a workflow ended.
-type Outcome string
-
-// Outcomes of an OrderPlaced workflow.
+// Outcomes of an OrderPlaced workflow (and OutcomeReceiptFailed,
+// OutcomeReceiptUnknown: charged once, receipt refused or maybe not sent).
 const (
 	// OutcomeCompleted: charged once, receipt sent.
 	OutcomeCompleted Outcome = "completed"
@@ -67,21 +46,11 @@ const (
 	OutcomePaymentFailed Outcome = "payment_failed"
 	// OutcomeBusinessDuplicate: another message already holds this order; nothing charged.
 	OutcomeBusinessDuplicate Outcome = "business_duplicate"
-	// OutcomeReceiptFailed: charged once; SendGrid refused the receipt for good.
-	OutcomeReceiptFailed Outcome = "receipt_failed"
-	// OutcomeReceiptUnknown: charged once; at-most-once could not tell whether the receipt went out.
-	OutcomeReceiptUnknown Outcome = "receipt_unknown"
-	// OutcomePaymentProcessingTimeout: the payment was still processing
-	// after Config.PaymentProcessingMaxWait. The workflow fails with an
-	// error of type ErrTypePaymentProcessingTimeout; the payment stays
-	// processing for an operator (docs/runbook.md); no receipt was sent.
+	// OutcomePaymentProcessingTimeout: still processing after
+	// Config.PaymentProcessingMaxWait; the workflow fails with
+	// ErrTypePaymentProcessingTimeout and leaves it to an operator.
 	OutcomePaymentProcessingTimeout Outcome = "payment_processing_timeout"
 )
-
-// ErrTypePaymentProcessingTimeout is the type of the non-retryable error an
-// OrderPlaced workflow fails with when its payment is still processing
-// after Config.PaymentProcessingMaxWait.
-const ErrTypePaymentProcessingTimeout = "payment_processing_timeout"
 
 // Status is what the status query returns, and the workflow's result.
 type Status struct {
@@ -95,26 +64,6 @@ type Status struct {
 	// Fallbacks names the effects ("payment", "receipt") whose local
 	// attempt failed, so that they ran as regular activities.
 	Fallbacks []string `json:"fallbacks,omitempty"`
-}
-
-// Workflows holds the workflow implementations and their configuration.
-type Workflows struct {
-	cfg Config
-}
-
-// New validates cfg and returns the workflows configured by it.
-func New(cfg Config) (*Workflows, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("workflow config: %w", err)
-	}
-	return &Workflows{cfg: cfg.withDefaults()}, nil
-}
-
-// Register registers every workflow with r under its stable name.
-func (w *Workflows) Register(r worker.WorkflowRegistry) {
-	r.RegisterWorkflowWithOptions(w.OrderPlaced, workflow.RegisterOptions{Name: OrderPlacedName})
-	r.RegisterWorkflowWithOptions(w.PruneRecords, workflow.RegisterOptions{Name: PruneRecordsName})
-	r.RegisterWorkflowWithOptions(w.OrderRefund, workflow.RegisterOptions{Name: OrderRefundName})
 }
 
 // OrderPlaced handles one order.placed message: it charges the order once
@@ -164,7 +113,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 		st.Stage, st.Outcome = StageCompleted, OutcomeBusinessDuplicate
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Not charged: order %d is already held by message `%s`.", in.Order.OrderID, charge.HeldBy))
 		return st, nil
-	case activities.PaymentDeclined:
+	case activities.PaymentFailed:
 		st.Stage, st.Outcome = StageCompleted, OutcomePaymentFailed
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d refused (%s %s); no receipt sent.", in.Order.OrderID, charge.FailureCode, charge.DeclineCode))
 		return st, nil

@@ -128,7 +128,7 @@ func TestDeclinedSendsNoReceipt(t *testing.T) {
 	env, _ := newEnv(t)
 	var rec attempts
 	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
-		return activities.ChargeResult{Outcome: activities.PaymentDeclined, FailureCode: "card_declined", DeclineCode: "generic_decline"}, nil
+		return activities.ChargeResult{Outcome: activities.PaymentFailed, FailureCode: "card_declined", DeclineCode: "generic_decline"}, nil
 	})
 	onReceipt(env, &rec, func(activities.ReceiptInput) (activities.ReceiptResult, error) {
 		return activities.ReceiptResult{}, nil
@@ -216,7 +216,7 @@ func TestLocalTimeoutFallsBack(t *testing.T) {
 	})
 	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ChargeInput) (activities.ChargeResult, error) {
 		rec.note(ctx, "payment")
-		return activities.ChargeResult{Outcome: activities.PaymentDeclined}, nil
+		return activities.ChargeResult{Outcome: activities.PaymentFailed}, nil
 	})
 	env.ExecuteWorkflow(OrderPlacedName, input("evt_t"))
 	st := result(t, env)

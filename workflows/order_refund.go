@@ -25,15 +25,13 @@ type OrderRefundInput struct {
 	Refund    message.RefundRequested `json:"refund"`
 }
 
-// Stages of an OrderRefund workflow (StageSendingReceipt and StageCompleted
-// are shared with OrderPlaced).
+// Stages of an OrderRefund workflow (and StageSendingReceipt, StageCompleted).
 const (
 	StageRefunding Stage = "refunding"
 )
 
-// Outcomes of an OrderRefund workflow. OutcomeReceiptFailed and
-// OutcomeReceiptUnknown are shared with OrderPlaced: refunded once, and the
-// refund receipt failed or may not have gone out.
+// Outcomes of an OrderRefund workflow (and OutcomeReceiptFailed,
+// OutcomeReceiptUnknown: refunded once, receipt refused or maybe not sent).
 const (
 	// OutcomeRefunded: refunded once, refund receipt sent.
 	OutcomeRefunded Outcome = "refunded"
@@ -143,7 +141,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Not refunded: %d is more than the %d left of order %d's payment.",
 			in.Refund.Amount, refund.Paid-refund.Refunded, in.Refund.OrderID))
 		return st, nil
-	case activities.RefundRefused:
+	case activities.RefundFailed:
 		st.Stage, st.Outcome = StageCompleted, OutcomeRefundFailed
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Stripe refused the refund of order %d (%s); no receipt sent.", in.Refund.OrderID, refund.FailureCode))
 		return st, nil

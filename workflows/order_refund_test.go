@@ -57,7 +57,7 @@ func TestOrderRefundRefusalsSendNoReceipt(t *testing.T) {
 	}{
 		{activities.RefundExceedsPayment, OutcomeRefundExceedsPayment},
 		{activities.RefundOrderNotPaid, OutcomeOrderNotPaid},
-		{activities.RefundRefused, OutcomeRefundFailed},
+		{activities.RefundFailed, OutcomeRefundFailed},
 	} {
 		t.Run(string(tc.refund), func(t *testing.T) {
 			env, wfs := newEnv(t)

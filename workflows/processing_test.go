@@ -100,7 +100,7 @@ func TestProcessingThatFailsSendsNoReceipt(t *testing.T) {
 	var rec attempts
 	onCharge(env, &rec, processing)
 	var a *activities.Activities
-	env.OnActivity(a.SettlePayment, mock.Anything, mock.Anything).Return(activities.ChargeResult{Outcome: activities.PaymentDeclined, FailureCode: "card_declined"}, nil)
+	env.OnActivity(a.SettlePayment, mock.Anything, mock.Anything).Return(activities.ChargeResult{Outcome: activities.PaymentFailed, FailureCode: "card_declined"}, nil)
 	onReceipt(env, &rec, func(activities.ReceiptInput) (activities.ReceiptResult, error) {
 		t.Error("receipt sent for a failed payment")
 		return activities.ReceiptResult{}, nil

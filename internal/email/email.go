@@ -120,11 +120,9 @@ type Config struct {
 	// SandboxMode asks SendGrid to validate mails without delivering them:
 	// it answers 200 with no X-Message-Id.
 	SandboxMode bool
-	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
-	// default: when set, every mail carries it as
-	// custom_args.effectively_namespace next to its idempotency key. The
-	// key itself stays the ledger's ("email:evt_1"): SendGrid does not
-	// deduplicate on it, and the webhook looks the ledger row up by it.
+	// Namespace is the key namespace, sent as
+	// custom_args.effectively_namespace beside the ledger's unscoped key.
+	// Empty by default: none sent.
 	Namespace string
 	// HTTPClient, when not nil, sends the requests. The Client uses a copy,
 	// which does not follow redirects unless HTTPClient.CheckRedirect is set.

@@ -21,15 +21,12 @@ type DispatcherConfig struct {
 	Interval time.Duration
 	// BatchSize is how many pending rows one transaction claims. Default 100.
 	BatchSize int
-	// MinAge leaves rows younger than this to the path that recorded them
-	// (the JetStream consumer starts its messages right after the ack), so
-	// the dispatcher only picks up what a crash or an outage left behind.
-	// Default 15s.
+	// MinAge leaves younger rows to the path that recorded them, so the
+	// dispatcher picks up only what a crash or an outage left. Default 15s.
 	MinAge time.Duration
-	// Lease is how long a claimed batch is kept from other dispatchers
-	// while its starts run (they stop at 3/4 of it); no row lock is held
-	// meanwhile. It is also how long a killed dispatcher's rows wait.
-	// Default 20s.
+	// Lease keeps a claimed batch from other dispatchers while its starts
+	// run (they stop at 3/4 of it), and is how long a killed dispatcher's
+	// rows wait. Default 20s.
 	Lease time.Duration
 	// Hold is how long a row whose payload this worker cannot decode is
 	// left pending before it is tried again (by this worker or a newer

@@ -64,12 +64,9 @@ type Config struct {
 	// server is busy, or the same ID closed a moment ago) is retried.
 	// Default 5.
 	StartRetries int
-	// EagerStart asks the server to hand each new workflow's first task
-	// straight back to this process (Temporal's eager workflow start): set
-	// it when a worker polling TaskQueue runs in this process on the same
-	// client, as in the worker. It saves a task queue round trip per
-	// message; when the worker has no free slot, or the server does not
-	// allow eager starts, the start is an ordinary one.
+	// EagerStart asks for Temporal's eager workflow start: set it when a
+	// worker polling TaskQueue shares this client. Otherwise, or with no
+	// free slot, a start is an ordinary one.
 	EagerStart bool
 	// Routes says, per message type, which consumer handles it and which
 	// workflow it starts. Default route.Default().

@@ -72,15 +72,13 @@ type JetStreamConfig struct {
 	// AckWait bounds the first delivery's processing: without an ack by
 	// then, the broker redelivers. Default DefaultAckWait.
 	AckWait time.Duration
-	// MaxDeliver is the number of deliveries after which a message that
-	// still could not be recorded is quarantined (store.ReasonMaxDeliver).
-	// It must be finite: it bounds the redelivery window that retention
-	// depends on. Default DefaultMaxDeliver.
+	// MaxDeliver is the delivery after which an unrecorded message is
+	// quarantined (store.ReasonMaxDeliver); finite, since it bounds the
+	// redelivery window. Default DefaultMaxDeliver.
 	MaxDeliver int
 	// BackOff is the ack wait of the second, third, … delivery, the last
-	// entry repeating; the broker's BackOff list is AckWait followed by
-	// these. nil means DefaultBackOff; an empty non-nil slice means AckWait
-	// for every delivery.
+	// repeating. nil means DefaultBackOff; empty, AckWait for every
+	// delivery.
 	BackOff []time.Duration
 	// MaxAckPending bounds the messages delivered and not yet acked.
 	// Default 1000.
@@ -88,20 +86,15 @@ type JetStreamConfig struct {
 	// FetchBatch is how many messages the consumer keeps buffered from its
 	// open pull requests (the iterator's PullMaxMessages). Default 100.
 	FetchBatch int
-	// Handlers is how many deliveries are settled at once: the handler
-	// goroutines that record a delivery and then ack it. Their inbox
-	// inserts share transactions (at most two at once, see
-	// store.InsertInbox), so they do not each need a Postgres connection.
-	// Fetching goes on while they work and waits when all of them are
-	// busy. Default DefaultHandlers.
+	// Handlers is how many deliveries are recorded and acked at once; their
+	// inbox inserts share transactions (store.InsertInbox). Default
+	// DefaultHandlers.
 	Handlers int
 	// FetchWait is the expiry of each pull request the consumer keeps open
 	// (at least 1s). Default 30s.
 	FetchWait time.Duration
-	// Starters is how many goroutines start workflows right after the ack
-	// (the fast path; the Dispatcher is the slow one). A start waits for
-	// the server's answer, so this bounds the starts in flight; each then
-	// holds a Postgres connection only for the mark that follows. Default
+	// Starters bounds the workflow starts in flight right after the ack
+	// (the fast path; the Dispatcher is the slow one). Default
 	// DefaultStarters.
 	Starters int
 	// Logger receives a line per quarantined, failed and redelivered
@@ -613,10 +606,8 @@ type StreamSpec struct {
 	// or a reset one) never meets a message whose record was pruned.
 	MaxAge time.Duration
 	// MaxMsgSize is the largest message (headers and payload) the stream
-	// stores; the server refuses a larger publish. Default
-	// MaxStreamMsgSize; -1 sets no limit of the stream's own (the server's
-	// max_payload still applies), for tests of what an operator's unbounded
-	// stream delivers.
+	// stores. Default MaxStreamMsgSize; -1: none of its own (the server's
+	// max_payload still applies).
 	MaxMsgSize int32
 }
 

@@ -42,16 +42,13 @@ const (
 // Error describes why a message was rejected. Decode and DecodeStream report
 // every bad input as an *Error; use errors.As to get at it.
 type Error struct {
-	// Field is the JSON path of the offending value, such as "id" or
-	// "data.amount", or "" when the problem concerns the whole message.
-	// Array elements are written as "[i]", and keys that are not plain
-	// identifiers as ["key"].
+	// Field is the JSON path of the offending value ("id", "data.amount",
+	// "[i]" for an element, ["key"] for an odd key), "" for the whole
+	// message.
 	Field string
-	// Problem is a human-readable description of what is wrong. It may
-	// quote a clipped value of a field such as amount or currency, but never
-	// a customer email, a payment method, or a message or data object sent
-	// as a string: intake logs the error of a quarantined message, and log
-	// lines carry no personal data.
+	// Problem says what is wrong. It may quote a clipped amount or
+	// currency, never an email, a payment method or a stringified object:
+	// it is logged, and logs carry no personal data.
 	Problem string
 	// Code is one of the Code constants.
 	Code string

@@ -30,10 +30,9 @@ type RefundRequested struct {
 	// OrderID is the order to refund: a positive integer of at most
 	// 2^53-1, like OrderPlaced.OrderID.
 	OrderID int64 `json:"order_id"`
-	// Amount is what to refund, in minor units of the payment's currency:
-	// a positive integer of at most 99999999. The refunds of one payment
-	// together never exceed what it charged; a request beyond what remains
-	// is refused (see docs/refunds.md), not clipped.
+	// Amount is what to refund, in minor units, 1 to 99999999. A request
+	// beyond what remains of the payment is refused, not clipped
+	// (docs/refunds.md).
 	Amount int64 `json:"amount"`
 	// Reason is Stripe's refund reason: one of RefundReasons.
 	Reason string `json:"reason"`

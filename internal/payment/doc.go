@@ -1,13 +1,41 @@
 // Package payment is effectively's thin wrapper around the official Stripe
-// client (stripe-go v76) for charging a card once per message.
+// client (stripe-go v76): it charges a card once per message and refunds
+// part of a payment once per message.
 //
-// A Client charges with a PaymentIntent that is created and confirmed in one
-// request (confirm=true, off_session=true), tagged with the message ID and
-// order ID in its metadata, and sent under a caller-chosen idempotency key.
-// The key is mandatory: without one stripe-go invents a random key per call,
-// and a redelivered message would be charged twice. The parameters are a pure
-// function of the ChargeRequest, never of the clock or the attempt, so a
-// retry under the same key is always the same request to Stripe.
+// # Create, confirm, retrieve
+//
+// ChargeOrder (activities) charges in two requests, each under its own
+// caller-chosen idempotency key:
+//
+//   - Create makes the PaymentIntent unconfirmed (nothing can be charged
+//     yet), tagged with the message and order IDs in its metadata, under
+//     "paymentintent:<message id>": every attempt within Stripe's 24-hour
+//     key window gets the same PaymentIntent back.
+//   - Confirm charges it off-session under "payment:<message id>"; the
+//     caller records the PaymentIntent's ID with the outcome.
+//   - Get retrieves a PaymentIntent by its recorded ID, a strongly
+//     consistent read: it settles an ambiguous confirmation and a
+//     processing payment. A PaymentIntent succeeds at most once, so no
+//     retry that reaches the same PaymentIntent can charge twice.
+//   - FindInWindow serves a retry that has no ID recorded and whose create
+//     key may have expired: it lists the PaymentIntents created over the
+//     claim's recent window (strongly consistent) and searches only what is
+//     older than Stripe's Search lag (SearchLag).
+//
+// Refund refunds under "refund:<message id>"; FindRefund lists a
+// PaymentIntent's refunds (strongly consistent) for a retry past the key
+// window. Keys are mandatory: without one stripe-go invents a random key
+// per call, and a redelivered message would be charged twice. Parameters
+// are a pure function of the request, never of the clock or the attempt,
+// so a retry under the same key is the same request to Stripe.
+//
+// Only a succeeded PaymentIntent is a charge: Charge.Verdict maps a status
+// to paid, processing, failed (requires_payment_method, canceled,
+// requires_action off-session), unconfirmed or unexpected.
+//
+// Charge (create and confirm in one request) and FindByMessageID (Search
+// alone) are not on the product's path: the first serves the lab's
+// reference bench, the second FindInWindow's older part.
 //
 // # Retries
 //
@@ -27,8 +55,9 @@
 //
 // # Errors
 //
-// Every failure of Charge, Get and FindByMessageID wraps an *Error whose
-// Class tells the caller what to do (see Class and Classify):
+// Every failed request to Stripe, and every request refused before it is
+// sent, wraps an *Error whose Class tells the caller what to do (see Class
+// and Classify):
 //
 //	declined              the card was declined: final
 //	invalid_request       the request is wrong (400, 401, 403, 404): final
@@ -45,30 +74,13 @@
 // same key either executes the request (Stripe saved nothing) or replays the
 // saved 500, which is then classified ambiguous.
 //
-// # Create, then confirm
-//
-// Create makes the PaymentIntent unconfirmed (nothing can be charged yet)
-// under its own key, which replays the same PaymentIntent for 24 hours;
-// Confirm charges it under another key. A PaymentIntent succeeds at most
-// once, so an ambiguous confirmation is settled by Get, a strongly
-// consistent read. FindInWindow lists the PaymentIntents created over a
-// time window (also strongly consistent) for a create whose key expired
-// before its ID was recorded.
-// Charge (create and confirm in one request) remains for callers that need
-// a single request.
-//
-// Only a succeeded PaymentIntent is a charge: Charge.Verdict maps a status
-// to paid, processing, failed (requires_payment_method, canceled,
-// requires_action off-session), unconfirmed or unexpected.
-//
 // # Search
 //
-// FindByMessageID uses Stripe's search API, which Stripe documents as
-// eventually consistent: normally a minute behind writes, up to an hour
-// during incidents. ErrNotFound from it shortly after a write proves
-// nothing, so effectively never uses it for read-after-write; it is kept
-// for looking up data older than that lag. The simulator in
-// sim/stripesim lags by Options.SearchLag (a minute by default).
+// Stripe documents its search API as eventually consistent: normally a
+// minute behind writes, up to an hour during incidents. ErrNotFound from
+// Search shortly after a write proves nothing, so effectively never uses it
+// for read-after-write. The simulator in sim/stripesim lags by
+// Options.SearchLag (a minute by default).
 //
 // # Key namespace
 //

@@ -56,10 +56,9 @@ type Config struct {
 	// DefaultTimeout. It replaces the Timeout of HTTPClient, if one is
 	// given.
 	Timeout time.Duration
-	// MaxNetworkRetries is how many times stripe-go itself retries a request
-	// that failed in a way it considers retryable, always with the same
-	// idempotency key. Zero means DefaultMaxNetworkRetries; NoNetworkRetries
-	// (-1) turns the retries off.
+	// MaxNetworkRetries is how often stripe-go retries a request itself,
+	// under the same key. Zero means DefaultMaxNetworkRetries;
+	// NoNetworkRetries (-1) turns them off.
 	MaxNetworkRetries int64
 	// HTTPClient is the HTTP client to use. It is copied, not modified. Nil
 	// means a client with its own connection pool.
@@ -68,15 +67,9 @@ type Config struct {
 	// level, warnings and errors at their own. Response bodies are never
 	// logged. Nil discards everything.
 	Logger *slog.Logger
-	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
-	// default. When set, every Idempotency-Key the Client sends is scoped
-	// by it (identity.Scope: "eu/payment:evt_1"), every PaymentIntent and
-	// Refund it creates carries it as metadata[effectively_namespace], and
-	// its lookups (FindInWindow, FindByMessageID, FindRefund) only return
-	// objects with the same namespace, absent when Namespace is empty. So
-	// deployments sharing one Stripe account and one message-ID space never
-	// replay or adopt each other's payments. At most
-	// identity.MaxNamespaceLen characters of A-Z a-z 0-9 _ - .
+	// Namespace scopes every key the Client sends ("eu/payment:evt_1"),
+	// tags what it creates, and limits its lookups to its own (doc.go, "Key
+	// namespace"). Empty by default: keys are sent as given.
 	Namespace string
 }
 
@@ -327,7 +320,8 @@ func (c *Charge) Succeeded() bool { return c.Status == StatusSucceeded }
 // Charge creates and confirms a PaymentIntent for req under
 // req.IdempotencyKey. It returns the PaymentIntent when Stripe answers with
 // success, whatever its Status (check Succeeded), and otherwise an error
-// wrapping an *Error.
+// wrapping an *Error. The product charges with Create and Confirm instead;
+// Charge serves the lab's single-request reference.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (*Charge, error) {
 	if err := req.validate(); err != nil {
 		return nil, fmt.Errorf("payment: charge: %w", err)
@@ -403,7 +397,8 @@ const maxSearchResults = 100
 // FindByMessageID searches for the PaymentIntent created for a message. If
 // there are several it returns a succeeded one, else a processing one, else
 // the newest. It returns an error wrapping ErrNotFound when there is none;
-// see the package documentation on search lag.
+// Search lags (see the package documentation), so the product calls it only
+// through FindInWindow, for what is older than SearchLag.
 func (c *Client) FindByMessageID(ctx context.Context, messageID string) (*Charge, error) {
 	if messageID == "" {
 		return nil, fmt.Errorf("payment: find: %w", localError("message ID is required"))

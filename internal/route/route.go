@@ -1,12 +1,15 @@
 // Package route is the one place that names every message type: per type,
 // the consumer that handles it, the schema that decodes and validates its
-// data, the workflow it starts, that workflow's input, and the search
-// attributes and summary operators find it by.
+// data, the workflow it starts, that workflow's input, the search
+// attributes and summary operators find it by, and the effects it keys.
+// The routes are order.placed (OrderPlaced) and order.refund_requested
+// (RefundRequested).
 //
 // The intake, the dispatcher and the starter look a message's type up here
 // and name no type themselves. Adding a message type is a schema in
-// internal/message, a workflow and its activities, and one file here that
-// builds its Route, listed in Default (see docs/routes.md).
+// internal/message, a workflow and its activities, one file here that
+// builds its Route with For, and one line in Default (docs/routes.md;
+// TestChecklist checks every piece).
 package route
 
 import (
@@ -22,35 +25,82 @@ import (
 	"github.com/effectively/effectively/internal/message"
 )
 
-// Route is everything the product knows about one message type.
-type Route struct {
+// Spec describes the route of one message type whose schema decodes its
+// data into a *T. For turns it into a Route; its functions get the data
+// already typed.
+type Spec[T any] struct {
 	// Type is the message type, the envelope's "type" ("order.placed").
 	Type string
-	// Consumer handles the type. It keys the inbox and the ledger, and with
-	// the message ID it is the workflow ID (identity.WorkflowID): it must
-	// never change once messages of the type were received.
+	// Consumer handles the type: it keys the inbox, the ledger and, with
+	// the message ID, the workflow ID. Never renamed once messages arrived.
 	Consumer string
-	// Schema decodes and validates the type's data into Message.Value.
+	// Schema decodes and validates the type's data into a *T.
 	Schema message.Schema
-	// Workflow is the workflow type each message starts: a registered name
-	// that running histories refer to.
+	// Workflow is the registered workflow type each message starts.
 	Workflow string
-	// Input builds the workflow's input from a message decoded with Schema.
-	Input func(m *message.Message) (any, error)
-	// SearchAttributes returns the attributes the workflow starts with. They
-	// are not encrypted: no personal data.
-	SearchAttributes func(m *message.Message) temporal.SearchAttributes
-	// Describe returns the workflow's static summary and details, shown in
-	// the Temporal UI. Optional.
-	Describe func(m *message.Message) (summary, details string)
-	// WorkflowMarksDispatched is true when the workflow marks its message's
-	// inbox row dispatched in its own first transaction (OrderPlaced's
-	// payment claim): the intake's fast path then does not mark it after
-	// the start, which saves a Postgres commit per message. A row whose
-	// workflow never gets that far (its worker died first) stays pending
-	// until a Dispatcher pass, past its MinAge, finds the workflow already
-	// started and marks it.
+	// Input builds the workflow's input.
+	Input func(m *message.Message, v *T) any
+	// SearchAttributes returns the attributes the workflow starts with
+	// (not encrypted: no personal data).
+	SearchAttributes func(m *message.Message, v *T) temporal.SearchAttributes
+	// Describe returns the run's summary and details for the Temporal UI.
+	// Optional.
+	Describe func(m *message.Message, v *T) (summary, details string)
+	// Effects are the effects whose keys the workflow derives: each must be
+	// counted by the key-namespace guard (store.OpenEffectRows).
+	Effects []identity.Effect
+	// WorkflowMarksDispatched: the workflow marks its inbox row dispatched
+	// in its first transaction, so the intake does not (see Route).
 	WorkflowMarksDispatched bool
+}
+
+// Route is everything the product knows about one message type, with its
+// data's type erased. Build it with For.
+type Route struct {
+	// Type, Consumer, Schema, Workflow and Effects are the Spec's.
+	Type     string
+	Consumer string
+	Schema   message.Schema
+	Workflow string
+	Effects  []identity.Effect
+	// WorkflowMarksDispatched: the workflow marks its inbox row dispatched
+	// in its first transaction, so the intake skips that commit; a row whose
+	// workflow died first is marked by a later Dispatcher pass.
+	WorkflowMarksDispatched bool
+
+	start   func(m *message.Message) (WorkflowStart, error)
+	missing []string
+}
+
+// For returns the route that spec describes. The message's value is
+// asserted to *T once, in Registry.Start; a missing function is reported
+// by New.
+func For[T any](spec Spec[T]) Route {
+	r := Route{
+		Type: spec.Type, Consumer: spec.Consumer, Schema: spec.Schema, Workflow: spec.Workflow,
+		Effects: spec.Effects, WorkflowMarksDispatched: spec.WorkflowMarksDispatched,
+	}
+	if spec.Input == nil {
+		r.missing = append(r.missing, "input")
+	}
+	if spec.SearchAttributes == nil {
+		r.missing = append(r.missing, "search attributes")
+	}
+	if len(r.missing) > 0 {
+		return r
+	}
+	r.start = func(m *message.Message) (WorkflowStart, error) {
+		v, ok := m.Value.(*T)
+		if !ok {
+			return WorkflowStart{}, fmt.Errorf("message %s: workflow input: type %q carries %T, want %T", m.ID, m.Type, m.Value, v)
+		}
+		ws := WorkflowStart{Input: spec.Input(m, v), SearchAttributes: spec.SearchAttributes(m, v)}
+		if spec.Describe != nil {
+			ws.Summary, ws.Details = spec.Describe(m, v)
+		}
+		return ws, nil
+	}
+	return r
 }
 
 // validate checks that r is complete and its names are usable.
@@ -70,11 +120,14 @@ func (r Route) validate() error {
 	if r.Workflow == "" {
 		errs = append(errs, errors.New("workflow is empty"))
 	}
-	if r.Input == nil {
-		errs = append(errs, errors.New("input is missing"))
+	for _, m := range r.missing {
+		errs = append(errs, fmt.Errorf("%s missing", m))
 	}
-	if r.SearchAttributes == nil {
-		errs = append(errs, errors.New("search attributes are missing"))
+	if r.start == nil && len(r.missing) == 0 {
+		errs = append(errs, errors.New("not built with For"))
+	}
+	if len(r.Effects) == 0 {
+		errs = append(errs, errors.New("no effects listed"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("route %q: %w", r.Type, err)
@@ -112,8 +165,7 @@ func New(routes ...Route) (*Registry, error) {
 }
 
 // Default returns the product's registry: every message type the worker
-// handles. A new type is added to this list, and nowhere else outside its
-// own files.
+// handles. A new type is one line here.
 var Default = sync.OnceValue(func() *Registry {
 	reg, err := New(
 		OrderPlaced(),
@@ -190,25 +242,10 @@ func (reg *Registry) Start(m *message.Message) (WorkflowStart, error) {
 	if err != nil {
 		return WorkflowStart{}, err
 	}
-	in, err := r.Input(m)
+	ws, err := r.start(m)
 	if err != nil {
-		return WorkflowStart{}, fmt.Errorf("message %s: workflow input: %w", m.ID, err)
+		return WorkflowStart{}, err
 	}
-	ws := WorkflowStart{ID: id, Workflow: r.Workflow, Input: in, SearchAttributes: r.SearchAttributes(m)}
-	if r.Describe != nil {
-		ws.Summary, ws.Details = r.Describe(m)
-	}
+	ws.ID, ws.Workflow = id, r.Workflow
 	return ws, nil
-}
-
-// valueOf returns m's validated data as a T, or an error naming the type
-// that was expected: a route's Input and SearchAttributes only ever see
-// messages decoded with its own schema.
-func valueOf[T any](m *message.Message) (T, error) {
-	v, ok := m.Value.(T)
-	if !ok {
-		var zero T
-		return zero, fmt.Errorf("message %s of type %q carries %T, want %T", m.ID, m.Type, m.Value, zero)
-	}
-	return v, nil
 }

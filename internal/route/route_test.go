@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/internal/route"
 	"github.com/effectively/effectively/workflows"
@@ -82,7 +84,14 @@ func TestNewRefusesBadRoutes(t *testing.T) {
 		"bad consumer":           {func() route.Route { r := ok; r.Consumer = "Order/Placed"; return r }()},
 		"schema of another type": {func() route.Route { r := ok; r.Schema = message.RefundRequestedSchema; return r }()},
 		"no workflow":            {func() route.Route { r := ok; r.Workflow = ""; return r }()},
-		"no input":               {func() route.Route { r := ok; r.Input = nil; return r }()},
+		"no input": {route.For(route.Spec[message.OrderPlaced]{Type: ok.Type, Consumer: ok.Consumer, Schema: ok.Schema, Workflow: ok.Workflow, Effects: ok.Effects,
+			SearchAttributes: func(m *message.Message, o *message.OrderPlaced) temporal.SearchAttributes {
+				return workflows.SearchAttributes(m.Consumer, m.ID, o.OrderID)
+			}})},
+		"no search attributes": {route.For(route.Spec[message.OrderPlaced]{Type: ok.Type, Consumer: ok.Consumer, Schema: ok.Schema, Workflow: ok.Workflow, Effects: ok.Effects,
+			Input: func(*message.Message, *message.OrderPlaced) any { return nil }})},
+		"not built with For": {{Type: ok.Type, Consumer: ok.Consumer, Schema: ok.Schema, Workflow: ok.Workflow, Effects: ok.Effects}},
+		"no effects":         {func() route.Route { r := ok; r.Effects = nil; return r }()},
 	}
 	for name, routes := range tests {
 		if _, err := route.New(routes...); err == nil {

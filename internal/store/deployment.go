@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectively/effectively/internal/identity"
 )
 
 // keyNamespaceSetting is the deployment row that records the key namespace.
@@ -25,11 +27,8 @@ var ErrKeyNamespaceInUse = errors.New("the key namespace changed while effects a
 // OpenEffects counts the effects whose outcome is not final: the ones a
 // retry would make again with its keys.
 type OpenEffects struct {
-	// Payments counts payments claimed (the PaymentIntent may exist at
-	// Stripe with its ID not yet recorded), processing, unknown or
-	// unexpected; Refunds refunds claimed (sent, or about to be, with no
-	// answer recorded); Receipts mails (order and refund receipts) claimed
-	// or in flight, not recorded sent or failed.
+	// Payments, Refunds and Receipts count the open payments, refunds and
+	// mails (order and refund receipts), as openEffectsSQL defines them.
 	Payments, Refunds, Receipts int64
 	// PaymentMessages, RefundMessages and ReceiptMessages are the message
 	// IDs of the oldest few of each, for `starter status`.
@@ -89,9 +88,8 @@ func plural(n int64, noun string) string {
 // KeyNamespaceCheck is what GuardKeyNamespace found and did.
 type KeyNamespaceCheck struct {
 	// Recorded is the namespace recorded before this start; HadRecord is
-	// false when there was no record (a new database, or one last run by
-	// a binary without the guard, whose keys were unscoped: Recorded is
-	// then "").
+	// false when there was none (a new database, or one of a binary before
+	// the guard): Recorded is then "".
 	Recorded  string
 	HadRecord bool
 	// Changed reports that the configured namespace differed from Recorded
@@ -182,6 +180,21 @@ const openEffectsSQL = `
 	UNION ALL
 	SELECT 'receipt', count(*), (array_agg(message_id ORDER BY updated_at))[1:$1]
 	  FROM effects WHERE kind = 'email' AND state IN ('claimed', 'in_flight')`
+
+// OpenEffectsRow names the row of openEffectsSQL that counts the open
+// cases of effect e, and false for an effect the guard does not count. A
+// route's effects must all be counted (internal/route's TestChecklist).
+func OpenEffectsRow(e identity.Effect) (string, bool) {
+	switch e {
+	case identity.EffectPayment, identity.EffectPaymentIntent:
+		return "payment", true // one payments row holds both keys
+	case identity.EffectRefund:
+		return "refund", true
+	case identity.EffectEmail, identity.EffectRefundEmail:
+		return "receipt", true // both are effects rows of kind email
+	}
+	return "", false
+}
 
 func openEffects(ctx context.Context, db DBTX) (OpenEffects, error) {
 	var o OpenEffects

@@ -34,12 +34,9 @@ type EmailClaim struct {
 	Key         string // "email:<message id>", "refundemail:<message id>"
 	RequestHash string
 	Policy      EmailPolicy
-	// LegacyKey, when set, is the key an earlier release claimed the same
-	// mail under ("email:<message id>" for a refund receipt). A row under it
-	// of the same consumer is claimed in place of Key, with
-	// LegacyRequestHash, so that a mail the earlier release sent or had in
-	// flight is neither sent twice nor refused as a mismatch. The returned
-	// Effect's Key says which row was claimed.
+	// LegacyKey is the key an earlier release used for the same mail
+	// ("email:<id>" for a refund receipt); a row of the consumer under it is
+	// claimed instead of Key, with LegacyRequestHash (Effect.Key says which).
 	LegacyKey         string
 	LegacyRequestHash string
 }

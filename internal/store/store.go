@@ -45,18 +45,9 @@ type PoolConfig struct {
 	MaxConns int32
 	// ConnectTimeout bounds each connection attempt. Default 5s.
 	ConnectTimeout time.Duration
-	// PingAfterIdle is how long a connection must have sat idle in the pool
-	// before it is pinged when acquired. Default 1m.
-	//
-	// pgx's own default pings after 1s, which on a busy worker is a round
-	// trip (and a commit in pg_stat_database) for a third to a half of
-	// the messages. A ping only spares the first statement on a connection
-	// that died while idle: without one, pgx does not retry that statement;
-	// it fails with a network error, the dead connection is dropped, and
-	// the caller's retry runs on another (an activity retries, the intake
-	// leaves the message unacked, the dispatcher's next pass repeats). All
-	// of them are safe to repeat. Connections idle for long, the ones a
-	// restarted server or a proxy's idle timeout kills, are still pinged.
+	// PingAfterIdle is how long a connection must have sat idle before it
+	// is pinged when acquired. Default 1m, not pgx's 1s, which costs a round
+	// trip for a third to half of the messages (docs/performance.md, "Pings").
 	PingAfterIdle time.Duration
 }
 

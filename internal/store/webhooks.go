@@ -101,10 +101,9 @@ type PaymentEvent struct {
 	// payment's (see ApplyPaymentEvent).
 	Amount   int64
 	Currency string
-	// PaymentMethod is the PaymentIntent's payment method ID, "" when the
-	// event does not say; RequestedTestPaymentMethod is the test alias its
-	// metadata names (payment.MetadataTestPaymentMethod), which Stripe
-	// resolves into a new ID.
+	// PaymentMethod is the PaymentIntent's payment method ID ("" if not
+	// said); RequestedTestPaymentMethod the test alias its metadata names,
+	// which Stripe resolves into a new ID.
 	PaymentMethod              string
 	RequestedTestPaymentMethod string
 	// Namespace is the key namespace the PaymentIntent's metadata names

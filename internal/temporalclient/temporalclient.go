@@ -28,9 +28,8 @@ type Config struct {
 	// FailureConverter are set by Options.
 	Options client.Options
 	// Keys encrypt every payload and failure message the client writes
-	// (EFFECTIVELY_CODEC_KEYS or EFFECTIVELY_CODEC_KEY_FILE, see
-	// internal/codec); nil leaves payloads in plaintext. Every process of a
-	// deployment needs the same keys.
+	// (internal/codec); nil: plaintext. Every process of a deployment needs
+	// the same keys.
 	Keys *codec.Keyring
 	// RequireEncryption makes the codec refuse payloads it did not encrypt
 	// (EFFECTIVELY_CODEC_REQUIRE, default false; see

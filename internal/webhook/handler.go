@@ -44,10 +44,9 @@ const (
 
 // Config configures the Handler. Zero fields take the defaults noted.
 type Config struct {
-	// StripeSecrets are the Stripe endpoint signing secrets (whsec_…). A
-	// request signed with any of them is accepted, so a rotation lists the
-	// new and the old secret until the old one expires. Empty: the Stripe
-	// route answers 404.
+	// StripeSecrets are the endpoint signing secrets (whsec_…), any of
+	// which is accepted, so a rotation lists both. Empty: the Stripe route
+	// answers 404.
 	StripeSecrets []string
 	// StripeTolerance is the largest accepted age of Stripe-Signature's
 	// timestamp. Default DefaultTolerance.
@@ -67,14 +66,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for SendGrid's timestamp. Default time.Now.
 	Now func() time.Time
-	// Namespace is the key namespace (EFFECTIVELY_KEY_NAMESPACE), empty by
-	// default. A Stripe account or a SendGrid account shared by several
-	// deployments sends every deployment's events to every endpoint: an
-	// event about an object effectively made (a PaymentIntent or Charge
-	// whose metadata names a message, a mail keyed "email:…") under
-	// another namespace (metadata[effectively_namespace] or
-	// custom_args.effectively_namespace, absent for none) is acknowledged
-	// and otherwise ignored, never recorded nor applied to the ledger.
+	// Namespace is the key namespace: an event about an object made under
+	// another one (a shared Stripe or SendGrid account) is acknowledged and
+	// ignored (docs/webhooks.md). Empty by default.
 	Namespace string
 }
 

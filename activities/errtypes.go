@@ -1,0 +1,40 @@
+package activities
+
+// Error types of the application errors activities return. Workflows,
+// retry policies and operators match on these strings, never on Go type
+// names. The values are in histories: never change one. Two are
+// snake_case for that reason (ErrTypeUnexpectedState, and the workflows'
+// ErrTypePaymentProcessingTimeout); the others are CamelCase.
+const (
+	// ErrTypeIdempotencyMismatch: a key was reused with different
+	// parameters; a bug, not retried.
+	ErrTypeIdempotencyMismatch = "IdempotencyMismatch"
+	// ErrTypePaymentUnknown: the charge's outcome could not be established;
+	// recorded unknown for an operator, not retried.
+	ErrTypePaymentUnknown = "PaymentUnknown"
+	// ErrTypeUnexpectedState: the PaymentIntent is in a status effectively
+	// never asks for; recorded unexpected for an operator, no receipt.
+	ErrTypeUnexpectedState = "unexpected_state"
+	// ErrTypeInvalidInput: the activity input is unusable.
+	ErrTypeInvalidInput = "InvalidInput"
+	// ErrTypeFenced: a later claim owns the ledger row. Retryable: the
+	// attempt Temporal still waits for claims again.
+	ErrTypeFenced = "Fenced"
+	// ErrTypeDraining: the worker is shutting down and takes no new
+	// effect. Retryable: nothing was claimed.
+	ErrTypeDraining = "Draining"
+	// ErrTypeRetentionUnsafe: the retention is shorter than the horizon it
+	// was checked against (or unset); pruning deletes nothing.
+	ErrTypeRetentionUnsafe = "RetentionUnsafe"
+	// ErrTypeAwaitingEmailEvent: a local SendReceipt attempt found that an
+	// earlier attempt may have sent it. Retryable: the regular activity
+	// waits ResendGrace for SendGrid's event.
+	ErrTypeAwaitingEmailEvent = "AwaitingEmailEvent"
+	// ErrTypeProviderAuth: the provider refused our configuration (401,
+	// 403, a wrong SendGrid URL). Retryable and alerting, never recorded
+	// as the effect's outcome.
+	ErrTypeProviderAuth = "ProviderAuth"
+	// ErrTypePaymentPending: RefundOrder found the order's payment not yet
+	// final. Retryable: the refund waits for the payment.
+	ErrTypePaymentPending = "PaymentPending"
+)

@@ -1,0 +1,55 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// StatusQuery is the name of the query that returns a workflow's status.
+const StatusQuery = "status"
+
+// Stage is where a workflow stands, as the status query reports it. Each
+// workflow's own stages are in its file.
+type Stage string
+
+// Stages shared by OrderPlaced and OrderRefund.
+const (
+	StageSendingReceipt Stage = "sending_receipt"
+	StageCompleted      Stage = "completed"
+)
+
+// Outcome is how a workflow ended, in its status and result; one that ends
+// on a payment's or refund's outcome has that outcome's value. Each
+// workflow's own outcomes are in its file.
+type Outcome string
+
+// Outcomes shared by OrderPlaced and OrderRefund: the effect was made once,
+// then its receipt was refused for good, or may not have gone out
+// (at-most-once).
+const (
+	OutcomeReceiptFailed  Outcome = "receipt_failed"
+	OutcomeReceiptUnknown Outcome = "receipt_unknown"
+)
+
+// Workflows holds the workflow implementations and their configuration.
+type Workflows struct {
+	cfg Config
+}
+
+// New validates cfg and returns the workflows configured by it.
+func New(cfg Config) (*Workflows, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("workflow config: %w", err)
+	}
+	return &Workflows{cfg: cfg.withDefaults()}, nil
+}
+
+// Register registers every workflow with r under its stable name. A route's
+// workflow missing here fails internal/route's TestChecklist.
+func (w *Workflows) Register(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(w.OrderPlaced, workflow.RegisterOptions{Name: OrderPlacedName})
+	r.RegisterWorkflowWithOptions(w.OrderRefund, workflow.RegisterOptions{Name: OrderRefundName})
+	r.RegisterWorkflowWithOptions(w.PruneRecords, workflow.RegisterOptions{Name: PruneRecordsName})
+}
