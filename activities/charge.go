@@ -181,7 +181,8 @@ func (e *confirmError) Unwrap() error { return e.err }
 // Lookup reads the PaymentIntent, strongly consistently: retrieved by its
 // recorded ID, or, when none is recorded (an earlier claim's create whose
 // answer was lost, an ambiguous create), listed over the claim's window.
-// Never Search.
+// Never Search for anything younger than Stripe's Search lag (see
+// payment.FindInWindow).
 func (c *charging) Lookup(ctx context.Context) (*payment.Charge, error) {
 	if c.piID != "" {
 		pi, err := c.a.Payments.Get(ctx, c.piID)

@@ -22,11 +22,13 @@
 //   - ChargeOrder claims the order in Postgres before it calls Stripe (a
 //     second message for the same order is a business duplicate and never
 //     charges), then creates the PaymentIntent unconfirmed under the key
-//     "paymentintent:<message id>", records its ID, and confirms it under
-//     "payment:<message id>", with parameters built from the message alone.
-//     A retried call is replayed by Stripe; an ambiguous answer is settled by
-//     retrieving the recorded PaymentIntent (or, if its create was ambiguous,
-//     by listing the claim's time window), never by Search. Only a succeeded
+//     "paymentintent:<message id>" and confirms it under
+//     "payment:<message id>", with parameters built from the message alone;
+//     the record after the confirmation carries its ID. A retried call is
+//     replayed by Stripe; an ambiguous answer is settled by retrieving the
+//     PaymentIntent (or, when no ID is known, by listing the claim's time
+//     window, with Search only for what is older than Stripe's documented
+//     hour of Search lag), never by Search right after a write. Only a succeeded
 //     PaymentIntent is recorded as paid, together with the message's
 //     processed row in one transaction; processing and unexpected statuses
 //     are recorded as open cases.

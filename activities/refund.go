@@ -70,7 +70,7 @@ type RefundResult struct {
 // PaymentIntent (a repeat inside Stripe's key window is replayed, never
 // refunded again); the outcome commits with the message's processed row in
 // one statement. A retry past the key window (KeyTrust after the claim: a
-// redrive a day later) lists the PaymentIntent's refunds first, which is
+// retry a day after the claim) lists the PaymentIntent's refunds first, which is
 // strongly consistent and scoped to the object, and adopts the one carrying
 // the message's ID and key namespace; only when there is none does it
 // refund. An ambiguous answer is settled by the same list. A refund found
