@@ -31,11 +31,11 @@ test-deps: ## install (as root, apt-get) or name what the tests need: nats-serve
 .PHONY: test
 test: test-deps $(BIN)/temporal ## run every test (installs what it needs first; builds the Temporal CLI once)
 	go test -count=1 -timeout 20m ./... ./lab/...
-	go test -count=1 -tags failpoints ./internal/failpoint/
+	go test -count=1 -tags failpoints ./internal/leaf/failpoint/
 
 .PHONY: test-short
 test-short: ## unit tests only (no Temporal dev server)
-	go test -count=1 ./internal/identity/ ./internal/message/ ./internal/config/ ./workflows/ ./sim/... ./internal/payment/ ./internal/email/
+	go test -count=1 ./internal/leaf/identity/ ./internal/adapter/message/ ./internal/config/ ./workflows/ ./sim/... ./internal/adapter/payment/ ./internal/adapter/email/
 
 .PHONY: soak
 soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
@@ -47,8 +47,8 @@ bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive lay
 
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s
-	go test ./internal/identity/ -run '^$$' -fuzz FuzzIdentity -fuzztime 30s
-	go test ./internal/message/ -run '^$$' -fuzz FuzzDecode -fuzztime 30s
+	go test ./internal/leaf/identity/ -run '^$$' -fuzz FuzzIdentity -fuzztime 30s
+	go test ./internal/adapter/message/ -run '^$$' -fuzz FuzzDecode -fuzztime 30s
 
 .PHONY: build
 build: ## build worker, starter and providersim into bin/

@@ -10,11 +10,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/retention"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // Activities holds the dependencies of every activity. It is built once per
@@ -35,9 +34,9 @@ type Activities struct {
 	// absence is taken as proof that nothing was created. Default 5.
 	AmbiguousAttempts int32
 	// Retention is how long Prune keeps processed, inbox, outbox and
-	// quarantine rows, with the horizon checked at start. Zero: Prune
-	// deletes nothing.
-	Retention retention.Policy
+	// quarantine rows (internal/intake/retention checks it at start). Zero:
+	// Prune refuses to run.
+	Retention PrunePolicy
 	// KeyTrust is the effect protocol's key window: how long after the claim
 	// Stripe's keys are trusted to replay; past it a retry looks up before
 	// it calls (internal/effect). Default 23h.

@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/storetest"

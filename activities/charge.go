@@ -8,13 +8,13 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/reconcile"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/effect"
-	"github.com/effectively/effectively/internal/failpoint"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/reconcile"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // ChargeInput is what ChargeOrder needs: everything comes from the message,

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/simfault"
 	"github.com/effectively/effectively/sim/stripesim"

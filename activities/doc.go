@@ -3,7 +3,7 @@
 // running workflow histories refer to by name (names.go): rename them with
 // care, and keep helpers unexported.
 //
-// Per route (internal/route): order.placed runs ChargeOrder (or
+// Per route (internal/intake/route): order.placed runs ChargeOrder (or
 // ChargeOrderLocally first), SettlePayment while a payment is processing,
 // and SendReceipt (or SendReceiptLocally); order.refund_requested runs
 // RefundOrder and SendRefundReceipt. The PruneRecords schedule runs Prune.

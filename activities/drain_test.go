@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 )

@@ -1,6 +1,6 @@
 package activities
 
-import "github.com/effectively/effectively/internal/email"
+import "github.com/effectively/effectively/internal/adapter/email"
 
 // RequestHash exposes requestHash to tests.
 func RequestHash(v any) string { return requestHash(v) }

@@ -9,8 +9,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/simfault"
 )

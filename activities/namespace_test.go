@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )

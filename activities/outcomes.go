@@ -5,7 +5,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/effectively/effectively/internal/metrics"
+	"github.com/effectively/effectively/internal/adapter/metrics"
 )
 
 // count counts the outcome of one attempt at an effect of kind: result,

@@ -11,11 +11,11 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/effect"
-	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/payment"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // stripeClass is what a failed Stripe call means to the effect protocol.

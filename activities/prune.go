@@ -8,12 +8,38 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // DefaultPruneBatch is how many rows one DELETE removes when PruneInput
 // does not say.
 const DefaultPruneBatch = 1000
+
+// PrunePolicy is what Prune deletes by. The worker builds it from the
+// retention it checked against the redelivery horizon at start
+// (internal/intake/retention); Prune checks it again.
+type PrunePolicy struct {
+	// Keep is how long processed, inbox and outbox rows are kept.
+	Keep time.Duration
+	// Quarantine is how long a quarantine row is kept after its last copy;
+	// 0 keeps quarantine rows for good.
+	Quarantine time.Duration
+	// Horizon is the shortest safe retention.
+	Horizon time.Duration
+}
+
+// check refuses a policy that would prune a record a copy may still need.
+func (p PrunePolicy) check() error {
+	switch {
+	case p.Keep <= 0:
+		return fmt.Errorf("retention %s must be positive", p.Keep)
+	case p.Keep < p.Horizon:
+		return fmt.Errorf("retention %s is shorter than the safe horizon %s", p.Keep, p.Horizon)
+	case p.Quarantine < 0 || (p.Quarantine > 0 && p.Quarantine < p.Horizon):
+		return fmt.Errorf("quarantine retention %s is shorter than the safe horizon %s", p.Quarantine, p.Horizon)
+	}
+	return nil
+}
 
 // PruneInput is the input of Prune.
 type PruneInput struct {
@@ -45,7 +71,7 @@ type PruneResult struct {
 // refuses to run with an unsafe one. Safe to retry: a repeat deletes what
 // the first run left, by the same rule.
 func (a *Activities) Prune(ctx context.Context, in PruneInput) (PruneResult, error) {
-	if err := a.Retention.Check(); err != nil {
+	if err := a.Retention.check(); err != nil {
 		return PruneResult{}, temporal.NewNonRetryableApplicationError("refusing to prune", ErrTypeRetentionUnsafe, err)
 	}
 	batch := in.BatchSize

@@ -8,8 +8,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/retention"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
 )
 
@@ -48,7 +47,7 @@ func TestPruneDeletesOldQuarantineRows(t *testing.T) {
 		}
 		return out
 	}
-	prune := func(p retention.Policy) activities.PruneResult {
+	prune := func(p activities.PrunePolicy) activities.PruneResult {
 		var s testsuite.WorkflowTestSuite
 		env := s.NewTestActivityEnvironment()
 		env.RegisterActivity(&activities.Activities{Store: db, Retention: p})
@@ -62,12 +61,12 @@ func TestPruneDeletesOldQuarantineRows(t *testing.T) {
 		}
 		return res
 	}
-	h := retention.Horizon{Total: 25 * time.Hour}
+	h := 25 * time.Hour
 	// No quarantine retention: nothing in the quarantine is touched.
-	if res := prune(retention.Policy{Keep: 30 * 24 * time.Hour, Horizon: h}); res.Deleted[store.PruneQuarantine] != 0 || len(left()) != len(rows) {
+	if res := prune(activities.PrunePolicy{Keep: 30 * 24 * time.Hour, Horizon: h}); res.Deleted[store.PruneQuarantine] != 0 || len(left()) != len(rows) {
 		t.Fatalf("without a quarantine retention: deleted %v, %d rows left of %d", res.Deleted, len(left()), len(rows))
 	}
-	res := prune(retention.Policy{Keep: 30 * 24 * time.Hour, Quarantine: 30 * 24 * time.Hour, Horizon: h})
+	res := prune(activities.PrunePolicy{Keep: 30 * 24 * time.Hour, Quarantine: 30 * 24 * time.Hour, Horizon: h})
 	if res.Deleted[store.PruneQuarantine] != 2 || res.Quarantine != (30*24*time.Hour).String() {
 		t.Errorf("result %+v, want 2 quarantine rows deleted with the quarantine retention", res)
 	}

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/effect"
-	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/failpoint"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // ReceiptInput is what SendReceipt needs, all from the message and the

@@ -7,13 +7,13 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/effect"
-	"github.com/effectively/effectively/internal/email"
-	"github.com/effectively/effectively/internal/failpoint"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // RefundInput is what RefundOrder needs: everything comes from the message;

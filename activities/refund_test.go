@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/sim/stripesim"
 )
 

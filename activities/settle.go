@@ -6,8 +6,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/effectively/effectively/internal/reconcile"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/reconcile"
+	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // SettleInput names the payment SettlePayment reads.

@@ -17,9 +17,9 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"

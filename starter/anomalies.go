@@ -10,8 +10,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/store"
 )
 
 // cmdAnomalies lists the payment anomalies (contradictions a Stripe event

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // anomaly makes the webhook's contradiction for message id: a succeeded

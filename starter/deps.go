@@ -7,10 +7,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
 )
 
 // deps are the connections a command needs, built once.

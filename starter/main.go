@@ -55,8 +55,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/store"
 )
 
 const usage = `usage:

@@ -15,14 +15,14 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/reconcile"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/identity"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/reconcile"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/internal/intake/route"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/workflows"
 )
 

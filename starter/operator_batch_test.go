@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/tools/testenv"
 )
 

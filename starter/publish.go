@@ -17,11 +17,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/term"
 
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/tracing"
+	"github.com/effectively/effectively/internal/intake/route"
+	"github.com/effectively/effectively/internal/leaf/tracing"
 )
 
 // Statuses of a published message.
@@ -77,7 +77,7 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 
 	// Each message is published in a span of its own, whose traceparent
 	// goes in the NATS headers: the worker continues that trace. Off unless
-	// the OTEL_* variables turn it on (internal/tracing).
+	// the OTEL_* variables turn it on (internal/leaf/tracing).
 	shutdownTracing, _, err := tracing.Setup(ctx, config.OTelLookup, "effectively-starter")
 	if err != nil {
 		return exitUsage, err

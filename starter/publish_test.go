@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/effectively/effectively/internal/tracing"
+	"github.com/effectively/effectively/internal/leaf/tracing"
 	"github.com/effectively/effectively/tools/testenv"
 )
 

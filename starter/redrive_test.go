@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // inboxed records message id of consumer as intake does, so redrive finds

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // TestResolveSettlesRefundsAndReceipts: `starter resolve` settles a refund

@@ -7,9 +7,9 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
 )
 
 // cmdSend starts one workflow per message of a file or stdin.

@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/workflows"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"go.temporal.io/sdk/converter"
 
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/temporalclient"
 )
 
 // TestCodecServerSharesTheClientsKeyring: the keyring is loaded once, by

@@ -17,19 +17,18 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/codec"
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/outbox"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/email"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/outbox"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/pruning"
-	"github.com/effectively/effectively/internal/retention"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
-	"github.com/effectively/effectively/internal/tracing"
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/intake/retention"
+	"github.com/effectively/effectively/internal/intake/webhook"
+	"github.com/effectively/effectively/internal/leaf/codec"
+	"github.com/effectively/effectively/internal/leaf/tracing"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -139,7 +138,7 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 		Payments:    payments,
 		Mailer:      mailer,
 		EmailPolicy: cfg.EmailPolicy,
-		Retention:   policy,
+		Retention:   policy.Prune(),
 		Drain:       &activities.Drainer{},
 		Metrics:     m,
 		ResendGrace: cfg.EmailResendGrace,
@@ -220,11 +219,11 @@ func retentionPolicy(ctx context.Context, cfg config.Config, tc client.Client, n
 		}
 		redelivery, dupWindow = &r, dw
 	}
-	policy, err := pruning.Policy(ctx, tc, namespace, cfg.Retention, redelivery, dupWindow)
+	policy, err := retention.ReadPolicy(ctx, tc, namespace, cfg.Retention, redelivery, dupWindow)
 	if err != nil {
 		return retention.Policy{}, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	if policy, err = pruning.WithQuarantine(policy, cfg.QuarantineRetention); err != nil {
+	if policy, err = retention.WithQuarantine(policy, cfg.QuarantineRetention); err != nil {
 		return retention.Policy{}, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
 	return policy, nil

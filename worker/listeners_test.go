@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/effectively/effectively/internal/adapter/health"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/health"
 )
 
 // TestWarnPublicListeners: with the opt-in, each listener beyond loopback

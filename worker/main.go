@@ -46,12 +46,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/codec"
+	"github.com/effectively/effectively/internal/adapter/health"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/health"
-	"github.com/effectively/effectively/internal/listener"
-	"github.com/effectively/effectively/internal/pruning"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/intake/retention"
+	"github.com/effectively/effectively/internal/leaf/codec"
+	"github.com/effectively/effectively/internal/leaf/listener"
 )
 
 func main() {
@@ -153,7 +153,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("worker polling", "task_queue", cfg.TaskQueue)
 	// Without the schedule nothing is pruned, and the tables grow; that is
 	// no reason to stop taking messages. The next worker start tries again.
-	if _, err := pruning.EnsureSchedule(ctx, d.tc, pruning.ScheduleConfig{Every: cfg.PruneEvery, TaskQueue: cfg.TaskQueue}); err != nil {
+	if _, err := retention.EnsureSchedule(ctx, d.tc, retention.ScheduleConfig{Every: cfg.PruneEvery, TaskQueue: cfg.TaskQueue}); err != nil {
 		logger.Error("pruning schedule could not be created or updated; records are not pruned until a worker start succeeds", "error", err.Error())
 	}
 

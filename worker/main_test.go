@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
 )
 

@@ -1,5 +1,5 @@
 // Package workflows holds effectively's deterministic orchestration, one
-// workflow per route (internal/route) and one for the schedule:
+// workflow per route (internal/intake/route) and one for the schedule:
 //
 //   - OrderPlaced (order.placed, consumer order-placed) charges the order
 //     once and, when paid, sends one receipt; a processing payment waits

@@ -8,8 +8,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // OrderPlacedName is the workflow type of order.placed messages; histories

@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/adapter/message"
 )
 
 func input(id string) OrderPlacedInput {

@@ -9,8 +9,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // OrderRefundName is the workflow type of order.refund_requested messages.

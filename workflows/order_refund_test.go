@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/adapter/message"
 )
 
 func refundInput(id string, amount int64) OrderRefundInput {

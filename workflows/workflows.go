@@ -47,7 +47,7 @@ func New(cfg Config) (*Workflows, error) {
 }
 
 // Register registers every workflow with r under its stable name. A route's
-// workflow missing here fails internal/route's TestChecklist.
+// workflow missing here fails internal/intake/route's TestChecklist.
 func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.OrderPlaced, workflow.RegisterOptions{Name: OrderPlacedName})
 	r.RegisterWorkflowWithOptions(w.OrderRefund, workflow.RegisterOptions{Name: OrderRefundName})

@@ -20,14 +20,14 @@ import (
 
 	"go.temporal.io/sdk/contrib/envconfig"
 
-	"github.com/effectively/effectively/internal/codec"
-	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/intake/webhook"
+	"github.com/effectively/effectively/internal/leaf/codec"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -185,7 +185,7 @@ const DefaultDrainTimeout = 20 * time.Second
 const DefaultDatabaseMaxConns = 32
 
 // OTelLookup reads the OpenTelemetry variables (OTEL_*) from the process
-// environment for internal/tracing, and nothing else: they are the
+// environment for internal/leaf/tracing, and nothing else: they are the
 // standard ones the OpenTelemetry SDK and its OTLP exporters define, listed
 // in docs/configuration.md#tracing rather than in the table.
 func OTelLookup(name string) (string, bool) {

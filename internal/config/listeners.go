@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/effectively/effectively/internal/codec"
+	"github.com/effectively/effectively/internal/leaf/codec"
 )
 
 // The opt-ins for the checks below.

@@ -28,7 +28,7 @@ func Names() []string {
 // OpenTelemetry variable (OTEL_*, read through OTelLookup).
 func Known(name string) bool {
 	if strings.HasPrefix(name, "OTEL_") {
-		return true // read through OTelLookup by internal/tracing and the OpenTelemetry SDK
+		return true // read through OTelLookup by internal/leaf/tracing and the OpenTelemetry SDK
 	}
 	for _, n := range Names() {
 		if p, ok := strings.CutSuffix(n, "*"); ok && strings.HasPrefix(name, p) || n == name {

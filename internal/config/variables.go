@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/effectively/effectively/internal/codec"
-	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/adapter/outbox"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/outbox"
-	"github.com/effectively/effectively/internal/pruning"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/intake/retention"
+	"github.com/effectively/effectively/internal/intake/webhook"
+	"github.com/effectively/effectively/internal/leaf/codec"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -217,7 +217,7 @@ var variables = []variable{
 	dur("RETENTION", DefaultRetention, "Retention",
 		"how long processed IDs, dispatched inbox rows and published events are kept (a Go duration or `30d`; never less than the redelivery horizon, see [intake](intake.md))",
 		func(c *Config) *time.Duration { return &c.Retention }).checked(func(c Config) error { return positive(c.Retention) }),
-	dur("PRUNE_EVERY", pruning.DefaultEvery, "PruneEvery", "", func(c *Config) *time.Duration { return &c.PruneEvery }).
+	dur("PRUNE_EVERY", retention.DefaultEvery, "PruneEvery", "", func(c *Config) *time.Duration { return &c.PruneEvery }).
 		checked(func(c Config) error { return positive(c.PruneEvery) }),
 	{name: "QUARANTINE_RETENTION", field: "QuarantineRetention", docDefault: "`" + short(DefaultQuarantineRetention) + "`, or `RETENTION` when longer",
 		load: func(c *Config, v string, _ bool) error {

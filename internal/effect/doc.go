@@ -32,7 +32,7 @@
 //  6. The record, in one transaction with the message's processed row
 //     (Kind.Record).
 //
-// Keys: an effect's key is "<effect name>:<message id>" (internal/identity),
+// Keys: an effect's key is "<effect name>:<message id>" (internal/leaf/identity),
 // and every effect kind has its own name (Names), so no two effects, and no
 // two messages, share a key. A message ID is unique per consumer; each
 // effect name is used by the effects of one consumer only, so two consumers

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // Names are the effect names of the four effect kinds, one per kind (the

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/effect"
-	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 func TestAttemptFirst(t *testing.T) {

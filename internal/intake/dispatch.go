@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // DispatcherConfig configures a Dispatcher. Zero values take the defaults

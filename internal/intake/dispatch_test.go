@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )

@@ -15,11 +15,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/route"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/workflows"
 )
 

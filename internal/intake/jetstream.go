@@ -16,11 +16,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/effectively/effectively/internal/failpoint"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/retention"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/tracing"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/retention"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/tracing"
 )
 
 // Defaults of the JetStream intake. internal/config applies them.

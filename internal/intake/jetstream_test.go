@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/retention"
-	"github.com/effectively/effectively/internal/route"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/intake/retention"
+	"github.com/effectively/effectively/internal/intake/route"
 )
 
 func TestPublishSubject(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.temporal.io/sdk/client"
 
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
 )
 

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/tools/testenv"
 )
 

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/tools/testenv"
 )
 

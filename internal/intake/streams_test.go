@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
 	"github.com/effectively/effectively/tools/testenv"
 )
 

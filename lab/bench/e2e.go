@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/metrics"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
 // planner makes the messages of every phase of a run, with IDs and order

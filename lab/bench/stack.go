@@ -28,9 +28,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/store"
-	"github.com/effectively/effectively/internal/temporalclient"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/workerproc"

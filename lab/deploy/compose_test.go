@@ -20,8 +20,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/leaf/codec"
 )
 
 // core are the services the stack needs, with the container port each

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/intake/webhook"
 )
 
 // registerWorkerMetrics registers every metric the worker exports on reg,

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/metrics"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
@@ -30,7 +30,7 @@ import (
 // real consumer, and reads the duplicate it counted back through
 // Prometheus' HTTP API. It also has Prometheus evaluate every dashboard and
 // alert expression: each must be valid PromQL.
-// The endpoint serves a registry built by internal/metrics, as the
+// The endpoint serves a registry built by internal/adapter/metrics, as the
 // worker's /metrics does, that the consumer counts its decisions into.
 func TestPrometheusReadsDedupCounter(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")

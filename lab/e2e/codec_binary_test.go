@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/effectively/effectively/internal/codec"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/leaf/codec"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )

@@ -21,10 +21,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/effectively/effectively/internal/codec"
-	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
+	"github.com/effectively/effectively/internal/leaf/codec"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"

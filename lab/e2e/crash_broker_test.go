@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectively/effectively/internal/failpoint"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )

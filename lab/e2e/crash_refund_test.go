@@ -8,10 +8,10 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/effectively/effectively/internal/failpoint"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/workflows"
 )
 

@@ -13,10 +13,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/effectively/effectively/internal/failpoint"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/tools/workerproc"

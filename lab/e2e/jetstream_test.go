@@ -10,11 +10,11 @@ import (
 
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/route"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/intake/route"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )

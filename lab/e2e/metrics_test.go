@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/effectively/effectively/internal/health"
-	"github.com/effectively/effectively/internal/metrics"
+	"github.com/effectively/effectively/internal/adapter/health"
+	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/tools/testenv"
 )
 

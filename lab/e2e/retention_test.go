@@ -14,8 +14,7 @@ import (
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/pruning"
-	"github.com/effectively/effectively/internal/retention"
+	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )
@@ -30,7 +29,7 @@ func pruneWorker(t *testing.T, s *testenv.Stack, queue string, policy retention.
 		t.Fatal(err)
 	}
 	wfs.Register(w)
-	activities.Register(w, &activities.Activities{Store: s.Store, Retention: policy})
+	activities.Register(w, &activities.Activities{Store: s.Store, Retention: policy.Prune()})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +69,12 @@ func TestPruneKeepsEverythingYoungerThanTheHorizon(t *testing.T) {
 	}
 
 	// An unsafe retention is refused, naming both numbers.
-	_, err = pruning.Policy(ctx, s.Client, "default", time.Hour, &r, dup)
+	_, err = retention.ReadPolicy(ctx, s.Client, "default", time.Hour, &r, dup)
 	if err == nil || !strings.Contains(err.Error(), "RETENTION") || !strings.Contains(err.Error(), "1h0m0s") ||
 		!strings.Contains(err.Error(), "25h4m0s") { // 2m + 2m + 24h (the dev server's default) + 1h margin
 		t.Fatalf("unsafe retention: err = %v", err)
 	}
-	policy, err := pruning.Policy(ctx, s.Client, "default", 25*time.Hour+4*time.Minute, &r, dup)
+	policy, err := retention.ReadPolicy(ctx, s.Client, "default", 25*time.Hour+4*time.Minute, &r, dup)
 	if err != nil {
 		t.Fatalf("retention = horizon refused: %v", err)
 	}
@@ -117,11 +116,11 @@ func TestPruneKeepsEverythingYoungerThanTheHorizon(t *testing.T) {
 	// The schedule, created then updated as every worker start does, with
 	// batches of one row to exercise the batching.
 	pruneWorker(t, s, "prune-safe", policy)
-	cfg := pruning.ScheduleConfig{ID: "prune-test", Every: time.Hour, TaskQueue: "prune-safe", BatchSize: 1}
-	if _, err := pruning.EnsureSchedule(ctx, s.Client, cfg); err != nil {
+	cfg := retention.ScheduleConfig{ID: "prune-test", Every: time.Hour, TaskQueue: "prune-safe", BatchSize: 1}
+	if _, err := retention.EnsureSchedule(ctx, s.Client, cfg); err != nil {
 		t.Fatal(err)
 	}
-	h2, err := pruning.EnsureSchedule(ctx, s.Client, cfg)
+	h2, err := retention.EnsureSchedule(ctx, s.Client, cfg)
 	if err != nil {
 		t.Fatalf("update the existing schedule: %v", err)
 	}

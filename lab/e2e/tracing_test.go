@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/interceptor"
 
-	"github.com/effectively/effectively/internal/identity"
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/tracing"
+	"github.com/effectively/effectively/internal/leaf/identity"
+	"github.com/effectively/effectively/internal/leaf/tracing"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )

@@ -23,9 +23,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/effectively/effectively/internal/identity"
-	"github.com/effectively/effectively/internal/message"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/workerproc"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/store"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/tools/workerproc"

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/effectively/effectively/internal/webhook"
+	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/simfault"
 	"github.com/effectively/effectively/sim/stripesim"

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/outbox"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/metrics"
-	"github.com/effectively/effectively/internal/outbox"
-	"github.com/effectively/effectively/internal/store"
 )
 
 // NATSURL is the NATS server tests use: $TEST_NATS_URL, else

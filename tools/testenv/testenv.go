@@ -27,11 +27,11 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/email"
+	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/payment"
-	"github.com/effectively/effectively/internal/retention"
-	"github.com/effectively/effectively/internal/store"
+	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/storetest"
@@ -239,7 +239,7 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	wfs.Register(s.Worker)
 	activities.Register(s.Worker, &activities.Activities{
 		Store: s.Store, Payments: s.Sims.PaymentClient(t), Mailer: s.Sims.EmailClient(t), EmailPolicy: o.EmailPolicy,
-		Retention: o.Retention,
+		Retention: o.Retention.Prune(),
 	})
 	if err := s.Worker.Start(); err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func Build(ctx context.Context, root, dir string, tags ...string) (string, error
 	return bin, nil
 }
 
-// FailpointsTag is the build tag that compiles internal/failpoint's kill
+// FailpointsTag is the build tag that compiles internal/leaf/failpoint's kill
 // points into the worker.
 const FailpointsTag = "failpoints"
 

@@ -43,7 +43,7 @@ func TestDefaultWorkerHasNoFailpoints(t *testing.T) {
 	}
 }
 
-// failpointSymbols lists the symbols of package internal/failpoint in bin,
+// failpointSymbols lists the symbols of package internal/leaf/failpoint in bin,
 // read with go tool nm.
 func failpointSymbols(t *testing.T, bin string) []string {
 	t.Helper()
@@ -53,7 +53,7 @@ func failpointSymbols(t *testing.T, bin string) []string {
 	}
 	var syms []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "effectively/internal/failpoint.") {
+		if strings.Contains(line, "effectively/internal/leaf/failpoint.") {
 			syms = append(syms, strings.TrimSpace(line))
 		}
 	}

@@ -1,0 +1,376 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/tools/storetest"
+)
+
+func claim(msg string, order int64) store.PaymentClaim {
+	return store.PaymentClaim{
+		Consumer: "order-placed", MessageID: msg, OrderID: order, Amount: 1999, Currency: "usd",
+		Key: "payment:" + msg, RequestHash: "h-" + msg,
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- store.Migrate(ctx, pool, nil) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("second migrate: %v", err)
+		}
+	}
+}
+
+func TestPaymentLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+
+	res, err := s.ClaimPayment(ctx, claim("evt_1", 42))
+	if err != nil || res.Outcome != store.ClaimOwned || res.Claim != 1 {
+		t.Fatalf("first claim = %+v, %v", res, err)
+	}
+	// A retry (or the regular activity after a local one) takes the row
+	// over under the next token.
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42))
+	if err != nil || res.Outcome != store.ClaimOwned || res.Claim != 2 {
+		t.Fatalf("retry claim = %+v, %v", res, err)
+	}
+	// The superseded claim 1 can no longer record.
+	_, err = s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Claim: 1, PaymentIntentID: "pi_1"})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("zombie record err = %v, want ErrFenced", err)
+	}
+	// Nor can a token that was never handed out.
+	_, err = s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Claim: 3, PaymentIntentID: "pi_1"})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("record under a future token err = %v, want ErrFenced", err)
+	}
+	ok := store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Key: "payment:evt_1", Claim: 2, PaymentIntentID: "pi_1", Amount: 1999, Currency: "usd"}
+	already, err := s.RecordPaymentSucceeded(ctx, ok)
+	if err != nil || already {
+		t.Fatalf("record = %v, %v", already, err)
+	}
+	already, err = s.RecordPaymentSucceeded(ctx, ok)
+	if err != nil || !already {
+		t.Fatalf("repeated record = %v, %v; want already", already, err)
+	}
+	res, err = s.ClaimPayment(ctx, claim("evt_1", 42))
+	if err != nil || res.Outcome != store.ClaimDone || res.Payment.PaymentIntentID != "pi_1" {
+		t.Fatalf("claim after success = %+v, %v", res, err)
+	}
+	// A second message for the same order is a business duplicate.
+	res, err = s.ClaimPayment(ctx, claim("evt_2", 42))
+	if err != nil || res.Outcome != store.ClaimBusinessDuplicate || res.Payment.MessageID != "evt_1" {
+		t.Fatalf("second message claim = %+v, %v", res, err)
+	}
+
+	st, err := s.Status(ctx, "order-placed", "evt_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Order == nil || st.Order.Status != store.OrderPaid || st.Processed == nil || st.Processed.Outcome != store.OutcomePaid {
+		t.Fatalf("status = %+v", st)
+	}
+	st2, err := s.Status(ctx, "order-placed", "evt_2")
+	if err != nil || st2.Processed == nil || st2.Processed.Outcome != store.OutcomeBusinessDuplicate {
+		t.Fatalf("status of business duplicate = %+v, %v", st2, err)
+	}
+	var processed, outbox int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM processed_messages`).Scan(&processed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE event_id = 'order.paid:evt_1'`).Scan(&outbox); err != nil {
+		t.Fatal(err)
+	}
+	if processed != 2 || outbox != 1 {
+		t.Fatalf("processed rows = %d (want 2), outbox rows = %d (want 1)", processed, outbox)
+	}
+}
+
+func TestPaymentFailed(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	c, err := s.ClaimPayment(ctx, claim("evt_d", 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.RecordPaymentFailed(ctx, store.PaymentFailure{Consumer: "order-placed", MessageID: "evt_d", OrderID: 7, Key: "payment:evt_d", Claim: c.Claim, Code: "card_declined", DeclineCode: "generic_decline", Message: "Your card was declined."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Status(ctx, "order-placed", "evt_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Order.Status != store.OrderPaymentFailed || st.Payment.DeclineCode != "generic_decline" || st.Processed.Outcome != store.OutcomePaymentFailed {
+		t.Fatalf("status = %+v %+v %+v", st.Order, st.Payment, st.Processed)
+	}
+}
+
+func TestRequestMismatch(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	if _, err := s.ClaimPayment(ctx, claim("evt_m", 9)); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("evt_m", 9)
+	c.RequestHash = "other"
+	if _, err := s.ClaimPayment(ctx, c); !errors.Is(err, store.ErrMismatch) {
+		t.Fatalf("err = %v, want ErrMismatch", err)
+	}
+}
+
+func TestEmailPolicies(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	if _, err := s.ClaimPayment(ctx, claim("evt_e", 5)); err != nil {
+		t.Fatal(err)
+	}
+	ec := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_e", OrderID: 5, Key: "email:evt_e", RequestHash: "m", Policy: store.AtLeastOnce}
+	d, e, err := s.ClaimEmail(ctx, ec)
+	if err != nil || d != store.EmailSend || e.Claim != 1 {
+		t.Fatalf("first claim = %v %+v, %v", d, e, err)
+	}
+	// Crash before the record: at-least-once sends again on retry.
+	if d, e, err = s.ClaimEmail(ctx, ec); err != nil || d != store.EmailSend || e.Claim != 2 {
+		t.Fatalf("retry claim = %v %+v, %v", d, e, err)
+	}
+	// The first claim's record is fenced; the second's lands.
+	if _, err := s.RecordEmailSent(ctx, "email:evt_e", 1, 5, "sg_0"); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("superseded record err = %v, want ErrFenced", err)
+	}
+	if _, err := s.RecordEmailSent(ctx, "email:evt_e", 2, 5, "sg_1"); err != nil {
+		t.Fatal(err)
+	}
+	d, e, err = s.ClaimEmail(ctx, ec)
+	if err != nil || d != store.EmailDone || e.ProviderRef != "sg_1" {
+		t.Fatalf("claim after send = %v %+v %v", d, e, err)
+	}
+
+	// At-most-once: a retry that finds in_flight refuses to resend.
+	if _, err := s.ClaimPayment(ctx, claim("evt_f", 6)); err != nil {
+		t.Fatal(err)
+	}
+	am := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_f", OrderID: 6, Key: "email:evt_f", RequestHash: "m", Policy: store.AtMostOnce}
+	if d, _, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailSend {
+		t.Fatalf("at-most-once first = %v, %v", d, err)
+	}
+	if d, e, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailUnknown || e.State != store.StateUnknown {
+		t.Fatalf("at-most-once retry = %v %+v %v", d, e, err)
+	}
+	st, err := s.Status(ctx, "order-placed", "evt_f")
+	if err != nil || st.Order.ReceiptStatus != "unknown" {
+		t.Fatalf("receipt status = %+v, %v", st.Order, err)
+	}
+}
+
+func TestInbox(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	e := store.InboxEntry{Consumer: "order-placed", MessageID: "evt_i", Payload: []byte(`{}`), PayloadHash: "h1", Source: "test"}
+	r, err := s.InsertInbox(ctx, e)
+	if err != nil || !r.Inserted || r.State != store.InboxPending {
+		t.Fatalf("first insert = %+v, %v", r, err)
+	}
+	r, err = s.InsertInbox(ctx, e)
+	if err != nil || r.Inserted || r.Mismatch(e) {
+		t.Fatalf("duplicate insert = %+v, %v", r, err)
+	}
+	e2 := e
+	e2.PayloadHash = "h2"
+	if r, err = s.InsertInbox(ctx, e2); err != nil || r.Inserted || !r.Mismatch(e2) {
+		t.Fatalf("mismatch insert = %+v, %v", r, err)
+	}
+	if err := s.MarkDispatched(ctx, "order-placed", "evt_i", "order-placed/evt_i"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = s.InsertInbox(ctx, e); err != nil || r.State != store.InboxDispatched || r.WorkflowID != "order-placed/evt_i" {
+		t.Fatalf("after dispatch = %+v, %v", r, err)
+	}
+	st, err := s.Status(ctx, "order-placed", "evt_i")
+	if err != nil || st.Inbox == nil || st.Inbox.Duplicates != 3 {
+		t.Fatalf("inbox status = %+v, %v", st.Inbox, err)
+	}
+
+	// Concurrent inserts of one new ID: exactly one wins.
+	var wg sync.WaitGroup
+	wins := make(chan bool, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.InsertInbox(ctx, store.InboxEntry{Consumer: "order-placed", MessageID: "evt_race", Payload: []byte(`{}`), PayloadHash: "h", Source: "test"})
+			if err != nil {
+				t.Error(err)
+			}
+			wins <- r.Inserted
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	n := 0
+	for w := range wins {
+		if w {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d concurrent inserts won, want 1", n)
+	}
+}
+
+func TestQuarantine(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	id, err := s.Quarantine(ctx, store.QuarantineEntry{Source: "starter", Raw: []byte("{bad"), Reason: store.ReasonInvalid, Detail: "syntax"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.QuarantineGet(ctx, id)
+	if err != nil || string(got.Raw) != "{bad" || got.Reason != store.ReasonInvalid {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if err := s.QuarantineMarkRetried(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.QuarantineGet(ctx, id+100); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing entry err = %v", err)
+	}
+}
+
+func TestQuarantineCountsCopies(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	e := store.QuarantineEntry{Source: "starter", Raw: []byte(`{"id":"x"}`), Reason: store.ReasonInvalid, Detail: "d"}
+	id1, err := s.Quarantine(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, err := s.Quarantine(ctx, e)
+	if err != nil || id2 != id1 {
+		t.Fatalf("second quarantine of the same bytes = %d, %v; want %d", id2, err, id1)
+	}
+	got, err := s.QuarantineGet(ctx, id1)
+	if err != nil || got.Copies != 2 {
+		t.Fatalf("entry = %+v, %v; want 2 copies", got, err)
+	}
+	e.Reason = store.ReasonPayloadMismatch
+	if id3, err := s.Quarantine(ctx, e); err != nil || id3 == id1 {
+		t.Fatalf("another reason = %d, %v; want a new entry", id3, err)
+	}
+}
+
+// TestInboxAsyncCommitStaysInTheStatement: InsertInbox turns synchronous
+// commit off for a copy's statement; the setting must not outlive it, or
+// the next statement on the connection (a new message's insert, a ledger
+// record) would commit without waiting for the WAL flush. That the copy's
+// commit is asynchronous is not observable here; the bench's duplicate burst
+// shows its effect.
+func TestInboxAsyncCommitStaysInTheStatement(t *testing.T) {
+	ctx := context.Background()
+	pool, err := store.Open(ctx, storetest.NewDatabase(t), store.PoolConfig{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(pool)
+	e := store.InboxEntry{Consumer: "order-placed", MessageID: "evt_async", Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}
+	for i := range 3 {
+		r, err := s.InsertInbox(ctx, e)
+		if err != nil || r.Inserted != (i == 0) {
+			t.Fatalf("insert %d = %+v, %v", i, r, err)
+		}
+		var sc string
+		if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&sc); err != nil || sc != "on" {
+			t.Fatalf("after insert %d the connection's synchronous_commit is %q (%v), want on", i, sc, err)
+		}
+	}
+	var dups int
+	if err := pool.QueryRow(ctx, `SELECT duplicates FROM inbox WHERE message_id = 'evt_async'`).Scan(&dups); err != nil || dups != 2 {
+		t.Fatalf("duplicates = %d, %v; want 2", dups, err)
+	}
+}
+
+// TestClaimMarksInboxDispatched: the payment claim marks the message's inbox
+// row dispatched in its first statement, whatever the claim's outcome (a
+// business duplicate included), and skips a row a Dispatcher holds locked
+// rather than waiting for it.
+func TestClaimMarksInboxDispatched(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	s := store.New(pool)
+	inbox := func(msg string) {
+		t.Helper()
+		if _, err := s.InsertInbox(ctx, store.InboxEntry{Consumer: "order-placed", MessageID: msg, Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(msg string) (st, wfID string) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT state, coalesce(workflow_id, '') FROM inbox WHERE consumer = 'order-placed' AND message_id = $1`, msg).Scan(&st, &wfID); err != nil {
+			t.Fatal(err)
+		}
+		return st, wfID
+	}
+	withWF := func(c store.PaymentClaim) store.PaymentClaim {
+		c.WorkflowID = "order-placed/" + c.MessageID
+		return c
+	}
+
+	inbox("evt_ib1")
+	if res, err := s.ClaimPayment(ctx, withWF(claim("evt_ib1", 77))); err != nil || res.Outcome != store.ClaimOwned {
+		t.Fatalf("claim = %+v, %v", res, err)
+	}
+	if st, wf := state("evt_ib1"); st != "dispatched" || wf != "order-placed/evt_ib1" {
+		t.Fatalf("inbox row after the claim: %s %q; want dispatched by order-placed/evt_ib1", st, wf)
+	}
+
+	// A business duplicate (another message, the same order) is marked too.
+	inbox("evt_ib2")
+	if res, err := s.ClaimPayment(ctx, withWF(claim("evt_ib2", 77))); err != nil || res.Outcome != store.ClaimBusinessDuplicate {
+		t.Fatalf("duplicate claim = %+v, %v", res, err)
+	}
+	if st, _ := state("evt_ib2"); st != "dispatched" {
+		t.Fatalf("business duplicate's inbox row is %s; want dispatched", st)
+	}
+
+	// A row a Dispatcher holds is skipped at once, not waited for.
+	inbox("evt_ib3")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM inbox WHERE message_id = 'evt_ib3' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if res, err := s.ClaimPayment(cctx, withWF(claim("evt_ib3", 78))); err != nil || res.Outcome != store.ClaimOwned {
+		t.Fatalf("claim beside a locked inbox row = %+v, %v", res, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := state("evt_ib3"); st != "pending" {
+		t.Fatalf("locked inbox row is %s after the claim; want pending (its Dispatcher marks it)", st)
+	}
+}

@@ -1,0 +1,152 @@
+// Package temporalclient connects to Temporal the same way in every binary.
+// It reads no environment: internal/config loads the connection through
+// Temporal's envconfig (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+// TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and the temporal.toml
+// config file), so a local dev server, a self-hosted cluster and Temporal
+// Cloud need no code change, and hands it here as a Config.
+package temporalclient
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/effectively/effectively/internal/leaf/codec"
+)
+
+// Config is the connection to Temporal, as internal/config loads it.
+type Config struct {
+	// Options are the client options from Temporal's envconfig, with the
+	// gRPC compression chosen by EnvCompression. Logger, DataConverter and
+	// FailureConverter are set by Options.
+	Options client.Options
+	// Keys encrypt every payload and failure message the client writes
+	// (internal/leaf/codec); nil: plaintext. Every process of a deployment needs
+	// the same keys.
+	Keys *codec.Keyring
+	// RequireEncryption makes the codec refuse payloads it did not encrypt
+	// (EFFECTIVELY_CODEC_REQUIRE, default false; see
+	// codec.RequireEncryption). internal/config refuses it without Keys.
+	RequireEncryption bool
+}
+
+// Options returns the client options of cfg with logger and, when keys are
+// configured, the encrypting data and failure converters.
+func Options(cfg Config, logger *slog.Logger) client.Options {
+	opts := cfg.Options
+	if logger != nil {
+		opts.Logger = tlog.NewStructuredLogger(logger)
+	}
+	if keys := cfg.Keys; keys != nil {
+		dc := codec.NewDataConverter(keys, codec.RequireEncryption(cfg.RequireEncryption))
+		opts.DataConverter = dc
+		opts.FailureConverter = codec.NewFailureConverter(dc)
+		if logger != nil {
+			logger.Info("payload encryption on", "current_key", keys.CurrentID(), "keys", keys.IDs(),
+				"plaintext_refused", cfg.RequireEncryption)
+		}
+	} else if logger != nil {
+		logger.Info("payload encryption off: customer data is stored in plaintext in Temporal history (set " + codec.EnvKeys + ")")
+	}
+	return opts
+}
+
+// EnvCompression names the variable that chooses the gRPC compression of
+// requests to Temporal: gzip (the SDK's default) or none. gzip saves
+// bandwidth to a remote cluster; none saves the CPU of compressing every
+// request and response (the server answers in the request's encoding), which
+// is the better trade-off on a local network.
+const EnvCompression = "EFFECTIVELY_GRPC_COMPRESSION"
+
+// Compression parses the value of EnvCompression ("" is gzip).
+func Compression(v string) (client.GrpcCompression, error) {
+	switch v {
+	case "", "gzip":
+		return &client.GrpcCompressionGzip{}, nil
+	case "none":
+		return &client.GrpcCompressionNone{}, nil
+	default:
+		return nil, fmt.Errorf("%s=%q: use gzip or none", EnvCompression, v)
+	}
+}
+
+// Dial connects with the options of cfg and returns the client and its
+// namespace. Interceptors (the tracing one, when tracing is on) apply to the
+// client and to every worker built on it.
+func Dial(ctx context.Context, cfg Config, logger *slog.Logger, interceptors ...interceptor.ClientInterceptor) (client.Client, string, error) {
+	return DialWithMetrics(ctx, cfg, logger, nil, interceptors...)
+}
+
+// DialWithMetrics is Dial with the SDK's metrics reported to mh (nil: none).
+func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh client.MetricsHandler, interceptors ...interceptor.ClientInterceptor) (client.Client, string, error) {
+	opts := Options(cfg, logger)
+	opts.MetricsHandler = mh
+	opts.Interceptors = append(opts.Interceptors, interceptors...)
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		addr := opts.HostPort
+		if addr == "" {
+			addr = client.DefaultHostPort
+		}
+		return nil, "", fmt.Errorf("connect to temporal at %s (set TEMPORAL_ADDRESS): %w", addr, err)
+	}
+	ns := opts.Namespace
+	if ns == "" {
+		ns = client.DefaultNamespace
+	}
+	return c, ns, nil
+}
+
+// EnsureSearchAttributes registers the attributes of want that are missing.
+// It returns the ones still missing when registration is not allowed.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string, want []temporal.SearchAttributeKey) error {
+	missing, err := MissingSearchAttributes(ctx, c, namespace, want)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	if err := AddSearchAttributes(ctx, c, namespace, missing); err != nil {
+		names := make([]string, len(missing))
+		for i, m := range missing {
+			names[i] = m.GetName()
+		}
+		return fmt.Errorf("search attributes %v are not registered in namespace %s and could not be added: %w", names, namespace, err)
+	}
+	return nil
+}
+
+// MissingSearchAttributes reports which of want are not registered, with
+// their type, in the client's namespace.
+func MissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want []temporal.SearchAttributeKey) ([]temporal.SearchAttributeKey, error) {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return nil, fmt.Errorf("list search attributes: %w", err)
+	}
+	var missing []temporal.SearchAttributeKey
+	for _, k := range want {
+		if t, ok := resp.GetCustomAttributes()[k.GetName()]; !ok || t != k.GetValueType() {
+			missing = append(missing, k)
+		}
+	}
+	return missing, nil
+}
+
+// AddSearchAttributes registers keys in namespace. It needs operator
+// rights, which a local server grants and a cloud namespace may not.
+func AddSearchAttributes(ctx context.Context, c client.Client, namespace string, keys []temporal.SearchAttributeKey) error {
+	m := make(map[string]enumspb.IndexedValueType, len(keys))
+	for _, k := range keys {
+		m[k.GetName()] = k.GetValueType()
+	}
+	_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: m})
+	if err != nil {
+		return fmt.Errorf("add search attributes: %w", err)
+	}
+	return nil
+}
