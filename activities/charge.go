@@ -60,6 +60,11 @@ type ChargeResult struct {
 	Reconciled bool `json:"reconciled,omitempty"`
 }
 
+// ChargeOrderName is ChargeOrder's activity type name.
+const ChargeOrderName = "ChargeOrder"
+
+func init() { register(ChargeOrderName, func(a *Activities) any { return a.ChargeOrder }) }
+
 // ChargeOrder charges the order of one message exactly once.
 //
 // Safe to retry: the order is claimed in Postgres first (payments.order_id is

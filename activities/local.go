@@ -29,6 +29,17 @@ type LocalReceipt struct {
 // Outcome is the attempt's result, or its error as data.
 func (l LocalReceipt) Outcome() (ReceiptResult, *AttemptError) { return l.Result, l.Err }
 
+// Activity type names of the local activities.
+const (
+	ChargeOrderLocallyName = "ChargeOrderLocally"
+	SendReceiptLocallyName = "SendReceiptLocally"
+)
+
+func init() {
+	register(ChargeOrderLocallyName, func(a *Activities) any { return a.ChargeOrderLocally })
+	register(SendReceiptLocallyName, func(a *Activities) any { return a.SendReceiptLocally })
+}
+
 // ChargeOrderLocally is ChargeOrder for a local activity: the same work,
 // its error returned inside the result.
 func (a *Activities) ChargeOrderLocally(ctx context.Context, in ChargeInput) (LocalCharge, error) {

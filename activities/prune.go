@@ -59,6 +59,11 @@ type PruneResult struct {
 	Deleted map[string]int64 `json:"deleted"`
 }
 
+// PruneName is Prune's activity type name.
+const PruneName = "Prune"
+
+func init() { register(PruneName, func(a *Activities) any { return a.Prune }) }
+
 // Prune deletes the processed-message rows, dispatched inbox rows and
 // published outbox rows older than the worker's retention, then the
 // quarantine rows whose last copy is older than the quarantine retention

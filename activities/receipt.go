@@ -48,6 +48,11 @@ type ReceiptResult struct {
 	Recorded bool `json:"recorded,omitempty"`
 }
 
+// SendReceiptName is SendReceipt's activity type name.
+const SendReceiptName = "SendReceipt"
+
+func init() { register(SendReceiptName, func(a *Activities) any { return a.SendReceipt }) }
+
 // SendReceipt sends the receipt of one paid order, under the effect
 // protocol (internal/effect) with the ledger key "email:<message id>".
 //

@@ -60,6 +60,17 @@ type RefundResult struct {
 	Reconciled  bool   `json:"reconciled,omitempty"`
 }
 
+// Activity type names of the refund and its receipt.
+const (
+	RefundOrderName       = "RefundOrder"
+	SendRefundReceiptName = "SendRefundReceipt"
+)
+
+func init() {
+	register(RefundOrderName, func(a *Activities) any { return a.RefundOrder })
+	register(SendRefundReceiptName, func(a *Activities) any { return a.SendRefundReceipt })
+}
+
 // RefundOrder refunds part of an order's payment exactly once, under the
 // effect protocol (internal/effect).
 //

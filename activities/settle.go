@@ -17,6 +17,11 @@ type SettleInput struct {
 	OrderID   int64  `json:"order_id"`
 }
 
+// SettlePaymentName is SettlePayment's activity type name.
+const SettlePaymentName = "SettlePayment"
+
+func init() { register(SettlePaymentName, func(a *Activities) any { return a.SettlePayment }) }
+
 // SettlePayment reads a processing payment's PaymentIntent from Stripe by
 // its recorded ID (strongly consistent) and records what it says, then
 // returns the payment's outcome: PaymentPaid, PaymentFailed, or

@@ -16,6 +16,8 @@ import (
 // refer to it. Never add GetVersion here: see docs/routes.md, "Versioning".
 const OrderPlacedName = "OrderPlaced"
 
+func init() { register(OrderPlacedName, func(w *Workflows) any { return w.OrderPlaced }) }
+
 // OrderPlacedInput is the workflow's input: the message's identity and its
 // validated data.
 type OrderPlacedInput struct {

@@ -17,6 +17,8 @@ import (
 // Running histories refer to it: never rename it.
 const OrderRefundName = "OrderRefund"
 
+func init() { register(OrderRefundName, func(w *Workflows) any { return w.OrderRefund }) }
+
 // OrderRefundInput is the workflow's input: the message's identity and its
 // validated data.
 type OrderRefundInput struct {

@@ -15,6 +15,8 @@ import (
 // rename it.
 const PruneRecordsName = "PruneRecords"
 
+func init() { register(PruneRecordsName, func(w *Workflows) any { return w.PruneRecords }) }
+
 // PruneScheduleID is the ID of the Temporal Schedule that runs PruneRecords.
 const PruneScheduleID = "effectively-prune-records"
 

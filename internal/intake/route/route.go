@@ -7,9 +7,9 @@
 //
 // The intake, the dispatcher and the starter look a message's type up here
 // and name no type themselves. Adding a message type is a schema in
-// internal/adapter/message, a workflow and its activities, one file here that
-// builds its Route with For, and one line in Default (docs/routes.md;
-// TestChecklist checks every piece).
+// internal/adapter/message, a workflow and its activities (each registered
+// in its own file), one file here that builds its Route with For, and one
+// line in Default (docs/routes.md; TestChecklist checks every piece).
 package route
 
 import (
