@@ -35,6 +35,8 @@ import (
 // deps is everything the worker runs on, built once by buildDeps from the
 // configuration; close releases it in the reverse order.
 type deps struct {
+	// namespace is the Temporal namespace the worker runs in.
+	namespace string
 	reg         *prometheus.Registry // the worker's and the SDK's metrics, served at /metrics
 	pool        *pgxpool.Pool
 	store       *store.Store
@@ -111,8 +113,13 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	// Operators find a message's workflow by these attributes; starts that
 	// set them fail while they are unregistered.
 	if err := temporalclient.EnsureSearchAttributes(ctx, tc, namespace, workflows.SearchAttributeKeys()); err != nil {
+		var conflict *temporalclient.TypeConflictError
+		if errors.As(err, &conflict) {
+			return d, fmt.Errorf("%w: %w", errBadConfig, err)
+		}
 		logger.Warn("search attributes", "error", err.Error())
 	}
+	d.namespace = namespace
 	d.store = store.New(d.pool)
 	in, err := intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m})
 	if err != nil {

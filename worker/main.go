@@ -13,7 +13,9 @@
 // (see guardKeyNamespace). `worker migrate`
 // applies them and exits, for a deployment that migrates as its own step
 // before rolling the workers (the starter never migrates: it names this
-// command when the schema is behind).
+// command when the schema is behind). `worker setup` prepares a namespace:
+// it migrates, registers the search attributes and makes every start check,
+// then exits.
 //
 // Configuration comes from the environment, read by internal/config; see
 // docs/configuration.md. Exit codes: 0 after a clean shutdown (SIGINT or
@@ -62,18 +64,23 @@ func main() {
 const usage = `usage:
   worker           run the worker until SIGINT or SIGTERM (migrates the database first)
   worker migrate   apply the database migrations and exit
+  worker setup     migrate, register the search attributes in the namespace and make
+                   every start check (key namespace, retention against the horizon), then exit
 
 Configuration comes from the environment: docs/configuration.md lists every
-variable. Exit codes: 0 clean shutdown or finished migration, 1 cannot start
-or stopped on an error, 2 bad configuration or command line.
+variable. Exit codes: 0 clean shutdown or finished migration or setup, 1 cannot
+start or stopped on an error, 2 bad configuration (a search attribute of the
+wrong type included) or command line.
 `
 
 func run(args []string) int {
-	migrateOnly := false
+	migrateOnly, setupOnly := false, false
 	switch {
 	case len(args) == 0:
 	case len(args) == 1 && args[0] == "migrate":
 		migrateOnly = true
+	case len(args) == 1 && args[0] == "setup":
+		setupOnly = true
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help"):
 		fmt.Print(usage)
 		return 0
@@ -100,6 +107,16 @@ func run(args []string) int {
 			return 1
 		}
 		logger.Info("schema is up to date", "version", store.SchemaVersion())
+		return 0
+	}
+	if setupOnly {
+		if err := setup(ctx, cfg, logger); err != nil {
+			logger.Error("setup failed", "error", err.Error())
+			if errors.Is(err, errBadConfig) {
+				return 2
+			}
+			return 1
+		}
 		return 0
 	}
 	if err := serve(ctx, cfg, logger); err != nil {

@@ -10,6 +10,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -105,7 +108,9 @@ func DialWithMetrics(ctx context.Context, cfg Config, logger *slog.Logger, mh cl
 }
 
 // EnsureSearchAttributes registers the attributes of want that are missing.
-// It returns the ones still missing when registration is not allowed.
+// An attribute registered under another type is a *TypeConflictError: a
+// type cannot be changed in place, so nothing is added. It returns the
+// ones still missing when registration is not allowed.
 func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string, want []temporal.SearchAttributeKey) error {
 	missing, err := MissingSearchAttributes(ctx, c, namespace, want)
 	if err != nil || len(missing) == 0 {
@@ -121,18 +126,45 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	return nil
 }
 
-// MissingSearchAttributes reports which of want are not registered, with
-// their type, in the client's namespace.
+// TypeConflictError reports search attributes registered in a namespace
+// under another type than effectively's.
+type TypeConflictError struct {
+	Namespace string
+	// Conflicts maps an attribute's name to its registered and wanted types.
+	Conflicts map[string][2]enumspb.IndexedValueType
+}
+
+func (e *TypeConflictError) Error() string {
+	parts := make([]string, 0, len(e.Conflicts))
+	for _, name := range slices.Sorted(maps.Keys(e.Conflicts)) {
+		c := e.Conflicts[name]
+		parts = append(parts, fmt.Sprintf("%s is registered as %s, effectively needs %s", name, c[0], c[1]))
+	}
+	return fmt.Sprintf("namespace %s: search attribute %s: a type cannot be changed in place; remove the attribute (temporal operator search-attribute remove) or use another namespace",
+		e.Namespace, strings.Join(parts, "; "))
+}
+
+// MissingSearchAttributes reports which of want are not registered in the
+// client's namespace, or a *TypeConflictError for those registered under
+// another type.
 func MissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want []temporal.SearchAttributeKey) ([]temporal.SearchAttributeKey, error) {
 	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return nil, fmt.Errorf("list search attributes: %w", err)
 	}
 	var missing []temporal.SearchAttributeKey
+	conflict := &TypeConflictError{Namespace: namespace, Conflicts: map[string][2]enumspb.IndexedValueType{}}
 	for _, k := range want {
-		if t, ok := resp.GetCustomAttributes()[k.GetName()]; !ok || t != k.GetValueType() {
+		t, ok := resp.GetCustomAttributes()[k.GetName()]
+		switch {
+		case !ok:
 			missing = append(missing, k)
+		case t != k.GetValueType():
+			conflict.Conflicts[k.GetName()] = [2]enumspb.IndexedValueType{t, k.GetValueType()}
 		}
+	}
+	if len(conflict.Conflicts) > 0 {
+		return nil, conflict
 	}
 	return missing, nil
 }
