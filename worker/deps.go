@@ -36,7 +36,7 @@ import (
 // configuration; close releases it in the reverse order.
 type deps struct {
 	// namespace is the Temporal namespace the worker runs in.
-	namespace string
+	namespace   string
 	reg         *prometheus.Registry // the worker's and the SDK's metrics, served at /metrics
 	pool        *pgxpool.Pool
 	store       *store.Store
