@@ -1,6 +1,7 @@
 # effectively — make help lists the targets.
 SHELL := /bin/bash
 TEMPORAL_CLI_VERSION := v1.5.1
+TEMPORAL_SERVER_VERSION := v1.29.1
 GOLANGCI_LINT_VERSION := v2.15.0
 WORKFLOWCHECK_VERSION := v0.6.0
 BIN := $(CURDIR)/bin
@@ -70,6 +71,20 @@ workflowcheck: $(BIN)/workflowcheck ## check workflow code for non-determinism
 $(BIN)/temporal:
 	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (about 2 minutes, once)"
 	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# The Temporal server and its SQL tool at the version inside the CLI, with
+# the server's Postgres schemas beside them (tools/cluster).
+$(BIN)/temporal-server:
+	@echo "building the Temporal server $(TEMPORAL_SERVER_VERSION) and its SQL tool into bin/ (about 4 minutes, once)"
+	rm -rf $(BIN)/.server && mkdir -p $(BIN)/.server
+	GOBIN=$(BIN)/.server go install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION)
+	GOBIN=$(BIN)/.server go install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+	rm -rf $(BIN)/temporal-schema && cp -r "$$(go env GOMODCACHE)/go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)/schema/postgresql/v12" $(BIN)/temporal-schema && chmod -R u+w $(BIN)/temporal-schema
+	mv $(BIN)/.server/sql $(BIN)/temporal-sql && mv $(BIN)/.server/server $(BIN)/temporal-server && rmdir $(BIN)/.server
+
+.PHONY: cluster
+cluster: $(BIN)/temporal-server ## run a Temporal server on Postgres, its four services in separate processes, until Ctrl-C
+	go run ./tools/cluster/cmd/cluster -dir .cluster
 
 $(BIN)/golangci-lint:
 	GOBIN=$(BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

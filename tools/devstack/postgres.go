@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"os/user"
+
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/tools/pgserver"
 )
 
 // postgres returns the connection string of the database to use: the one in
@@ -102,65 +103,22 @@ func ensureDatabase(ctx context.Context, u string, fresh bool) error {
 // privateCluster starts a throwaway cluster in .devstack/pg with the
 // machine's PostgreSQL binaries.
 func (s *stack) privateCluster(ctx context.Context) (string, error) {
-	initdb, err := findPGBinary("initdb")
-	if err != nil {
+	port := 54329
+	if addr, err := freeAddr("127.0.0.1:54329"); err == nil {
+		_, p, _ := net.SplitHostPort(addr)
+		port, _ = strconv.Atoi(p)
+	}
+	dir := filepath.Join(s.state, "pg")
+	step(s.out, "starting a private PostgreSQL cluster in %s on port %d", dir, port)
+	srv, err := pgserver.Start(ctx, dir, port)
+	if errors.Is(err, pgserver.ErrNoBinaries) {
 		return "", errors.New(`no Postgres server answers at 127.0.0.1:5432 and no PostgreSQL binaries were found.
 Either start a server (Debian/Ubuntu: apt-get install postgresql && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start),
 or set DATABASE_URL to one you have (postgres://USER:PASSWORD@HOST:5432/effectively)`)
 	}
-	pgCtl := filepath.Join(filepath.Dir(initdb), "pg_ctl")
-	dir := filepath.Join(s.state, "pg")
-	addr, err := freeAddr("127.0.0.1:54329")
 	if err != nil {
 		return "", err
 	}
-	_, port, _ := net.SplitHostPort(addr)
-	// initdb and postgres refuse to run as root: run them as "postgres".
-	var prefix []string
-	if os.Geteuid() == 0 {
-		if _, err := user.Lookup("postgres"); err != nil {
-			return "", errors.New("running as root, and there is no 'postgres' user to run a private PostgreSQL cluster as: set DATABASE_URL")
-		}
-		prefix = []string{"runuser", "-u", "postgres", "--"}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
-		step(s.out, "creating a private PostgreSQL cluster in %s", dir)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return "", err
-		}
-		if len(prefix) > 0 {
-			if err := exec.CommandContext(ctx, "chown", "-R", "postgres", dir).Run(); err != nil {
-				return "", fmt.Errorf("chown %s: %w", dir, err)
-			}
-		}
-		if out, err := runAs(ctx, prefix, initdb, "-D", dir, "-U", "postgres", "--auth=trust").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("initdb: %w\n%s", err, out)
-		}
-	}
-	step(s.out, "starting the private PostgreSQL cluster on %s", addr)
-	logFile := filepath.Join(dir, "server.log")
-	opts := fmt.Sprintf("-p %s -k %s -c listen_addresses=127.0.0.1", port, dir)
-	if out, err := runAs(ctx, prefix, pgCtl, "-D", dir, "-o", opts, "-l", logFile, "-w", "start").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("pg_ctl start: %w\n%s", err, out)
-	}
-	s.cleanups = append(s.cleanups, func() {
-		_ = runAs(context.Background(), prefix, pgCtl, "-D", dir, "-m", "fast", "-w", "stop").Run()
-	})
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr), nil
-}
-
-func runAs(ctx context.Context, prefix []string, bin string, args ...string) *exec.Cmd {
-	all := append(append(append([]string{}, prefix...), bin), args...)
-	return exec.CommandContext(ctx, all[0], all[1:]...) //nolint:gosec // PostgreSQL's own binaries, found by findPGBinary
-}
-
-func findPGBinary(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name)
-	if len(matches) > 0 {
-		return matches[len(matches)-1], nil
-	}
-	return "", fmt.Errorf("%s not found", name)
+	s.cleanups = append(s.cleanups, func() { _ = srv.Stop(context.Background()) })
+	return srv.URL("postgres"), nil
 }
