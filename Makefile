@@ -30,7 +30,7 @@ test-deps: ## install (as root, apt-get) or name what the tests need: nats-serve
 	./tools/test-deps.sh
 
 .PHONY: test
-test: test-deps $(BIN)/temporal ## run every test (installs what it needs first; builds the Temporal CLI once)
+test: test-deps $(BIN)/temporal $(BIN)/temporal-server ## run every test (installs what it needs first; builds the Temporal CLI and server once)
 	go test -count=1 -timeout 20m ./... ./lab/...
 	go test -count=1 -tags failpoints ./internal/leaf/failpoint/
 
@@ -40,7 +40,11 @@ test-short: ## unit tests only (no Temporal dev server)
 
 .PHONY: soak
 soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut
-	go test -count=1 -timeout 30m -run TestSoak -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true}
+	go test -count=1 -timeout 30m -run '^TestSoak$$' -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true}
+
+.PHONY: soak-cluster
+soak-cluster: $(BIN)/temporal-server ## the soak on a Temporal server on Postgres: its services killed one by one, Postgres restarted
+	go test -count=1 -timeout 30m -run '^TestSoakOnCluster$$' -v ./lab/soak/ -args -cluster-messages $${MESSAGES:-2000}
 
 .PHONY: bench
 bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)

@@ -70,10 +70,21 @@ type Config struct {
 	// wait EMAIL_RESEND_GRACE before resending a receipt (see webhooks.go).
 	// Default off.
 	Webhooks bool
+	// Outages run in their order during the sending phase, spread among
+	// the kills, cuts and restarts: a Temporal service killed, Postgres
+	// restarted (cluster_test.go). A failed outage is a violation.
+	Outages []Outage
 	// LostSendRatio is the share of receipts of each kind (order and
 	// refund) whose first send SendGrid accepts with the answer lost, on
 	// top of FaultRatio's faults. Default 0.1; negative means none.
 	LostSendRatio float64
+}
+
+// Outage is one named fault of the infrastructure; Do returns once the
+// fault is over (the service is back).
+type Outage struct {
+	Name string
+	Do   func(ctx context.Context) error
 }
 
 func (c *Config) setDefaults() {
@@ -151,6 +162,11 @@ type Report struct {
 	Faults       int                        `json:"faults"`
 	Elapsed      time.Duration              `json:"elapsed"`
 	Violations   []string                   `json:"violations"`
+	// Outages are the outages that ran, in order.
+	Outages []string `json:"outages,omitempty"`
+	// SettledIn is how long after the sending phase and its chaos every
+	// unique message's workflow had closed.
+	SettledIn time.Duration `json:"settled_in"`
 	// OrderReceipts are the order receipts' figures: duplicates against
 	// the sends whose answer was lost (the refund receipts' are in
 	// Refunds.Receipts).
@@ -213,6 +229,10 @@ func (r Report) String() string {
 	b.WriteString(r.Refunds.Receipts.line("refund receipts"))
 	b.WriteString(r.webhookLine())
 	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
+	if len(r.Outages) > 0 {
+		fmt.Fprintf(&b, "outages: %s\n", strings.Join(r.Outages, ", "))
+	}
+	fmt.Fprintf(&b, "every workflow closed %s after the last send\n", r.SettledIn.Round(time.Second))
 	if len(r.Violations) == 0 {
 		b.WriteString("violations: none\n")
 	} else {
@@ -347,12 +367,12 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 
 	// Chaos: kills and database cuts spread over the sending phase.
 	var kills, cuts, restarts atomic.Int32
-	var unclean []string // written by the chaos goroutine only, read after chaosDone
+	var unclean, outages []string // written by the chaos goroutine only, read after chaosDone
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	chaosDone := make(chan struct{})
 	go func() {
 		defer close(chaosDone)
-		events := make([]string, 0, cfg.Kills+cfg.DatabaseCuts)
+		events := make([]string, 0, cfg.Kills+cfg.DatabaseCuts+len(cfg.Outages))
 		for range cfg.Kills {
 			events = append(events, "kill")
 		}
@@ -363,6 +383,11 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 			events = append(events, "restart")
 		}
 		rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+		// The outages keep their order, spread evenly among the rest.
+		for i := range cfg.Outages {
+			at := min(len(events), (i+1)*len(events)/(len(cfg.Outages)+1)+i)
+			events = append(events[:at], append([]string{fmt.Sprintf("outage:%d", i)}, events[at:]...)...)
+		}
 		for _, ev := range events {
 			select {
 			case <-chaosCtx.Done():
@@ -389,6 +414,18 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 				}
 				cuts.Add(1)
 				cfg.Logf("soak: terminated %d worker connections to Postgres", n)
+			default:
+				var i int
+				if _, err := fmt.Sscanf(ev, "outage:%d", &i); err != nil {
+					continue
+				}
+				o := cfg.Outages[i]
+				started := time.Now()
+				if err := o.Do(chaosCtx); err != nil {
+					unclean = append(unclean, fmt.Sprintf("outage %s: %v", o.Name, err))
+				}
+				outages = append(outages, o.Name)
+				cfg.Logf("soak: outage %s over in %s", o.Name, time.Since(started).Round(time.Millisecond))
 			}
 		}
 	}()
@@ -401,9 +438,12 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	<-chaosDone // every kill and cut happens while work is in flight
 	stopChaos()
 	rep.Violations = append(rep.Violations, unclean...)
+	rep.Outages = outages
 
 	// Wait until every unique message's workflow has closed.
+	lastSend := time.Now()
 	rep.Violations = append(rep.Violations, waitAll(ctx, st.Temporal, p.unique, cfg.Settle, cfg.Logf)...)
+	rep.SettledIn = time.Since(lastSend)
 	// The late duplicates, long after completion.
 	late := make([]int, len(p.late))
 	copy(late, p.late)
