@@ -14,11 +14,11 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: $(BIN)/temporal ## run the whole local stack, send the examples, keep running until Ctrl-C
+run: $(BIN)/temporal $(if $(filter cluster,$(EFFECTIVELY_TEMPORAL)),$(BIN)/temporal-server) ## run the whole local stack, send the examples, keep running until Ctrl-C
 	go run ./tools/devstack
 
 .PHONY: demo
-demo: $(BIN)/temporal ## like run, but stop after the report
+demo: $(BIN)/temporal $(if $(filter cluster,$(EFFECTIVELY_TEMPORAL)),$(BIN)/temporal-server) ## like run, but stop after the report
 	go run ./tools/devstack -exit
 
 .PHONY: compose-env
@@ -47,7 +47,7 @@ soak-cluster: $(BIN)/temporal-server ## the soak on a Temporal server on Postgre
 	go test -count=1 -timeout 30m -run '^TestSoakOnCluster$$' -v ./lab/soak/ -args -cluster-messages $${MESSAGES:-2000}
 
 .PHONY: bench
-bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)
+bench: $(BIN)/temporal $(BIN)/temporal-server ## benchmark: end to end vs Temporal's floor, a naive layout, a plain consumer, and on a Temporal server with Postgres (report in results/)
 	go run ./lab/bench/cmd/bench $(BENCH_ARGS)
 
 .PHONY: fuzz

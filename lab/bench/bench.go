@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effectively/effectively/tools/cluster"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )
@@ -122,6 +123,10 @@ type Config struct {
 	RepoRoot string `json:"-"`
 	// WorkerBin is a prebuilt worker binary; empty builds one.
 	WorkerBin string `json:"-"`
+	// ClusterMessages is how many messages the e2e run on a Temporal server
+	// with Postgres publishes (tools/cluster; needs bin/temporal-server).
+	// Default 1000; negative skips the phase.
+	ClusterMessages int `json:"cluster_messages"`
 	// WorkerEnv is appended to the worker's environment (NAME=value), e.g.
 	// to try a tuning. It is printed in the report.
 	WorkerEnv []string `json:"worker_env,omitempty"`
@@ -176,6 +181,9 @@ func (c *Config) setDefaults() {
 	def(&c.DuplicateBurst, c.PlainMessages)
 	def(&c.Warmup, 20)
 	def(&c.PaidMessages, 200)
+	if c.ClusterMessages == 0 {
+		c.ClusterMessages = 1000
+	}
 	if c.Workers == nil {
 		c.Workers = []int{1, 2, 3}
 	}
@@ -324,6 +332,9 @@ type Report struct {
 	Plain    Result `json:"plain"`
 	// CommitCheck compares the run's commit counts with Postgres's own.
 	CommitCheck *CommitCheck `json:"commit_check,omitempty"`
+	// Cluster is the e2e run on a Temporal server with Postgres; nil when
+	// skipped.
+	Cluster *ClusterPhase `json:"cluster,omitempty"`
 	// WorkerPeakRSSMB is the worker process's VmHWM at the end of the run.
 	WorkerPeakRSSMB float64 `json:"worker_peak_rss_mb"`
 	// Charges and Emails are the simulators' counts over the whole run;
@@ -578,6 +589,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep.CommitCheck = &cc
 		logf("bench: commits over the run: xact_commit %.0f, counted %.0f (proxy %.0f, harness %.0f): %.2f%% apart",
 			cc.XactCommit, cc.Proxy+cc.Harness, cc.Proxy, cc.Harness, cc.Difference()*100)
+	}
+	if cfg.ClusterMessages > 0 {
+		logf("bench: cluster: Temporal server %s on Postgres, four processes, %d messages (the dev server's stack idles meanwhile)", cluster.ServerVersion, cfg.ClusterMessages)
+		if rep.Cluster, err = runCluster(ctx, cfg, planner); err != nil {
+			return rep, fmt.Errorf("cluster: %w", err)
+		}
+		logf("bench: cluster: %s", rep.Cluster.Result.short())
 	}
 	rep.evaluate()
 	rep.Elapsed = time.Since(rep.Started)

@@ -171,6 +171,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 // Address is the frontend's gRPC address.
 func (c *Cluster) Address() string { return fmt.Sprintf("127.0.0.1:%d", c.data.FrontendGRPC) }
 
+// Database is the persistence database's name; visibility's is
+// Database()+"_visibility".
+func (c *Cluster) Database() string { return c.opts.Database }
+
 // Namespace is the registered namespace.
 func (c *Cluster) Namespace() string { return c.opts.Namespace }
 

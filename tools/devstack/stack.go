@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -27,6 +28,7 @@ import (
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/cluster"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -100,7 +102,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 
-	tAddr, uiURL, err := s.startTemporal(ctx, temporalBin)
+	var tAddr, uiURL string
+	if os.Getenv("EFFECTIVELY_TEMPORAL") == "cluster" {
+		tAddr, err = s.startCluster(ctx, dbURL, !o.keep)
+	} else {
+		tAddr, uiURL, err = s.startTemporal(ctx, temporalBin)
+	}
 	if err != nil {
 		return err
 	}
@@ -163,8 +170,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(out, "\nTemporal UI:   %s\n", uiURL)
-	fmt.Fprintf(out, "Find a message: %s/namespaces/default/workflows?query=%s\n", uiURL, url.QueryEscape(`MessageId="evt_91c2"`))
+	if uiURL != "" {
+		fmt.Fprintf(out, "\nTemporal UI:   %s\n", uiURL)
+		fmt.Fprintf(out, "Find a message: %s/namespaces/default/workflows?query=%s\n", uiURL, url.QueryEscape(`MessageId="evt_91c2"`))
+	} else {
+		fmt.Fprintf(out, "\nTemporal:      the cluster's frontend on %s (no UI: run the Temporal UI against it)\n", tAddr)
+	}
 	fmt.Fprintf(out, "Try:           DATABASE_URL='%s' TEMPORAL_ADDRESS=%s %s status evt_91c2\n", dbURL, tAddr, filepath.Join(o.stateDir, "bin", "starter"))
 	fmt.Fprintf(out, "Simulators:    %s/_sim/stats  %s/_sim/stats\n", stripeURL, sendgridURL)
 	fmt.Fprintf(out, "Logs:          %s\n", filepath.Join(o.stateDir, "logs"))
@@ -270,6 +281,27 @@ func (s *stack) startTemporal(ctx context.Context, bin string) (addr, uiURL stri
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+}
+
+// startCluster starts a Temporal server on the stack's Postgres
+// (tools/cluster: its four services in separate processes, fresh databases
+// unless -keep) and returns its frontend's address.
+func (s *stack) startCluster(ctx context.Context, dbURL string, fresh bool) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", err
+	}
+	port, _ := strconv.Atoi(u.Port())
+	step(s.out, "starting a Temporal server %s on Postgres at %s (four processes; EFFECTIVELY_TEMPORAL=cluster)", cluster.ServerVersion, u.Host)
+	c, err := cluster.Start(ctx, cluster.Options{
+		Bin: filepath.Join(s.root, "bin"), Dir: filepath.Join(s.state, "cluster"), Split: true, Fresh: fresh,
+		PostgresHost: u.Hostname(), PostgresPort: port, Database: "temporal_" + s.instance,
+	})
+	if err != nil {
+		return "", err
+	}
+	s.cleanups = append(s.cleanups, c.Stop)
+	return c.Address(), nil
 }
 
 // serve runs h on addr, or on a free port when addr is taken.
