@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/dotenv"
 	"github.com/compose-spec/compose-go/v2/loader"
@@ -22,12 +23,13 @@ import (
 
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/leaf/codec"
+	"github.com/effectively/effectively/tools/cluster"
 )
 
 // core are the services the stack needs, with the container port each
 // must publish (0: none). Other services (monitoring, …) may be added.
 var core = map[string]uint32{
-	"postgres": 5432, "temporal": 7233, "temporal-setup": 0, "temporal-ui": 8080,
+	"postgres": 5432, "temporal": 7233, "setup": 0, "temporal-ui": 8080,
 	"nats": 4222, "simulators": 0, "worker": 8081, "starter": 0,
 }
 
@@ -257,7 +259,7 @@ func TestComposeHealthAndDependencies(t *testing.T) {
 			}
 		}
 	}
-	for _, dep := range []string{"postgres", "temporal", "temporal-setup", "nats", "simulators"} {
+	for _, dep := range []string{"postgres", "temporal", "setup", "nats", "simulators"} {
 		if _, ok := w.DependsOn[dep]; !ok {
 			t.Errorf("the worker does not wait for %s", dep)
 		}
@@ -588,6 +590,47 @@ func TestComposePostgresPassword(t *testing.T) {
 		}
 		if got, _ := u.User.Password(); got != want {
 			t.Errorf("service %s: DATABASE_URL's password is not postgres' POSTGRES_PASSWORD", name)
+		}
+	}
+}
+
+// TestComposeTemporalAgreesWithTheCluster: docker-compose's Temporal runs
+// the server version, persistence plugin, history shards and namespace
+// retention that tools/cluster runs (the production path the soak and the
+// bench measure), and its namespace is prepared by `worker setup` from the
+// worker's own image, as tested there, before the worker and the starter
+// start.
+func TestComposeTemporalAgreesWithTheCluster(t *testing.T) {
+	p := load(t)
+	tmp := p.Services["temporal"]
+	if want := "temporalio/auto-setup:" + strings.TrimPrefix(cluster.ServerVersion, "v"); tmp.Image != want {
+		t.Errorf("temporal image %q, want %q (tools/cluster.ServerVersion)", tmp.Image, want)
+	}
+	env := func(k string) string {
+		if v := tmp.Environment[k]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	if env("DB") != cluster.SQLPlugin {
+		t.Errorf("temporal DB=%q, want %q", env("DB"), cluster.SQLPlugin)
+	}
+	if env("NUM_HISTORY_SHARDS") != strconv.Itoa(cluster.DefaultShards) {
+		t.Errorf("NUM_HISTORY_SHARDS=%q, want %d (shards are fixed for a cluster's life)", env("NUM_HISTORY_SHARDS"), cluster.DefaultShards)
+	}
+	if d, err := time.ParseDuration(env("DEFAULT_NAMESPACE_RETENTION")); err != nil || d != cluster.DefaultRetention {
+		t.Errorf("DEFAULT_NAMESPACE_RETENTION=%q, want %s", env("DEFAULT_NAMESPACE_RETENTION"), cluster.DefaultRetention)
+	}
+	setup, w := p.Services["setup"], p.Services["worker"]
+	if setup.Image != w.Image || setup.Build == nil || w.Build == nil || setup.Build.Target != w.Build.Target {
+		t.Errorf("the setup service runs %q (target %v), not the worker's image %q", setup.Image, setup.Build, w.Image)
+	}
+	if strings.Join(setup.Command, " ") != "setup" {
+		t.Errorf("the setup service runs %q, want `worker setup`", setup.Command)
+	}
+	for _, name := range []string{"worker", "starter"} {
+		if d, ok := p.Services[name].DependsOn["setup"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s does not wait for the setup service to complete", name)
 		}
 	}
 }

@@ -39,6 +39,15 @@ import (
 // the same server code.
 const ServerVersion = "v1.29.1"
 
+// Defaults a cluster runs with; docker-compose.yml's Temporal service uses
+// the same (lab/deploy's compose test checks it).
+const (
+	DefaultShards    = 4
+	DefaultRetention = 24 * time.Hour
+	// SQLPlugin is the persistence plugin: Postgres 12 and later.
+	SQLPlugin = "postgres12"
+)
+
 // Options configure a cluster. Zero values take the defaults noted.
 type Options struct {
 	// Bin is the directory holding temporal-server, temporal-sql and
@@ -89,13 +98,13 @@ func (o *Options) setDefaults() error {
 		o.Database = "temporal"
 	}
 	if o.Shards == 0 {
-		o.Shards = 4
+		o.Shards = DefaultShards
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
 	}
 	if o.Retention == 0 {
-		o.Retention = 24 * time.Hour
+		o.Retention = DefaultRetention
 	}
 	return nil
 }
@@ -344,7 +353,7 @@ func (c *Cluster) databases(ctx context.Context) error {
 				return fmt.Errorf("cluster: create %s: %w", db, err)
 			}
 		}
-		base := []string{"--plugin", "postgres12", "--ep", o.PostgresHost, "-p", strconv.Itoa(o.PostgresPort), "-u", o.PostgresUser, "--db", db}
+		base := []string{"--plugin", SQLPlugin, "--ep", o.PostgresHost, "-p", strconv.Itoa(o.PostgresPort), "-u", o.PostgresUser, "--db", db}
 		if !exists {
 			if err := c.sql(ctx, append(base, "setup-schema", "-v", "0.0")...); err != nil {
 				return err
