@@ -13,6 +13,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +78,32 @@ type Options struct {
 	Retention time.Duration
 	// Logs receives every process's output. Default: a file per process in Dir.
 	Logs io.Writer
+	// TLS makes the frontend require mutual TLS, as Temporal Cloud does.
+	TLS *TLS
+}
+
+// TLS names the PEM files of a frontend that requires mutual TLS: a CA,
+// the frontend's certificate for localhost and 127.0.0.1, and a client
+// certificate (the server's own worker service connects with it).
+type TLS struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+// clientTLS is the TLS configuration of a client of the frontend.
+func (t *TLS) clientTLS() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(t.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", t.CA)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}, nil
 }
 
 func (o *Options) setDefaults() error {
@@ -148,7 +176,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		DynamicConfig: filepath.Join(o.Dir, "dynamicconfig.yaml"),
 		FrontendGRPC:  ports[0], FrontendHTTP: ports[1], FrontendMember: ports[2],
 		HistoryGRPC: ports[3], HistoryMember: ports[4], MatchingGRPC: ports[5], MatchingMember: ports[6],
-		WorkerGRPC: ports[7], WorkerMember: ports[8], MaxConns: 20, VisibilityConns: 4,
+		WorkerGRPC: ports[7], WorkerMember: ports[8], MaxConns: 20, VisibilityConns: 4, TLS: o.TLS,
 	}
 	if err := os.WriteFile(c.data.DynamicConfig, []byte(dynamicConfig), 0o644); err != nil {
 		return nil, err
@@ -380,9 +408,17 @@ func (c *Cluster) namespace(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var tc client.Client
+	opts := client.Options{HostPort: c.Address(), Namespace: c.opts.Namespace, Logger: quiet{}}
+	if c.opts.TLS != nil {
+		t, err := c.opts.TLS.clientTLS()
+		if err != nil {
+			return fmt.Errorf("cluster: client TLS: %w", err)
+		}
+		opts.ConnectionOptions.TLS = t
+	}
 	var err error
 	for {
-		tc, err = client.DialContext(ctx, client.Options{HostPort: c.Address(), Namespace: c.opts.Namespace, Logger: quiet{}})
+		tc, err = client.DialContext(ctx, opts)
 		if err == nil {
 			break
 		}

@@ -30,6 +30,8 @@ type configData struct {
 	WorkerMember    int
 	MaxConns        int
 	VisibilityConns int
+	// TLS, when set, makes the frontend serve mutual TLS.
+	TLS *TLS
 }
 
 // configTemplate is the server's development-postgres12.yaml (v1.29.1) with
@@ -69,6 +71,24 @@ persistence:
         maxConnLifetime: "1h"
 
 global:
+{{- with .TLS}}
+  tls:
+    frontend:
+      server:
+        certFile: "{{.ServerCert}}"
+        keyFile: "{{.ServerKey}}"
+        requireClientAuth: true
+        clientCaFiles: ["{{.CA}}"]
+      client:
+        serverName: "localhost"
+        rootCaFiles: ["{{.CA}}"]
+    systemWorker:
+      certFile: "{{.ClientCert}}"
+      keyFile: "{{.ClientKey}}"
+      client:
+        serverName: "localhost"
+        rootCaFiles: ["{{.CA}}"]
+{{- end}}
   membership:
     maxJoinDuration: 30s
     broadcastAddress: "127.0.0.1"
