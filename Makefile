@@ -97,5 +97,5 @@ $(BIN)/workflowcheck:
 	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
 .PHONY: clean
-clean: ## remove bin/ and .devstack/
-	rm -rf $(BIN) .devstack
+clean: ## remove bin/, .devstack/ and .cluster/
+	rm -rf $(BIN) .devstack .cluster
