@@ -83,7 +83,9 @@ $(BIN)/temporal-server:
 	rm -rf $(BIN)/.server && mkdir -p $(BIN)/.server
 	GOBIN=$(BIN)/.server go install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION)
 	GOBIN=$(BIN)/.server go install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
-	rm -rf $(BIN)/temporal-schema && cp -r "$$(go env GOMODCACHE)/go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)/schema/postgresql/v12" $(BIN)/temporal-schema && chmod -R u+w $(BIN)/temporal-schema
+	rm -rf $(BIN)/temporal-schema && mkdir -p $(BIN)/temporal-schema
+	for d in temporal visibility; do cp -r "$$(go env GOMODCACHE)/go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)/schema/postgresql/v12/$$d" $(BIN)/temporal-schema/; done
+	chmod -R u+w $(BIN)/temporal-schema
 	mv $(BIN)/.server/sql $(BIN)/temporal-sql && mv $(BIN)/.server/server $(BIN)/temporal-server && rmdir $(BIN)/.server
 
 .PHONY: cluster

@@ -42,12 +42,12 @@ func TestSoakOnCluster(t *testing.T) {
 	ctx := context.Background()
 	// Postgres runs as the postgres user: its directory must not be under
 	// t.TempDir, which only root may enter.
-	pgDir, err := os.MkdirTemp("", "soak-cluster-pg-")
+	pgDir, err := os.MkdirTemp("", "soak-cluster-pg-") //nolint:usetesting // t.TempDir's parent is closed to the postgres user
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(pgDir) })
-	if err := os.Chmod(pgDir, 0o755); err != nil {
+	if err := os.Chmod(pgDir, 0o755); err != nil { //nolint:gosec // the postgres user must enter it; it holds nothing else
 		t.Fatal(err)
 	}
 	pg, err := pgserver.Start(ctx, filepath.Join(pgDir, "data"), 0)

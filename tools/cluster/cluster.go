@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -159,7 +158,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, fmt.Errorf("cluster: %s not found in %s: run `make bin/temporal-server` (builds go.temporal.io/server %s, about 4 minutes once)", b, o.Bin, ServerVersion)
 		}
 	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
 		return nil, err
 	}
 	c := &Cluster{opts: o, procs: map[string]*exec.Cmd{}, done: map[string]chan struct{}{}, metrics: map[string]string{}}
@@ -178,7 +177,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		HistoryGRPC: ports[3], HistoryMember: ports[4], MatchingGRPC: ports[5], MatchingMember: ports[6],
 		WorkerGRPC: ports[7], WorkerMember: ports[8], MaxConns: 20, VisibilityConns: 4, TLS: o.TLS,
 	}
-	if err := os.WriteFile(c.data.DynamicConfig, []byte(dynamicConfig), 0o644); err != nil {
+	if err := os.WriteFile(c.data.DynamicConfig, []byte(dynamicConfig), 0o600); err != nil {
 		return nil, err
 	}
 	groups := [][]string{serviceNames}
@@ -298,13 +297,13 @@ func (c *Cluster) configure(group []string) error {
 		return err
 	}
 	dir := filepath.Join(c.opts.Dir, "config-"+name(group))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	c.metrics[name(group)] = d.MetricsAddr
 	c.mu.Unlock()
-	return os.WriteFile(filepath.Join(dir, "development.yaml"), b, 0o644)
+	return os.WriteFile(filepath.Join(dir, "development.yaml"), b, 0o600)
 }
 
 // startProcess starts the process of group and waits until its gRPC ports
@@ -315,10 +314,11 @@ func (c *Cluster) startProcess(group []string) error {
 	for _, s := range group {
 		args = append(args, "--service", s)
 	}
-	cmd := exec.Command(filepath.Join(c.opts.Bin, "temporal-server"), args...) //nolint:gosec // the server binary built by make
+	// The process outlives the call that starts it: Stop and Kill end it.
+	cmd := exec.CommandContext(context.Background(), filepath.Join(c.opts.Bin, "temporal-server"), args...) //nolint:gosec // the server binary built by make
 	out := c.opts.Logs
 	if out == nil {
-		f, err := os.OpenFile(filepath.Join(c.opts.Dir, n+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(filepath.Join(c.opts.Dir, n+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return err
 		}
@@ -337,7 +337,8 @@ func (c *Cluster) startProcess(group []string) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for _, s := range group {
 		for {
-			conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ports[s]), time.Second)
+			d := net.Dialer{Timeout: time.Second}
+			conn, err := d.DialContext(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", ports[s]))
 			if err == nil {
 				_ = conn.Close()
 				break
@@ -472,7 +473,9 @@ func (quiet) Error(string, ...any) {}
 // smallint").
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
-	start := 20000 + rand.IntN(12000)
+	// Processes started side by side (parallel test packages) begin at
+	// different places.
+	start := 20000 + (os.Getpid()*7919+int(time.Now().UnixNano()/1e6))%12000
 	for p := start; len(ports) < n; p++ {
 		if p >= 32768 {
 			p = 20000
@@ -480,7 +483,8 @@ func freePorts(n int) ([]int, error) {
 		if p == start-1 {
 			return nil, errors.New("cluster: no free ports between 20000 and 32767")
 		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		var lc net.ListenConfig
+		l, err := lc.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			continue
 		}

@@ -119,7 +119,8 @@ func findBinary(name string) (string, error) {
 
 // freePort returns a TCP port free on 127.0.0.1 right now.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
@@ -131,7 +132,8 @@ func freePort() (int, error) {
 // WaitReady waits until a TCP connection to the server succeeds.
 func (s *Server) WaitReady(ctx context.Context) error {
 	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", s.port))
 		if err == nil {
 			return c.Close()
 		}
