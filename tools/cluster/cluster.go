@@ -165,7 +165,17 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := c.databases(ctx); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(9)
+	groups := [][]string{serviceNames}
+	if o.Split {
+		groups = nil
+		for _, s := range serviceNames {
+			groups = append(groups, []string{s})
+		}
+	}
+	// Every port at once, a metrics port per process included: ports
+	// taken one by one could pick one already given to a service that has
+	// not bound it yet.
+	ports, err := freePorts(9 + len(groups))
 	if err != nil {
 		return nil, err
 	}
@@ -180,15 +190,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := os.WriteFile(c.data.DynamicConfig, []byte(dynamicConfig), 0o600); err != nil {
 		return nil, err
 	}
-	groups := [][]string{serviceNames}
-	if o.Split {
-		groups = nil
-		for _, s := range serviceNames {
-			groups = append(groups, []string{s})
-		}
-	}
-	for _, g := range groups {
-		if err := c.configure(g); err != nil {
+	for i, g := range groups {
+		if err := c.configure(g, ports[9+i]); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -284,14 +287,11 @@ func name(group []string) string {
 	return "server"
 }
 
-// configure writes the configuration directory of a process.
-func (c *Cluster) configure(group []string) error {
-	port, err := freePorts(1)
-	if err != nil {
-		return err
-	}
+// configure writes the configuration directory of a process, whose
+// Prometheus endpoint listens on metricsPort.
+func (c *Cluster) configure(group []string, metricsPort int) error {
 	d := c.data
-	d.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", port[0])
+	d.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	b, err := renderConfig(d)
 	if err != nil {
 		return err
@@ -345,7 +345,8 @@ func (c *Cluster) startProcess(group []string) error {
 			}
 			select {
 			case <-done:
-				return fmt.Errorf("cluster: %s exited at start; see %s", n, filepath.Join(c.opts.Dir, n+".log"))
+				log := filepath.Join(c.opts.Dir, n+".log")
+				return fmt.Errorf("cluster: %s exited at start: %s (see %s)", n, lastError(log), log)
 			case <-time.After(200 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
@@ -506,4 +507,23 @@ func repoRoot() string {
 			return dir
 		}
 	}
+}
+
+// lastError returns the last "error" field of a server log, for a start
+// failure to say why.
+func lastError(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no log"
+	}
+	found := "no error logged"
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.Index(line, `"error":"`); i >= 0 {
+			rest := line[i+len(`"error":"`):]
+			if j := strings.Index(rest, `"`); j >= 0 {
+				found = rest[:min(j, 300)]
+			}
+		}
+	}
+	return found
 }
