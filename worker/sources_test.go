@@ -26,7 +26,7 @@ func (noHorizon) Check() health.Check { return health.Check{Name: "source.unboun
 // configuration (exit 2), naming the source and why, before Temporal is
 // asked anything.
 func TestSourceWithoutHorizonIsRefused(t *testing.T) {
-	_, err := retentionPolicy(context.Background(), config.Config{}, nil, "default", &broker{sources: []intake.Source{noHorizon{}}})
+	_, err := retentionPolicy(context.Background(), config.Config{}, nil, "default", []intake.Source{noHorizon{}})
 	if !errors.Is(err, errBadConfig) || !errors.Is(err, retention.ErrNoHorizon) || !strings.Contains(err.Error(), "source unbounded") {
 		t.Fatalf("err = %v; want bad configuration naming the source and its missing horizon", err)
 	}
