@@ -42,8 +42,8 @@ soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, pr
 	go test -count=1 -timeout 30m -run TestSoak -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true} -broker $${BROKER:-nats}
 
 .PHONY: bench
-bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)
-	go run ./lab/bench/cmd/bench $(BENCH_ARGS)
+bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/; BROKER=nats|kafka|rabbitmq)
+	go run ./lab/bench/cmd/bench -broker $${BROKER:-nats} $(BENCH_ARGS)
 
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s

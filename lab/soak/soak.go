@@ -149,18 +149,18 @@ type Report struct {
 	Lost            int `json:"lost"`
 	// OpenPayments counts payments left open, by state (unknown,
 	// processing, unexpected): an unknown one is a violation.
-	OpenPayments map[store.PaymentState]int `json:"open_payments"`
-	Quarantined  int                        `json:"quarantined"`
-	Paid         int                        `json:"paid"`
-	Declined     int                        `json:"declined"`
-	Broker         string `json:"broker,omitempty"`
-	BrokerRestarts int    `json:"broker_restarts"`
-	Kills        int                        `json:"kills"`
-	Restarts     int                        `json:"restarts"`
-	DatabaseCuts int                        `json:"database_cuts"`
-	Faults       int                        `json:"faults"`
-	Elapsed      time.Duration              `json:"elapsed"`
-	Violations   []string                   `json:"violations"`
+	OpenPayments   map[store.PaymentState]int `json:"open_payments"`
+	Quarantined    int                        `json:"quarantined"`
+	Paid           int                        `json:"paid"`
+	Declined       int                        `json:"declined"`
+	Broker         string                     `json:"broker,omitempty"`
+	BrokerRestarts int                        `json:"broker_restarts"`
+	Kills          int                        `json:"kills"`
+	Restarts       int                        `json:"restarts"`
+	DatabaseCuts   int                        `json:"database_cuts"`
+	Faults         int                        `json:"faults"`
+	Elapsed        time.Duration              `json:"elapsed"`
+	Violations     []string                   `json:"violations"`
 	// OrderReceipts are the order receipts' figures: duplicates against
 	// the sends whose answer was lost (the refund receipts' are in
 	// Refunds.Receipts).

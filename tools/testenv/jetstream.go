@@ -96,6 +96,9 @@ func NewJetStreamAt(t testing.TB, url string, o JetStreamOptions) *JetStream {
 			t.Fatalf("testenv: stream %s already existed", spec.Name)
 		}
 		t.Cleanup(func() {
+			if nc.Status() != nats.CONNECTED {
+				return // a test's own server, already stopped: nothing to delete
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := js.DeleteStream(ctx, spec.Name); err != nil {
