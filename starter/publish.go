@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -19,7 +20,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
@@ -46,38 +47,66 @@ type publishResult struct {
 	Invalid string `json:"invalid,omitempty"`
 }
 
-// cmdPublish puts each message of a file or stdin on the JetStream subject
-// the worker consumes, for the worker to record and start.
+// Brokers `starter publish --broker` names.
+const (
+	brokerNATS     = "nats"
+	brokerKafka    = "kafka"
+	brokerRabbitMQ = "rabbitmq"
+)
+
+// brokerPublisher puts one message on the broker a source consumes.
+type brokerPublisher interface {
+	// Publish publishes raw (m is nil when it does not decode; typ names
+	// its type or "invalid") with ctx's trace context in the headers, and
+	// fills in where it went and whether the broker dropped it as a copy.
+	Publish(ctx context.Context, raw []byte, m *message.Message, typ string, res *publishResult) error
+	// Where names the destination in the summary line ("stream EFFECTIVELY").
+	Where() string
+	Close()
+}
+
+// newPublisher connects to broker. A broker this build cannot publish to
+// yet is a usage error.
+func newPublisher(ctx context.Context, cfg config.Config, broker string) (brokerPublisher, error) {
+	switch broker {
+	case brokerNATS:
+		return newNATSPublisher(ctx, cfg)
+	case brokerKafka, brokerRabbitMQ:
+		return nil, fmt.Errorf("%w: --broker %s: not built into this starter yet (use nats)", errUsage, broker)
+	}
+	return nil, fmt.Errorf("%w: --broker %q: use nats, kafka or rabbitmq", errUsage, broker)
+}
+
+// cmdPublish puts each message of a file or stdin on the broker the worker
+// consumes (--broker, default nats: the JetStream subject), for the worker
+// to record and start.
 func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
-	if len(args) != 1 {
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	broker := fs.String("broker", brokerNATS, "broker to publish to: nats, kafka or rabbitmq")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
 		return exitUsage, fmt.Errorf("%w: publish takes one argument, a file or -", errUsage)
 	}
-	if !cfg.NATS.Enabled() {
-		return exitUsage, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)
+	pub, err := newPublisher(ctx, cfg, *broker)
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			return exitUsage, err
+		}
+		return exitError, err
 	}
-	r, size, closeInput, err := openInput(args[0], stdin)
+	defer pub.Close()
+	r, size, closeInput, err := openInput(fs.Arg(0), stdin)
 	if err != nil {
 		return exitError, err
 	}
 	defer closeInput()
 
-	nc, err := cfg.NATS.Connect("effectively-starter")
-	if err != nil {
-		return exitError, fmt.Errorf("connect to nats (NATS_URL; credential %s, tls %s): %w", cfg.NATS.Auth.Method(), cfg.NATS.Auth.TLS(), err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return exitError, fmt.Errorf("jetstream: %w", err)
-	}
-	stream := cfg.NATS.JetStream.Stream
-	if _, err := js.Stream(ctx, stream); err != nil {
-		return exitError, fmt.Errorf("stream %s (NATS_STREAM; the worker creates it at its first start): %w", stream, err)
-	}
-
 	// Each message is published in a span of its own, whose traceparent
-	// goes in the NATS headers: the worker continues that trace. Off unless
-	// the OTEL_* variables turn it on (internal/leaf/tracing).
+	// goes in the message's headers: the worker continues that trace. Off
+	// unless the OTEL_* variables turn it on (internal/leaf/tracing).
 	shutdownTracing, _, err := tracing.Setup(ctx, config.OTelLookup, "effectively-starter")
 	if err != nil {
 		return exitUsage, err
@@ -93,8 +122,7 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	invalid := 0
 	enc := json.NewEncoder(stdout)
 	err = route.Default().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
-		res := publishResult{Line: line, Stream: stream}
-		var opts []jetstream.PublishOpt
+		res := publishResult{Line: line}
 		typ := "invalid"
 		if derr != nil {
 			res.Invalid = derr.Error()
@@ -105,31 +133,18 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 				counts[res.Status]++
 				return enc.Encode(res)
 			}
+			m = nil
 		} else {
-			res.MessageID, res.MsgID, typ = m.ID, intake.MsgID(m), m.Type
-			opts = append(opts, jetstream.WithMsgID(res.MsgID), jetstream.WithExpectStream(stream))
+			res.MessageID, typ = m.ID, m.Type
 		}
-		subject, err := intake.PublishSubject(cfg.NATS.JetStream.Subject, typ)
-		if err != nil {
-			return fmt.Errorf("NATS_SUBJECT: %w", err)
-		}
-		res.Subject = subject
 		sctx, span := tracing.Tracer().Start(ctx, "publish "+typ, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject),
-				attribute.String("effectively.message_id", res.MessageID)))
-		msg := nats.NewMsg(subject)
-		msg.Data = raw
-		tracing.Propagator.Inject(sctx, tracing.HeaderCarrier(msg.Header))
-		pctx, cancel := context.WithTimeout(sctx, 10*time.Second)
-		ack, err := js.PublishMsg(pctx, msg, opts...)
-		cancel()
+			trace.WithAttributes(attribute.String("effectively.message_id", res.MessageID)))
+		err := pub.Publish(sctx, raw, m, typ, &res)
 		span.End()
 		if err != nil {
-			return fmt.Errorf("message at line %d: publish to %s: %w", line, subject, err)
+			return fmt.Errorf("message at line %d: %w", line, err)
 		}
-		res.Sequence, res.Status = ack.Sequence, pubStored
-		if ack.Duplicate {
-			res.Status = pubDuplicate
+		if res.Status == pubDuplicate {
 			logger.Info("the broker dropped an identical copy", "message_id", res.MessageID, "nats_msg_id", res.MsgID)
 		}
 		counts[res.Status]++
@@ -138,8 +153,8 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	fmt.Fprintf(stderr, "published %d messages to stream %s: %d stored, %d duplicate (dropped by the broker), %d invalid (the worker quarantines them), %d skipped (too large)\n",
-		counts[pubStored]+counts[pubDuplicate]+counts["skipped"], stream, counts[pubStored], counts[pubDuplicate], invalid, counts["skipped"])
+	fmt.Fprintf(stderr, "published %d messages to %s: %d stored, %d duplicate (dropped by the broker), %d invalid (the worker quarantines them), %d skipped (too large)\n",
+		counts[pubStored]+counts[pubDuplicate]+counts["skipped"], pub.Where(), counts[pubStored], counts[pubDuplicate], invalid, counts["skipped"])
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return exitError, fmt.Errorf("interrupted: %w", err)
@@ -150,6 +165,70 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 		return exitInvalid, nil
 	}
 	return exitOK, nil
+}
+
+// natsPublisher publishes to the JetStream subject the worker's jetstream
+// source consumes, with Nats-Msg-Id (jetstream.MsgID) so that the broker
+// drops an identical copy within its duplicate window.
+type natsPublisher struct {
+	cfg    config.Config
+	nc     *nats.Conn
+	js     natsjs.JetStream
+	stream string
+}
+
+func newNATSPublisher(ctx context.Context, cfg config.Config) (*natsPublisher, error) {
+	if !cfg.NATS.Enabled() {
+		return nil, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)
+	}
+	nc, err := cfg.NATS.Connect("effectively-starter")
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats (NATS_URL; credential %s, tls %s): %w", cfg.NATS.Auth.Method(), cfg.NATS.Auth.TLS(), err)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	stream := cfg.NATS.JetStream.Stream
+	if _, err := js.Stream(ctx, stream); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("stream %s (NATS_STREAM; the worker creates it at its first start): %w", stream, err)
+	}
+	return &natsPublisher{cfg: cfg, nc: nc, js: js, stream: stream}, nil
+}
+
+func (p *natsPublisher) Where() string { return "stream " + p.stream }
+
+func (p *natsPublisher) Close() { p.nc.Close() }
+
+func (p *natsPublisher) Publish(ctx context.Context, raw []byte, m *message.Message, typ string, res *publishResult) error {
+	res.Stream = p.stream
+	var opts []natsjs.PublishOpt
+	if m != nil {
+		res.MsgID = jetstream.MsgID(m)
+		opts = append(opts, natsjs.WithMsgID(res.MsgID), natsjs.WithExpectStream(p.stream))
+	}
+	subject, err := jetstream.PublishSubject(p.cfg.NATS.JetStream.Subject, typ)
+	if err != nil {
+		return fmt.Errorf("NATS_SUBJECT: %w", err)
+	}
+	res.Subject = subject
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject))
+	msg := nats.NewMsg(subject)
+	msg.Data = raw
+	tracing.Propagator.Inject(ctx, tracing.HeaderCarrier(msg.Header))
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ack, err := p.js.PublishMsg(pctx, msg, opts...)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	res.Sequence, res.Status = ack.Sequence, pubStored
+	if ack.Duplicate {
+		res.Status = pubDuplicate
+	}
+	return nil
 }
 
 // openInput opens name ("-" is stdin) and returns its size when known

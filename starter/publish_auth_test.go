@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,12 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/natstest"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
@@ -68,13 +71,13 @@ func TestPublishAndIntakeOverTLSWithUsers(t *testing.T) {
 		t.Fatalf("worker connect: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
 	jsc := wcfg.NATS.JetStream
-	if _, _, err := intake.EnsureStream(ctx, js, intake.StreamSpec{Name: jsc.Stream, Subjects: []string{jsc.Subject}, Duplicates: time.Minute}); err != nil {
+	if _, _, err := jetstream.EnsureStream(ctx, js, jetstream.StreamSpec{Name: jsc.Stream, Subjects: []string{jsc.Subject}, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, storetest.NewDatabase(t))
@@ -87,7 +90,7 @@ func TestPublishAndIntakeOverTLSWithUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := intake.NewConsumer(ctx, in, js, jsc)
+	cons, err := jetstream.NewConsumer(ctx, in, js, jsc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,5 +159,17 @@ func TestPublishRefusesConflictingNATSCredentials(t *testing.T) {
 	code := run(context.Background(), []string{"publish", "-"}, strings.NewReader(""), &stdout, &stderr)
 	if code != exitUsage || !strings.Contains(stderr.String(), "NATS_USER/NATS_PASSWORD and NATS_TOKEN") || strings.Contains(stderr.String(), "secret") {
 		t.Fatalf("exit %d, want %d naming NATS_USER/NATS_PASSWORD and NATS_TOKEN without their values: %s", code, exitUsage, stderr.String())
+	}
+}
+
+// TestPublishBrokerFlag: --broker names the broker; one this build cannot
+// publish to yet, or an unknown one, is a usage error (exit 2) naming it,
+// before anything is read or connected.
+func TestPublishBrokerFlag(t *testing.T) {
+	for broker, want := range map[string]string{"kafka": "not built into this starter yet", "sqs": `use nats, kafka or rabbitmq`} {
+		code, err := cmdPublish(context.Background(), config.Config{}, []string{"--broker", broker, "-"}, strings.NewReader(""), io.Discard, io.Discard, slog.New(slog.DiscardHandler))
+		if code != exitUsage || err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--broker %s: exit %d, %v; want %d and %q", broker, code, err, exitUsage, want)
+		}
 	}
 }

@@ -68,8 +68,8 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 		t.Fatalf("connectBroker: %v", err)
 	}
 	defer b.close()
-	if b.consumer == nil || b.relay == nil || !b.nc.TLSRequired() {
-		t.Fatalf("broker: consumer %v, relay %v, tls %v", b.consumer != nil, b.relay != nil, b.nc.TLSRequired())
+	if b.js == nil || b.relay == nil || !b.nc.TLSRequired() {
+		t.Fatalf("broker: jetstream %v, relay %v, tls %v", b.js != nil, b.relay != nil, b.nc.TLSRequired())
 	}
 	js, err := jetstream.New(b.nc)
 	if err != nil {
@@ -79,6 +79,13 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 		if _, err := js.Stream(t.Context(), name); err != nil {
 			t.Errorf("stream %s on the TLS server: %v", name, err)
 		}
+	}
+	sources, err := buildSources(t.Context(), cfg, in, b, nil, testenv.Logger(t))
+	if err != nil || len(sources) != 1 || sources[0].Name() != "jetstream" {
+		t.Fatalf("sources %v, %v; want the jetstream source", sources, err)
+	}
+	if _, err := js.Consumer(t.Context(), cfg.NATS.JetStream.Stream, cfg.NATS.JetStream.Durable); err != nil {
+		t.Errorf("durable consumer on the TLS server: %v", err)
 	}
 
 	_, err = connectBroker(t.Context(), load("wrong_pw_1234"), in, testenv.Logger(t))

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/internal/leaf/codec"
 	"github.com/effectively/effectively/workflows"
@@ -36,6 +37,9 @@ type Lookup func(name string) (string, bool)
 
 // EnvKeyNamespace names the key namespace's variable (Config.KeyNamespace).
 const EnvKeyNamespace = "EFFECTIVELY_KEY_NAMESPACE"
+
+// EnvSources names the kinds of source the worker runs.
+const EnvSources = "EFFECTIVELY_SOURCES"
 
 // Env is an environment Load reads: LookupEnv reads one variable, Environ
 // lists them all (Temporal's envconfig scans it for TEMPORAL_GRPC_META_*).
@@ -82,6 +86,9 @@ type Config struct {
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
 	NATS NATS
+	// Sources are the kinds of source the worker runs, each once
+	// (EFFECTIVELY_SOURCES; SourceJetStream unless NATS_URL is off).
+	Sources []string
 	// Retention is how long processed-message, dispatched inbox and published
 	// outbox rows are kept (RETENTION); never less than the redelivery horizon.
 	Retention time.Duration
@@ -151,7 +158,7 @@ type NATS struct {
 	URL string
 	// JetStream is the consumer (NATS_STREAM, NATS_SUBJECT, NATS_CONSUMER,
 	// NATS_ACK_WAIT, NATS_BACKOFF, NATS_MAX_DELIVER, NATS_HANDLERS, NATS_STARTERS).
-	JetStream intake.JetStreamConfig
+	JetStream jetstream.Config
 	// DuplicateWindow is the deduplication window of a stream the worker
 	// creates (NATS_DUPLICATE_WINDOW); an existing stream keeps its own.
 	DuplicateWindow time.Duration
@@ -166,6 +173,26 @@ type NATS struct {
 
 // Enabled reports whether the broker side runs at all.
 func (n NATS) Enabled() bool { return n.URL != "" }
+
+// Source kinds of EFFECTIVELY_SOURCES.
+const (
+	// SourceJetStream consumes the NATS_* durable consumer.
+	SourceJetStream = "jetstream"
+	// SourceKafka consumes a Kafka consumer group (KAFKA_*).
+	SourceKafka = "kafka"
+	// SourceRabbitMQ consumes a RabbitMQ quorum queue (RABBITMQ_*).
+	SourceRabbitMQ = "rabbitmq"
+)
+
+// SourceKinds are the kinds EFFECTIVELY_SOURCES names; AvailableSources
+// those this build runs.
+var (
+	SourceKinds      = []string{SourceJetStream, SourceKafka, SourceRabbitMQ}
+	AvailableSources = []string{SourceJetStream}
+)
+
+// HasSource reports whether kind is among the configured sources.
+func (c Config) HasSource(kind string) bool { return slices.Contains(c.Sources, kind) }
 
 // DefaultNATSURL is the NATS server used when NATS_URL is not set.
 const DefaultNATSURL = "nats://127.0.0.1:4222"
@@ -323,7 +350,7 @@ func (c Config) validateBroker() []error {
 	js, subjectOK := c.NATS.JetStream, true
 	if err := js.Validate(); err != nil {
 		for _, e := range namedByFieldErrors("NATS.JetStream.", err) {
-			var fe *intake.FieldError
+			var fe *jetstream.FieldError
 			if errors.As(e, &fe) && fe.Fields[0] == "Subject" {
 				subjectOK = false
 			}
@@ -334,7 +361,7 @@ func (c Config) validateBroker() []error {
 		}
 	}
 	// The starter publishes a type's messages under the filter.
-	if _, err := intake.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil && subjectOK {
+	if _, err := jetstream.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil && subjectOK {
 		errs = append(errs, fmt.Errorf("NATS_SUBJECT=%q: %w", js.Subject, err))
 	}
 	return errs

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 )
 
 func TestNATSDefaults(t *testing.T) {
@@ -21,7 +21,7 @@ func TestNATSDefaults(t *testing.T) {
 	js := c.NATS.JetStream
 	if !c.NATS.Enabled() || c.NATS.URL != DefaultNATSURL || js.Stream != "EFFECTIVELY" || js.Subject != "effectively.messages.>" ||
 		js.Durable != "effectively-worker" || js.AckWait != 30*time.Second || js.MaxDeliver != 5 ||
-		!reflect.DeepEqual(js.BackOff, intake.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
+		!reflect.DeepEqual(js.BackOff, jetstream.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
 		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 64 {
 		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
 	}
@@ -175,6 +175,46 @@ func TestRedactURL(t *testing.T) {
 	for in, want := range tests {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSources: jetstream by default, none with NATS_URL=off alone; a kind
+// that is unknown, repeated, not built in, or jetstream without a broker is
+// refused, naming the variable.
+func TestSources(t *testing.T) {
+	keys := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(keys)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		env  map[string]string
+		want []string
+		err  string
+	}{
+		{env: keys, want: []string{SourceJetStream}},
+		{env: with("NATS_URL", "off"), want: nil},
+		{env: with(EnvSources, "jetstream"), want: []string{SourceJetStream}},
+		{env: with(EnvSources, "jetstream", "NATS_URL", "off"), err: "source jetstream needs NATS_URL"},
+		{env: with(EnvSources, "jetstream,jetstream"), err: "listed twice"},
+		{env: with(EnvSources, "sqs"), err: `unknown source "sqs"`},
+		{env: with(EnvSources, "kafka"), err: "not built into this worker yet"},
+	} {
+		c, err := Load(env(tt.env))
+		if err == nil {
+			err = c.Validate()
+		}
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%v: %v", tt.env, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), EnvSources) || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%v: err = %v, want %s … %s", tt.env, err, EnvSources, tt.err)
+		case tt.err == "" && !reflect.DeepEqual(c.Sources, tt.want):
+			t.Errorf("%v: sources %v, want %v", tt.env, c.Sources, tt.want)
 		}
 	}
 }

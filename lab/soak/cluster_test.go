@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/adapter/store"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/cluster"
 	"github.com/effectively/effectively/tools/pgserver"
 	"github.com/effectively/effectively/tools/testenv"
@@ -90,7 +90,7 @@ func TestSoakOnCluster(t *testing.T) {
 	}
 	sims := testenv.StartSims(t)
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
-	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}
