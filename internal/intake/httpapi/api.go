@@ -23,6 +23,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
@@ -113,6 +114,10 @@ type API struct {
 	mu       sync.Mutex
 	inflight map[string]struct{}
 	serving  atomic.Bool
+	// stopping ends when Serve's context does: the waiters answer at
+	// once (terminal false) instead of holding the shutdown.
+	stopping    context.Context
+	stopWaiters context.CancelFunc
 }
 
 // New builds the API on in (decode, inbox, start) and tc (waiting for a
@@ -134,6 +139,7 @@ func New(in *intake.Intake, tc client.Client, reg prometheus.Registerer, cfg Con
 		return nil, err
 	}
 	a := &API{in: in, st: in.Store(), tc: tc, tokens: tokens, cfg: cfg, metrics: m, inflight: map[string]struct{}{}}
+	a.stopping, a.stopWaiters = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", a.post)
 	mux.HandleFunc("GET /v1/messages/{consumer}/{id}", a.get)
@@ -243,6 +249,7 @@ func (a *API) post(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, m.ID, err)
 		return
 	}
+	failpoint.Hit(failpoint.APIAfterInsert)
 	if rec.Status == intake.StatusInvalid {
 		release()
 		t := ProblemInvalidMessage

@@ -54,6 +54,7 @@ func (a *API) serveOn(ctx context.Context, ln net.Listener, tlsCfg *tls.Config) 
 	}
 	a.serving.Store(true)
 	defer a.serving.Store(false)
+	defer context.AfterFunc(ctx, a.stopWaiters)()
 	return listener.Serve(ctx, "api endpoint", ln, a.h, a.Limits(), a.cfg.Logger)
 }
 

@@ -159,6 +159,8 @@ func (a *API) describe(ctx context.Context, wfID string) (closed bool, status st
 // for the result: a waiter holds no Postgres connection. A workflow
 // Temporal does not know (not started yet, or forgotten) is looked for
 // again every second, and Postgres asked whether the outcome is recorded.
+// At shutdown every wait ends at once: the answer says terminal false, and
+// the client asks GET later.
 func (a *API) wait(ctx context.Context, consumer, id, wfID string, d time.Duration) (closed bool) {
 	if d <= 0 {
 		return false
@@ -167,6 +169,7 @@ func (a *API) wait(ctx context.Context, consumer, id, wfID string, d time.Durati
 	defer a.metrics.waiters.Dec()
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	defer context.AfterFunc(a.stopping, cancel)()
 	for {
 		err := a.tc.GetWorkflow(ctx, wfID, "").Get(ctx, nil)
 		if ctx.Err() != nil {
