@@ -10,17 +10,26 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/tracing"
 	"github.com/effectively/effectively/tools/testenv"
+	"github.com/effectively/effectively/workflows"
 )
 
 const apiToken = "tok_e2e_checkout_0123456789"
@@ -261,4 +270,63 @@ func waitReady(t *testing.T, health string, p interface{ Logs() string }) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("the worker never became ready; logs:\n%s", p.Logs())
+}
+
+// TestAPITraceContinues: a client's traceparent is continued by the API's
+// span, into the workflow, its activities and the provider calls.
+func TestAPITraceContinues(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	tracing.Install(tp)
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		otel.SetTracerProvider(prevTP)
+		otel.SetTextMapPropagator(prevProp)
+	})
+	ti, err := tracing.TemporalInterceptor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.NewStack(t, testenv.StackOptions{Interceptors: []interceptor.ClientInterceptor{ti}})
+	api, err := httpapi.New(s.Intake, s.Client, nil, httpapi.Config{Addr: "127.0.0.1:0", TokensFile: apiTokensFile(t), Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- api.ServeOn(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cctx, client := tp.Tracer("checkout").Start(context.Background(), "checkout", trace.WithSpanKind(trace.SpanKindClient))
+	h := http.Header{}
+	tracing.Propagator.Inject(cctx, propagation.HeaderCarrier(h))
+	client.End()
+	x, err := apiCall(t, "http://"+ln.Addr().String(), "POST", "/v1/messages", apiOrder("evt_tr1", 7101, 4200),
+		"Idempotency-Key", "evt_tr1", "Prefer", "wait=20", "traceparent", h.Get("traceparent"))
+	if err != nil || x.resp.StatusCode != 202 {
+		t.Fatalf("POST: %v %s", err, x.body)
+	}
+	want := []string{"POST /v1/messages", "StartWorkflow:" + workflows.OrderPlacedName, "RunWorkflow:" + workflows.OrderPlacedName,
+		"RunActivity:ChargeOrder", "stripe POST /v1/payment_intents"}
+	tid := client.SpanContext().TraceID()
+	var got []string
+	testenv.Eventually(t, 20*time.Second, "the request's trace reaches Stripe", func() bool {
+		got = got[:0]
+		for _, sp := range exp.GetSpans() {
+			if sp.SpanContext.TraceID() == tid {
+				got = append(got, sp.Name)
+			}
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(got, func(n string) bool { return strings.HasPrefix(n, w) }) {
+				return false
+			}
+		}
+		return true
+	})
 }
