@@ -119,7 +119,12 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 	base := "http://" + ln.Addr().String()
 
 	type call struct {
@@ -300,7 +305,12 @@ func TestAPITraceContinues(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 
 	cctx, client := tp.Tracer("checkout").Start(context.Background(), "checkout", trace.WithSpanKind(trace.SpanKindClient))
 	h := http.Header{}

@@ -139,7 +139,7 @@ func New(in *intake.Intake, tc client.Client, reg prometheus.Registerer, cfg Con
 		return nil, err
 	}
 	a := &API{in: in, st: in.Store(), tc: tc, tokens: tokens, cfg: cfg, metrics: m, inflight: map[string]struct{}{}}
-	a.stopping, a.stopWaiters = context.WithCancel(context.Background())
+	a.stopping, a.stopWaiters = context.WithCancel(context.Background()) //nolint:gosec // called when Serve's context ends
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", a.post)
 	mux.HandleFunc("GET /v1/messages/{consumer}/{id}", a.get)

@@ -147,11 +147,11 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 func (a *API) describe(ctx context.Context, wfID string) (closed bool, status string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	desc, err := a.tc.DescribeWorkflowExecution(ctx, wfID, "")
+	desc, err := a.tc.DescribeWorkflow(ctx, wfID, "")
 	if err != nil {
 		return false, ""
 	}
-	s := desc.GetWorkflowExecutionInfo().GetStatus()
+	s := desc.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 	return s != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, s.String()
 }
 

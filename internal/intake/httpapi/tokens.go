@@ -124,7 +124,7 @@ func readTokens(path string) (fileStamp, map[[32]byte]Token, error) {
 	if err != nil {
 		return fileStamp{}, nil, fmt.Errorf("api tokens file: %w", err)
 	}
-	raw, err := os.ReadFile(path) //nolint:gosec // the operator's configured file
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fileStamp{}, nil, fmt.Errorf("api tokens file: %w", err)
 	}
