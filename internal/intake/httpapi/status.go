@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/identity"
@@ -175,12 +176,19 @@ func (a *API) wait(ctx context.Context, consumer, id, wfID string, d time.Durati
 		if ctx.Err() != nil {
 			return false
 		}
-		var nf *serviceerror.NotFound
-		if !errors.As(err, &nf) {
-			return true // completed, failed, cancelled, terminated or timed out
-		}
-		if o, err := a.st.OutcomeOf(ctx, consumer, id); err == nil && o != "" {
-			return true
+		var (
+			closed *temporal.WorkflowExecutionError
+			nf     *serviceerror.NotFound
+		)
+		switch {
+		case err == nil || errors.As(err, &closed):
+			return true // completed, or failed, cancelled, terminated, timed out
+		case errors.As(err, &nf):
+			if o, err := a.st.OutcomeOf(ctx, consumer, id); err == nil && o != "" {
+				return true
+			}
+		default:
+			a.cfg.Logger.Debug("api: waiting for a workflow", "workflow_id", wfID, "error", err.Error())
 		}
 		select {
 		case <-ctx.Done():
