@@ -415,8 +415,10 @@ func TestAPI(t *testing.T) {
 		if a := e.do(t, http.MethodGet, "/v1/messages/order-placed/evt_h10", refundToken, nil); a.code != http.StatusForbidden {
 			t.Fatalf("a refund token reads a charge: %d", a.code)
 		}
-		if a := e.do(t, http.MethodGet, "/v1/messages/order-placed/evt_nothing", checkoutToken, nil); a.code != http.StatusNotFound || a.problem(t).Type != "urn:effectively:problem:not-found" {
-			t.Fatalf("unknown message: %d %s", a.code, a.body)
+		// An unknown message is answered at once, wait or not: nothing polls for it.
+		start = time.Now()
+		if a := e.do(t, http.MethodGet, "/v1/messages/order-placed/evt_nothing", checkoutToken, nil, "Prefer", "wait=5"); a.code != http.StatusNotFound || a.problem(t).Type != "urn:effectively:problem:not-found" || time.Since(start) > 2*time.Second {
+			t.Fatalf("unknown message: %d %s after %s", a.code, a.body, time.Since(start))
 		}
 	})
 

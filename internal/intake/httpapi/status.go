@@ -117,23 +117,37 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p, 0)
 		return
 	}
+	read := func() (store.MessageStatus, bool) {
+		ctx, cancel := context.WithTimeout(r.Context(), recordTimeout)
+		defer cancel()
+		st, err := a.st.Status(ctx, consumer, id)
+		if err != nil {
+			a.unavailable(w, r, id, err)
+			return st, false
+		}
+		if !st.Known() {
+			p := newProblem(ProblemNotFound, r, "")
+			p.MessageID = id
+			writeProblem(w, p, 0)
+			return st, false
+		}
+		return st, true
+	}
+	// An unknown message is answered at once: a wait is for a recorded one.
+	st, ok := read()
+	if !ok {
+		return
+	}
 	if d, ok := a.preferWait(r); ok {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(d/time.Second)))
-		a.wait(r.Context(), consumer, id, wfID, d)
+		if a.wait(r.Context(), consumer, id, wfID, d) {
+			if st, ok = read(); !ok {
+				return
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), recordTimeout)
 	defer cancel()
-	st, err := a.st.Status(ctx, consumer, id)
-	if err != nil {
-		a.unavailable(w, r, id, err)
-		return
-	}
-	if !st.Known() {
-		p := newProblem(ProblemNotFound, r, "")
-		p.MessageID = id
-		writeProblem(w, p, 0)
-		return
-	}
 	v := view(st, wfID)
 	closed, status := a.describe(ctx, wfID)
 	if status != "" {
