@@ -50,6 +50,8 @@ func run() int {
 		workers   = fs.String("workers", "", `worker process counts of the scale-out, comma separated, or "none" (default 1,2,3)`)
 		scaleN    = fs.Int("scale-n", 0, "messages per scale-out point (default: -sweep-n)")
 		paidN     = fs.Int("paid", 0, "messages of the paid-only run that counts a paid message's actions and commits (default 200)")
+		httpN     = fs.Int("http-n", 0, "submit + wait requests of each HTTP intake run, -1 skips the HTTP phase (default 300)")
+		waiters   = fs.Int("http-waiters", 0, "concurrent Prefer: wait requests of the HTTP phase (default 1000)")
 		settle    = fs.Duration("settle", 0, "wait before each reading of the counts, for the workers' trailing statements (default 2s)")
 		metrics   = fs.String("temporal-metrics", "", "Prometheus endpoint of the -temporal server, for its action counter (a dev server started here exposes its own)")
 		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
@@ -115,6 +117,12 @@ func run() int {
 	}
 	if *paidN > 0 {
 		cfg.PaidMessages = *paidN
+	}
+	if *httpN != 0 {
+		cfg.HTTPMessages = *httpN
+	}
+	if *waiters > 0 {
+		cfg.HTTPWaiters = *waiters
 	}
 	if *settle > 0 {
 		cfg.Settle = *settle
