@@ -143,6 +143,14 @@ func New(in *intake.Intake, tc client.Client, reg prometheus.Registerer, cfg Con
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", a.post)
 	mux.HandleFunc("GET /v1/messages/{consumer}/{id}", a.get)
+	notAllowed := func(allow string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, newProblem(ProblemMethodNotAllowed, r, "use "+allow), 0)
+		}
+	}
+	mux.HandleFunc("/v1/messages", notAllowed(http.MethodPost))
+	mux.HandleFunc("/v1/messages/{consumer}/{id}", notAllowed(http.MethodGet))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(ProblemNotFound, r, "the API serves POST /v1/messages and GET /v1/messages/{consumer}/{id}"), 0)
 	})
@@ -341,8 +349,8 @@ func (a *API) enter(consumer, id string) (release func(), ok bool) {
 // authorize checks the bearer token and its rate; it answers the refusal
 // itself and returns ok=false.
 func (a *API) authorize(w http.ResponseWriter, r *http.Request) (Token, bool) {
-	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || secret == "" {
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		writeProblem(w, newProblem(ProblemUnauthorized, r, "send Authorization: Bearer TOKEN"), 0)
 		return Token{}, false
 	}

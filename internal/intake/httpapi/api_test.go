@@ -297,6 +297,12 @@ func TestAPI(t *testing.T) {
 		if a := e.do(t, http.MethodPost, "/v1/messages", refundToken, order("evt_h7", 9007, 1), "Idempotency-Key", "evt_h7"); a.code != http.StatusForbidden || a.problem(t).Type != "urn:effectively:problem:forbidden-type" {
 			t.Fatalf("refund token charging: %d %s", a.code, a.body)
 		}
+		if a := e.do(t, http.MethodGet, "/v1/messages", checkoutToken, nil); a.code != http.StatusMethodNotAllowed || a.header.Get("Allow") != "POST" {
+			t.Fatalf("GET /v1/messages: %d %v", a.code, a.header)
+		}
+		if a := e.do(t, http.MethodGet, "/v2/other", checkoutToken, nil); a.code != http.StatusNotFound || a.problem(t).Type != "urn:effectively:problem:not-found" {
+			t.Fatalf("unknown path: %d", a.code)
+		}
 		if st := inboxRow(t, s, "evt_h7"); st.Known() {
 			t.Fatalf("a refused request left a record: %+v", st)
 		}
