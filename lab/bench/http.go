@@ -248,7 +248,7 @@ func (s *stack) workerFootprint(ctx context.Context) (rssMB, goroutines float64,
 
 // short is one log line of the phase; burst is the JetStream burst's rate.
 func (h HTTPPhase) short(burst float64) string {
-	return fmt.Sprintf("max %.1f submit+wait/s; paced %.1f/s: p50 %s p99 %s; duplicate POSTs %.0f/s (%d, %d conflicts; JetStream burst %.0f/s); %d waiters (%d answered): worker RSS %.0f → %.0f MB, goroutines %.0f → %.0f, Postgres connections %d → %d (%d busy)",
+	return fmt.Sprintf("max %.1f submit+wait/s; paced %.1f/s: p50 %s ms p99 %s ms; duplicate POSTs %.0f/s (%d, %d conflicts; JetStream burst %.0f/s); %d waiters (%d answered): worker RSS %.0f → %.0f MB, goroutines %.0f → %.0f, Postgres connections %d → %d (%d busy)",
 		h.MaxRate, h.PacedRate, fmtMS(h.Paced.P50), fmtMS(h.Paced.P99), h.DuplicateRate, h.DuplicatePOSTs, h.DuplicateConflicts, burst, h.Waiters, h.WaitersAnswered,
 		h.RSSMBBefore, h.RSSMBDuring, h.GoroutinesBefore, h.GoroutinesDuring, h.PGConnsBefore, h.PGConnsDuring, h.PGBusyDuring)
 }
@@ -261,7 +261,7 @@ func (r Report) httpSection() string {
 	}
 	return fmt.Sprintf("\n## HTTP intake\n\n| figure | measured |\n|---|---|\n"+
 		"| submit + wait (`Prefer: wait`) until the workflow closes, closed loop of %d clients | %.1f/s |\n"+
-		"| the same paced at %.0f%% (%.1f/s): p50 / p99 | %s / %s |\n"+
+		"| the same paced at %.0f%% (%.1f/s): p50 / p99 | %s ms / %s ms |\n"+
 		"| duplicate POSTs: copies of the recorded messages, 32 clients, 3 s (202s; 409s apart) | %.0f/s (%d; %d conflicts); JetStream duplicate burst %.0f/s |\n"+
 		"| %d waiters (`GET … Prefer: wait=12` on a workflow held open), %d answered | worker RSS %.0f → %.0f MB, goroutines %.0f → %.0f, Postgres connections open %d → %d, busy while waiting %d |\n",
 		r.Config.InFlight, h.MaxRate, pacedShare*100, h.PacedRate, fmtMS(h.Paced.P50), fmtMS(h.Paced.P99), h.DuplicateRate, h.DuplicatePOSTs, h.DuplicateConflicts, r.Burst.Rate,
