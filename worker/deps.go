@@ -25,6 +25,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/intake/webhook"
@@ -48,6 +49,7 @@ type deps struct {
 	broker      *broker            // nil with NATS_URL=off
 	sources     []intake.Source    // EFFECTIVELY_SOURCES, built by buildSources
 	webhooks    http.Handler       // nil without a webhook secret or key
+	api         *httpapi.API       // nil without EFFECTIVELY_API_ADDR
 	codecServer *codecServerConfig // nil without EFFECTIVELY_CODEC_SERVER_ADDR
 	closers     []func()
 }
@@ -157,6 +159,13 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	}
 	if d.dispatcher, err = intake.NewDispatcher(in, intake.DispatcherConfig{Logger: logger}); err != nil {
 		return d, err
+	}
+	if cfg.API.Enabled() {
+		acfg := cfg.API
+		acfg.Logger = logger
+		if d.api, err = httpapi.New(in, tc, d.reg, acfg); err != nil {
+			return d, fmt.Errorf("%w: %w", errBadConfig, err)
+		}
 	}
 	if cfg.Webhooks.Enabled() {
 		if d.webhooks, err = newWebhooks(cfg, d.store, tc, d.reg, logger); err != nil {

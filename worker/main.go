@@ -6,7 +6,8 @@
 // consumes messages from JetStream into the inbox and relays the outbox's
 // events to JetStream (see docs/intake.md). With a Stripe webhook secret or
 // a SendGrid Event Webhook key it serves the providers' webhooks on
-// EFFECTIVELY_WEBHOOK_ADDR (see docs/webhooks.md).
+// EFFECTIVELY_WEBHOOK_ADDR (see docs/webhooks.md). With EFFECTIVELY_API_ADDR
+// it serves the HTTP intake (see docs/intake.md#http).
 //
 // The worker applies the database migrations at start, then records its key
 // namespace in the database, or refuses to change it under open effects
@@ -193,6 +194,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if d.broker != nil {
 		g.Go(func() error { return d.broker.relay.Run(gctx) })
 	}
+	if d.api != nil {
+		g.Go(func() error { return d.api.Serve(gctx) })
+	}
 	if d.webhooks != nil {
 		g.Go(func() error { return serveWebhooks(gctx, cfg.WebhookAddr, d.webhooks, logger) })
 	}
@@ -232,6 +236,9 @@ func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool,
 	}
 	for _, src := range d.sources {
 		checks = append(checks, src.Check())
+	}
+	if d.api != nil {
+		checks = append(checks, health.Check{Name: "api", Fn: d.api.Ready})
 	}
 	hctx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
 	herr := make(chan error, 1)

@@ -26,6 +26,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
+	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/internal/leaf/codec"
@@ -104,6 +105,8 @@ type Config struct {
 	// STRIPE_WEBHOOK_TOLERANCE, SENDGRID_WEBHOOK_PUBLIC_KEY,
 	// SENDGRID_WEBHOOK_TOLERANCE); see docs/webhooks.md.
 	Webhooks webhook.Config
+	// API is the HTTP intake (EFFECTIVELY_API_*); off without an address.
+	API httpapi.Config
 	// EmailResendGrace is how long a receipt retry after a possible send
 	// waits for SendGrid's event (EMAIL_RESEND_GRACE; DefaultEmailResendGrace
 	// with a SendGrid key, else 0); shorter than EMAIL_START_TO_CLOSE.
@@ -316,6 +319,9 @@ func (c Config) Validate() error {
 	}
 	if c.Webhooks.Enabled() && c.WebhookAddr == "" {
 		errs = append(errs, errors.New("EFFECTIVELY_WEBHOOK_ADDR is off but a webhook secret or key is set: unset STRIPE_WEBHOOK_SECRETS/SENDGRID_WEBHOOK_PUBLIC_KEY or give an address"))
+	}
+	if err := c.API.Validate(); err != nil {
+		errs = append(errs, namedByMessage("API.", fmt.Errorf("http intake: %w", err)))
 	}
 	errs = append(errs, c.validateListeners()...)
 	errs = append(errs, c.validateProviderURLs()...)

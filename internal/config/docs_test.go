@@ -107,6 +107,9 @@ var everyVariable = map[string]string{
 	"EFFECTIVELY_CODEC_CORS_ORIGINS":     "https://ui.example.com",
 	"EFFECTIVELY_ALLOW_PUBLIC_LISTENERS": "true", "EFFECTIVELY_ALLOW_INSECURE_PROVIDER_URLS": "false",
 	"EFFECTIVELY_PUBLIC_LISTENERS": "health",
+	"EFFECTIVELY_API_ADDR":         "127.0.0.1:9083", "EFFECTIVELY_API_TOKENS_FILE": "/etc/effectively/api-tokens",
+	"EFFECTIVELY_API_TLS_CERT_FILE": "", "EFFECTIVELY_API_TLS_KEY_FILE": "", "EFFECTIVELY_API_CLIENT_CA_FILE": "",
+	"EFFECTIVELY_API_TOKEN_RATE": "50", "EFFECTIVELY_API_MAX_WAIT": "20s",
 }
 
 // TestDocumentedVariablesAreRead compares the configuration table with what

@@ -33,6 +33,7 @@ const (
 	ListenerWebhook = "webhook"
 	ListenerCodec   = "codec"
 	ListenerPprof   = "pprof"
+	ListenerAPI     = "api"
 )
 
 // Listener is one of the worker's HTTP listeners.
@@ -58,6 +59,9 @@ func (c Config) listeners() []Listener {
 	}
 	if c.CodecServer.Enabled() {
 		out = append(out, Listener{ListenerCodec, "codec server", codec.EnvServerAddr, c.CodecServer.Addr})
+	}
+	if c.API.Enabled() {
+		out = append(out, Listener{ListenerAPI, "HTTP intake", "EFFECTIVELY_API_ADDR", c.API.Addr})
 	}
 	if c.PprofAddr != "" {
 		out = append(out, Listener{ListenerPprof, "pprof endpoint", "EFFECTIVELY_PPROF_ADDR", c.PprofAddr})
@@ -87,9 +91,9 @@ func (c Config) PublicListeners() []Listener {
 func (c Config) validateListeners() []error {
 	var errs []error
 	for _, name := range c.PublicListenerNames {
-		if name != ListenerHealth && name != ListenerWebhook && name != ListenerCodec {
-			errs = append(errs, fmt.Errorf("%s: %q is not one of %s, %s, %s (pprof always stays on loopback)",
-				EnvPublicListeners, name, ListenerHealth, ListenerWebhook, ListenerCodec))
+		if name != ListenerHealth && name != ListenerWebhook && name != ListenerCodec && name != ListenerAPI {
+			errs = append(errs, fmt.Errorf("%s: %q is not one of %s, %s, %s, %s (pprof always stays on loopback)",
+				EnvPublicListeners, name, ListenerHealth, ListenerWebhook, ListenerCodec, ListenerAPI))
 		}
 	}
 	for _, l := range c.listeners() {

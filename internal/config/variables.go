@@ -13,6 +13,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/intake/webhook"
@@ -117,6 +118,29 @@ var variables = []variable{
 		func(c *Config) *string { return &c.Webhooks.SendGridPublicKey }).shown("unset"),
 	dur("SENDGRID_WEBHOOK_TOLERANCE", webhook.DefaultTolerance, "Webhooks.SendGridTolerance",
 		"largest difference between the signed timestamp and now (the helper does not check it; the worker does).", func(c *Config) *time.Duration { return &c.Webhooks.SendGridTolerance }),
+	addr("EFFECTIVELY_API_ADDR", "", "API.Addr",
+		"the HTTP intake (`POST /v1/messages`, `GET /v1/messages/{consumer}/{id}`, docs/intake.md#http); off unless set; needs `EFFECTIVELY_API_TOKENS_FILE`",
+		func(c *Config) *string { return &c.API.Addr }).shown("off"),
+	str("EFFECTIVELY_API_TOKENS_FILE", "", "API.TokensFile",
+		"the API's bearer tokens, one `NAME sha256:HEX TYPE[,TYPE…]` a line (the SHA-256 of each token, never the token; each bound to the message types it may submit); read again when it changes",
+		func(c *Config) *string { return &c.API.TokensFile }).shown("unset"),
+	str("EFFECTIVELY_API_TLS_CERT_FILE", "", "API.TLSCertFile", "PEM certificate and key: the API serves HTTPS",
+		func(c *Config) *string { return &c.API.TLSCertFile }).shown("unset (plain HTTP)"),
+	str("EFFECTIVELY_API_TLS_KEY_FILE", "", "API.TLSKeyFile", "", func(c *Config) *string { return &c.API.TLSKeyFile }),
+	str("EFFECTIVELY_API_CLIENT_CA_FILE", "", "API.ClientCAFile", "PEM CA: the API requires a client certificate it signed (mTLS), on top of the token",
+		func(c *Config) *string { return &c.API.ClientCAFile }).shown("unset"),
+	{name: "EFFECTIVELY_API_TOKEN_RATE", def: strconv.Itoa(httpapi.DefaultTokenRate), field: "API.TokenRate",
+		load: func(c *Config, v string, _ bool) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 100000 {
+				return fmt.Errorf("%q: a whole number of requests per second, 1 to 100000", v)
+			}
+			c.API.TokenRate = float64(n)
+			return nil
+		},
+		doc: "requests per second per token, bursts of twice as many; beyond it `429` with `Retry-After`"},
+	dur("EFFECTIVELY_API_MAX_WAIT", httpapi.DefaultMaxWait, "API.MaxWait", "the cap on `Prefer: wait=N` (at most `5m`)",
+		func(c *Config) *time.Duration { return &c.API.MaxWait }),
 	{name: "EMAIL_RESEND_GRACE", field: "EmailResendGrace", docDefault: "`" + short(DefaultEmailResendGrace) + "` with a SendGrid key, else `0`",
 		load: func(c *Config, v string, given bool) error {
 			if !given && c.Webhooks.SendGridPublicKey != "" { // after SENDGRID_WEBHOOK_PUBLIC_KEY in the table
@@ -138,9 +162,9 @@ var variables = []variable{
 		func(c *Config) *string { return &c.PprofAddr }).shown("off"),
 	{name: EnvPublicListeners, field: "PublicListenerNames", docDefault: "empty",
 		load: func(c *Config, v string, _ bool) error { c.PublicListenerNames = list(v); return nil },
-		doc:  "comma-separated listeners that may bind beyond loopback, of `health`, `webhook`, `codec` (pprof never); the worker image sets `health`"},
+		doc:  "comma-separated listeners that may bind beyond loopback, of `health`, `webhook`, `codec`, `api` (pprof never); the worker image sets `health`"},
 	flag(EnvAllowPublicListeners, "AllowPublicListeners",
-		"`true` lets the health, webhook and codec listeners bind beyond loopback (`:8081`, `0.0.0.0`, another IP, a hostname); the worker logs a warning naming each",
+		"`true` lets the health, webhook, codec and API listeners bind beyond loopback (`:8081`, `0.0.0.0`, another IP, a hostname); the worker logs a warning naming each",
 		func(c *Config) *bool { return &c.AllowPublicListeners }),
 	{name: "LOG_LEVEL", def: "info", field: "LogLevel", docDefault: "`info` (worker), `warn` (starter)",
 		load: func(c *Config, v string, given bool) error {

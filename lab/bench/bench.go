@@ -95,6 +95,11 @@ type Config struct {
 	// dev server. Default 1, 2, 3; an empty non-nil slice skips it.
 	Workers       []int `json:"workers"`
 	ScaleMessages int   `json:"scale_messages"`
+	// HTTPMessages sizes each run of the HTTP phase (closed loop, paced);
+	// HTTPWaiters is how many requests wait at once. Defaults 300 and
+	// 1000; a negative HTTPMessages skips the phase.
+	HTTPMessages int `json:"http_messages"`
+	HTTPWaiters  int `json:"http_waiters"`
 	// Settle is how long each reading of the counts waits after a phase,
 	// for the workers' trailing statements (the outbox relay's). Default 2s.
 	Settle time.Duration `json:"settle"`
@@ -188,6 +193,10 @@ func (c *Config) setDefaults() {
 	if c.ClusterMessages == 0 {
 		c.ClusterMessages = 1000
 	}
+	if c.HTTPMessages == 0 {
+		c.HTTPMessages = 300
+	}
+	def(&c.HTTPWaiters, 1000)
 	if c.Workers == nil {
 		c.Workers = []int{1, 2, 3}
 	}
@@ -327,6 +336,8 @@ type Report struct {
 	Paid  Result   `json:"paid"`
 	Burst Burst    `json:"duplicate_burst"`
 	Sweep []Result `json:"sweep"`
+	// HTTP is the HTTP intake's phase; nil when skipped.
+	HTTP *HTTPPhase `json:"http,omitempty"`
 	// Paced is the e2e path paced at 80% of the highest rate measured.
 	Paced *Result `json:"paced,omitempty"`
 	// ScaleOut is the e2e path with 1, 2, 3… worker processes.
@@ -564,6 +575,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		r.Name, r.Workers = fmt.Sprintf("e2e, %d worker processes", n), n
 		rep.ScaleOut = append(rep.ScaleOut, r)
 		logf("bench: %s: %s", r.Name, r.short())
+	}
+	if err := s.setWorkers(ctx, 1); err != nil {
+		return rep, err
+	}
+	if cfg.HTTPMessages > 0 {
+		logf("bench: HTTP intake: %d × submit + wait closed loop (%d clients), the same paced at %.0f%%, duplicate POSTs, %d waiters", cfg.HTTPMessages, cfg.InFlight, pacedShare*100, cfg.HTTPWaiters)
+		ph, err := s.runHTTP(ctx, cfg)
+		if err != nil {
+			return rep, fmt.Errorf("http intake: %w", err)
+		}
+		rep.HTTP = &ph
+		logf("bench: HTTP: %s", ph.short(rep.Burst.Rate))
 	}
 	rep.WorkerPeakRSSMB = peakRSSMB(s.worker.Pid())
 	for _, p := range s.extra {

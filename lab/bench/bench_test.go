@@ -27,6 +27,7 @@ func TestTinyRun(t *testing.T) {
 		FloorWorkflows: 50, NaiveWorkflows: 30, PlainMessages: 300, PlainClients: 4,
 		DuplicateBurst: 100, Warmup: 5, Stall: 30 * time.Second, Timeout: 5 * time.Minute,
 		PaidMessages: 30, Workers: []int{1, 2}, ScaleMessages: 40, HistorySample: 10,
+		HTTPMessages: 20, HTTPWaiters: 50,
 		Logf: t.Logf,
 	}
 	rep, err := Run(ctx, cfg)
@@ -55,6 +56,10 @@ func TestTinyRun(t *testing.T) {
 		if r.Throughput <= 0 || r.Latency.N == 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
 			t.Errorf("%s: implausible result %+v", r.Name, r)
 		}
+	}
+	if h := rep.HTTP; h == nil || h.MaxRate <= 0 || h.Paced.N != 20 || h.Paced.P50 > h.Paced.P99 || h.DuplicateRate <= 0 ||
+		h.WaitersAnswered != 50 || h.GoroutinesDuring < h.GoroutinesBefore+50 {
+		t.Errorf("HTTP phase: %+v", rep.HTTP)
 	}
 	if rep.Burst.Suppressed < rep.Burst.Copies || rep.Burst.Rate <= 0 {
 		t.Errorf("duplicate burst: %+v", rep.Burst)

@@ -92,6 +92,8 @@ type stack struct {
 	extra     []*workerproc.Proc
 	extraLogs string
 	workerEnv func(pprofAddr string, extra ...string) []string
+	// apiURL and apiToken reach the first worker's HTTP intake.
+	apiURL, apiToken string
 
 	cleanups []func()
 }
@@ -299,7 +301,16 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 			}, append(append(s.broker.WorkerEnv(), extra...), cfg.WorkerEnv...)...),
 		})
 	}
-	if s.worker, err = workerproc.Start(s.workerBin, s.workerEnv(s.pprofAddr, "EFFECTIVELY_HEALTH_ADDR="+healthAddr)); err != nil {
+	tokDir, err := os.MkdirTemp("", "effectively-bench-api-")
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(func() { _ = os.RemoveAll(tokDir) })
+	apiEnv, err := s.apiEnv(tokDir)
+	if err != nil {
+		return nil, err
+	}
+	if s.worker, err = workerproc.Start(s.workerBin, s.workerEnv(s.pprofAddr, append(apiEnv, "EFFECTIVELY_HEALTH_ADDR="+healthAddr)...)); err != nil {
 		return nil, err
 	}
 	s.onClose(func() { s.worker.Stop(15 * time.Second) })

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/intake/webhook"
 )
 
@@ -21,6 +22,9 @@ func registerWorkerMetrics(reg prometheus.Registerer) error {
 	metrics.New(reg)
 	metrics.RegisterBacklog(reg, nil, 0, nil)
 	metrics.RegisterRetentionHeadroom(reg, time.Hour, time.Minute)
+	if _, err := httpapi.NewMetrics(reg); err != nil {
+		return err
+	}
 	_, err := webhook.NewMetrics(reg)
 	return err
 }

@@ -85,6 +85,8 @@ var masks = []struct {
 	{regexp.MustCompile(`pi_[A-Za-z0-9]+`), "pi_…"},
 	{regexp.MustCompile(`^time=\S+`), "time=…"},
 	{regexp.MustCompile(`127\.0\.0\.1:\d+`), "127.0.0.1:…"},
+	{regexp.MustCompile(`Bearer dev_[0-9a-f]+`), "Bearer dev_…"}, // a fresh token per run
+	{regexp.MustCompile(`-d '\{.*\}'`), "-d '…'"},
 	{regexp.MustCompile(` +`), " "}, // table columns widen with the IDs
 }
 

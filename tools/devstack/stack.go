@@ -139,6 +139,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		"EFFECTIVELY_HEALTH_ADDR="+healthAddr,
 	)
 	env = append(env, natsEnv...)
+	apiEnv, apiAddr, apiToken, err := s.apiEnv()
+	if err != nil {
+		return err
+	}
+	env = append(env, apiEnv...)
 	if err := s.startWorker(ctx, env, healthAddr); err != nil {
 		return err
 	}
@@ -167,6 +172,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		time.Sleep(2 * time.Second) // let the consumer record them
 	}
 	if err := s.report(ctx, dbURL, ids, stripeSim, sendgridSim); err != nil {
+		return err
+	}
+
+	step(out, "submitting a message over HTTP and waiting for its outcome (docs/intake.md#http)")
+	if err := apiCurl(ctx, out, apiAddr, apiToken); err != nil {
 		return err
 	}
 

@@ -59,6 +59,7 @@ var sameFloor = map[string][]string{
 	"internal/intake":            {"internal/intake/route", "internal/intake/retention"},
 	"internal/intake/webhook":    {"internal/intake/route"},
 	"internal/intake/jetstream":  {"internal/intake", "internal/intake/retention"},
+	"internal/intake/httpapi":    {"internal/intake"},
 	"starter":                    {"internal/config"},
 	"worker":                     {"internal/config"},
 }

@@ -27,6 +27,9 @@ const EnvVar = "EFFECTIVELY_FAILPOINTS"
 const (
 	// IntakeAfterInsert: the inbox row is committed, the broker not yet acked.
 	IntakeAfterInsert = "intake.after_insert"
+	// APIAfterInsert: the HTTP intake's inbox row is committed, the answer
+	// not yet sent.
+	APIAfterInsert = "api.after_insert"
 	// PaymentAfterClaim: the order is claimed, Stripe not yet called.
 	PaymentAfterClaim = "payment.after_claim"
 	// PaymentAfterCreate: the PaymentIntent is created, not yet confirmed;

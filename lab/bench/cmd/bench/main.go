@@ -51,6 +51,8 @@ func run() int {
 		scaleN    = fs.Int("scale-n", 0, "messages per scale-out point (default: -sweep-n)")
 		paidN     = fs.Int("paid", 0, "messages of the paid-only run that counts a paid message's actions and commits (default 200)")
 		clusterN  = fs.Int("cluster", 0, "messages of the e2e run on a Temporal server with Postgres (needs make bin/temporal-server), -1 for none (default 1000)")
+		httpN     = fs.Int("http-n", 0, "submit + wait requests of each HTTP intake run, -1 skips the HTTP phase (default 300)")
+		waiters   = fs.Int("http-waiters", 0, "concurrent Prefer: wait requests of the HTTP phase (default 1000)")
 		settle    = fs.Duration("settle", 0, "wait before each reading of the counts, for the workers' trailing statements (default 2s)")
 		metrics   = fs.String("temporal-metrics", "", "Prometheus endpoint of the -temporal server, for its action counter (a dev server started here exposes its own)")
 		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
@@ -120,6 +122,12 @@ func run() int {
 	}
 	if *clusterN != 0 {
 		cfg.ClusterMessages = *clusterN
+	}
+	if *httpN != 0 {
+		cfg.HTTPMessages = *httpN
+	}
+	if *waiters > 0 {
+		cfg.HTTPWaiters = *waiters
 	}
 	if *settle > 0 {
 		cfg.Settle = *settle
