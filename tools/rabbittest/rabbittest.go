@@ -73,7 +73,9 @@ func Config(t testing.TB, url string) rabbitmq.Config {
 		URL: url, Exchange: prefix + ".x", Queue: prefix + ".q",
 		DeadLetterExchange: prefix + ".dlx", DeadLetterQueue: prefix + ".dead",
 	}
-	t.Cleanup(func() { Delete(t, url, []string{cfg.Queue, cfg.DeadLetterQueue}, []string{cfg.Exchange, cfg.DeadLetterExchange}) })
+	t.Cleanup(func() {
+		Delete(t, url, []string{cfg.Queue, cfg.DeadLetterQueue}, []string{cfg.Exchange, cfg.DeadLetterExchange})
+	})
 	return cfg
 }
 

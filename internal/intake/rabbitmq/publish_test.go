@@ -1,0 +1,117 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/rabbitmq"
+	"github.com/effectively/effectively/tools/rabbittest"
+)
+
+func events(ids ...string) []store.OutboxEvent {
+	out := make([]store.OutboxEvent, len(ids))
+	for i, id := range ids {
+		out[i] = store.OutboxEvent{EventID: id, Topic: "order.paid", Payload: []byte(`{"id":"` + id + `"}`)}
+	}
+	return out
+}
+
+func tracedContext() (context.Context, trace.SpanContext) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
+		TraceFlags: trace.FlagsSampled,
+	})
+	return trace.ContextWithSpanContext(context.Background(), sc), sc
+}
+
+// TestUnroutableEventIsNotPublished: with no queue bound, RabbitMQ confirms
+// the mandatory publish (ack=true) and returns it: the event must count as
+// failed, its row left unpublished.
+func TestUnroutableEventIsNotPublished(t *testing.T) {
+	cfg := rabbittest.Config(t, rabbittest.URL())
+	p := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange})
+	defer p.Close() //nolint:errcheck // test
+	ids, err := p.PublishEvents(context.Background(), events("evt_nowhere"))
+	if !errors.Is(err, rabbitmq.ErrReturned) || len(ids) != 0 {
+		t.Fatalf("PublishEvents to an exchange without queues = %v, %v; want no IDs and ErrReturned", ids, err)
+	}
+	if s := p.Stats(); s.Returned != 1 || s.Published != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestPublishedEventCarriesItsIDAndTrace: a stored event has message_id =
+// event ID and the traceparent of the publishing context; in a batch where
+// one message is returned, only the others count as stored.
+func TestPublishedEventCarriesItsIDAndTrace(t *testing.T) {
+	cfg := rabbittest.Config(t, rabbittest.URL())
+	topo := rabbitmq.EventsTopology{Exchange: cfg.Exchange, Queue: cfg.Queue}
+	p := rabbitmq.NewEventPublisher(cfg.URL, topo)
+	defer p.Close() //nolint:errcheck // test
+	ctx, sc := tracedContext()
+	ids, err := p.PublishEvents(ctx, events("evt_1", "evt_2"))
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("PublishEvents = %v, %v", ids, err)
+	}
+	ch := rabbittest.Channel(t, cfg.URL)
+	var got []amqp.Delivery
+	eventually(t, "two events in the queue", func() bool {
+		d, ok, err := ch.Get(cfg.Queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got = append(got, d)
+		}
+		return len(got) == 2
+	})
+	want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+	for i, d := range got {
+		if d.MessageId != ids[i] || d.Headers["traceparent"] != want || d.DeliveryMode != amqp.Persistent {
+			t.Fatalf("event %d: message_id %q traceparent %v mode %d; want %q, %q, persistent", i, d.MessageId, d.Headers["traceparent"], d.DeliveryMode, ids[i], want)
+		}
+	}
+
+	// A batch mixing a routable and an unroutable message.
+	stored, err := p.Publish(ctx, []rabbitmq.Outgoing{
+		{Exchange: cfg.Exchange, RoutingKey: "order.paid", MessageID: "m1", Body: []byte("{}")},
+		{Exchange: "amq.direct", RoutingKey: cfg.Queue + ".nowhere", MessageID: "m2", Body: []byte("{}")},
+		{Exchange: cfg.Exchange, RoutingKey: "order.paid", MessageID: "m3", Body: []byte("{}")},
+	})
+	if !errors.Is(err, rabbitmq.ErrReturned) || !stored[0] || stored[1] || !stored[2] {
+		t.Fatalf("mixed batch: stored %v, %v", stored, err)
+	}
+}
+
+// TestPublisherSurvivesABrokerRestart: the publish during the outage fails
+// (the event stays unpublished), the next one after it reconnects.
+func TestPublisherSurvivesABrokerRestart(t *testing.T) {
+	node := rabbittest.StartNode(t)
+	p := rabbitmq.NewEventPublisher(node.URL, rabbitmq.EventsTopology{Exchange: "events", Queue: "events"})
+	defer p.Close() //nolint:errcheck // test
+	if ids, err := p.PublishEvents(context.Background(), events("evt_before")); err != nil || len(ids) != 1 {
+		t.Fatalf("before: %v %v", ids, err)
+	}
+	node.Stop()
+	if ids, err := p.PublishEvents(context.Background(), events("evt_during")); err == nil || len(ids) != 0 {
+		t.Fatalf("during the outage: %v %v; want an error", ids, err)
+	}
+	node.Start()
+	var ids []string
+	eventually(t, "a publish after the restart", func() bool {
+		ids, _ = p.PublishEvents(context.Background(), events("evt_during"))
+		return len(ids) == 1
+	})
+	ch := rabbittest.Channel(t, node.URL)
+	time.Sleep(100 * time.Millisecond)
+	q, err := ch.QueueDeclarePassive("events", true, false, false, false, nil)
+	if err != nil || q.Messages != 2 {
+		t.Fatalf("events queue after the restart: %d messages, %v; want 2 (the quorum queue kept the first)", q.Messages, err)
+	}
+}
