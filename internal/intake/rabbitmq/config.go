@@ -9,6 +9,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/intake/retention"
 )
 
 // Defaults of the RabbitMQ source. internal/config applies them.
@@ -47,6 +50,9 @@ var DefaultRetryDelays = []time.Duration{time.Second, 5 * time.Second, 15 * time
 // Config configures a Consumer and the topology it declares. Zero values
 // take the defaults noted per field.
 type Config struct {
+	// Name is the source's name: metrics label, health check, the source
+	// of its rows. Default SourceRabbitMQ.
+	Name string
 	// URL of the broker (amqp:// or amqps://). Default DefaultURL.
 	URL string
 	// Exchange is the topic exchange bound to Queue with "#". Default
@@ -78,9 +84,14 @@ type Config struct {
 	// Logger receives a line per failure, reconnect and quarantine.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Metrics counts the settlements by source. Nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = SourceRabbitMQ
+	}
 	if c.URL == "" {
 		c.URL = DefaultURL
 	}
@@ -122,7 +133,7 @@ func (c Config) withDefaults() Config {
 
 // ErrNoHorizon reports a queue without a message TTL: an unacked message
 // would wait in it forever, so no retention would be safe.
-var ErrNoHorizon = errors.New("the queue has no message TTL, so a message can be redelivered at any time and no retention is safe")
+var ErrNoHorizon = fmt.Errorf("%w: the queue has no message TTL, so a message can be redelivered at any time and no retention is safe", retention.ErrNoHorizon)
 
 // Validate reports a configuration the broker would refuse or that leaves
 // the redelivery horizon unbounded.

@@ -1,6 +1,7 @@
 package rabbitmq_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
+	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/tools/rabbittest"
 )
 
@@ -103,5 +105,34 @@ func TestGlobalQoSKillsTheConnection(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("global QoS on a quorum queue did not close the connection (server behaviour changed?)")
+	}
+}
+
+// TestSourceHorizon: the source's horizon is read by declaring on the
+// broker; a configuration without a TTL is refused as retention.ErrNoHorizon.
+func TestSourceHorizon(t *testing.T) {
+	f := newFixture(t, rabbittest.URL(), func(c *rabbitmq.Config) { c.MessageTTL = 48 * time.Hour })
+	c, err := rabbitmq.NewConsumer(f.in, f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Horizon(context.Background())
+	if err != nil || h.Redelivery != 48*time.Hour || h.Source != "rabbitmq" || !strings.Contains(h.Basis, f.cfg.Queue) {
+		t.Fatalf("Horizon = %+v, %v", h, err)
+	}
+	noTTL := f.cfg
+	noTTL.MessageTTL = -1
+	if _, err := rabbitmq.NewConsumer(f.in, noTTL); !errors.Is(err, retention.ErrNoHorizon) {
+		t.Fatalf("NewConsumer without a TTL = %v, want retention.ErrNoHorizon", err)
+	}
+	// The broker's queue has another TTL than configured: refused.
+	other := f.cfg
+	other.MessageTTL = time.Hour
+	c2, err := rabbitmq.NewConsumer(f.in, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Horizon(context.Background()); err == nil || !strings.Contains(err.Error(), "x-message-ttl") {
+		t.Fatalf("Horizon over a queue with another TTL = %v", err)
 	}
 }

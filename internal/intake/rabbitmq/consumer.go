@@ -12,13 +12,12 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
+	"github.com/effectively/effectively/internal/adapter/health"
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/leaf/tracing"
+	"github.com/effectively/effectively/internal/intake/retention"
 )
 
 // ErrStale reports a settle of a delivery from an earlier connection: the
@@ -26,41 +25,40 @@ import (
 // means nothing (or another message) on the current one.
 var ErrStale = errors.New("delivery from an earlier connection: not settled, the broker redelivers it")
 
-// Stats counts what a Consumer did since it was created.
-type Stats struct {
-	Delivered, Recorded, Duplicates, Invalid, MaxDelivered, Retried, Started int64
-	// Acked counts acks sent.
-	Acked int64
+// BrokerStats counts what a Consumer did on the broker's side, beside its
+// Path's SourceStats.
+type BrokerStats struct {
+	// Connections counts connections opened (the generation).
+	Connections int64
+	// Acked counts acks sent; Rejected, rejects with requeue.
+	Acked, Rejected int64
 	// Stale counts settles refused because the delivery came from an
 	// earlier connection.
 	Stale int64
-	// Connections counts connections opened (the generation).
-	Connections int64
+	// DeadLetters counts dead-lettered messages quarantined.
+	DeadLetters int64
 }
 
-// Consumer consumes a quorum queue into the inbox: each delivery is
-// recorded (inbox INSERT … ON CONFLICT, or quarantine), acked only once that
-// has committed, and its workflow started after the ack; what that does not
-// start, a Dispatcher does.
-//
-// A delivery that cannot be recorded (Postgres unreachable) is held for a
-// delay and rejected with requeue; on delivery MaxDeliver it is quarantined
-// instead. What the broker dead-letters (TTL passed, delivery limit) is
-// quarantined by DeadLetters. On a lost connection the consumer reconnects
-// with a new generation: a delivery of an earlier generation is never
-// acked (ErrStale) — the broker has requeued it.
+// Consumer is the RabbitMQ source: it consumes a quorum queue into its
+// intake.Path, which records each delivery (inbox, or quarantine) before
+// the settle says ack; a delivery that cannot be recorded is held for the
+// verdict's delay and rejected with requeue, and on delivery MaxDeliver the
+// Path quarantines it. What the broker dead-letters (TTL passed, delivery
+// limit) is quarantined from DeadLetterQueue. On a lost connection the
+// consumer dials again with a new generation: a delivery of an earlier
+// generation is never settled (ErrStale) — the broker has requeued it.
 type Consumer struct {
-	in  *intake.Intake
-	cfg Config
+	path *intake.Path
+	cfg  Config
 
 	gen   atomic.Uint64 // generations handed out: one per connection
 	live  atomic.Uint64 // generation of the open connection; 0 while none is
-	stats struct {
-		delivered, recorded, duplicates, invalid, maxDelivered, retried, started, stale, acked atomic.Int64
-	}
+	stats struct{ acked, rejected, stale, deadLetters atomic.Int64 }
 	// afterRecord, in tests, runs between the inbox commit and the ack.
 	afterRecord func(d *Delivery)
 }
+
+var _ intake.Source = (*Consumer)(nil)
 
 // NewConsumer returns a Consumer recording into in. Nothing is declared or
 // consumed before Run.
@@ -71,21 +69,65 @@ func NewConsumer(in *intake.Intake, cfg Config) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rabbitmq consumer: %w", err)
 	}
-	return &Consumer{in: in, cfg: cfg.withDefaults()}, nil
+	cfg = cfg.withDefaults()
+	path, err := intake.NewPath(in, intake.PathConfig{Source: cfg.Name, Starters: cfg.Starters, RetryBackoff: cfg.RetryDelays,
+		Metrics: cfg.Metrics, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{path: path, cfg: cfg}, nil
 }
 
-// Stats returns the consumer's counters.
-func (c *Consumer) Stats() Stats {
+// Name is the source's name.
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Stats returns the Path's counters.
+func (c *Consumer) Stats() intake.SourceStats { return c.path.Stats() }
+
+// BrokerStats returns the broker-side counters.
+func (c *Consumer) BrokerStats() BrokerStats {
 	s := &c.stats
-	return Stats{
-		Delivered: s.delivered.Load(), Recorded: s.recorded.Load(), Duplicates: s.duplicates.Load(), Invalid: s.invalid.Load(),
-		MaxDelivered: s.maxDelivered.Load(), Retried: s.retried.Load(), Started: s.started.Load(), Stale: s.stale.Load(), Acked: s.acked.Load(),
-		Connections: int64(c.gen.Load()), //nolint:gosec // a count of connections, far below 2^63
-	}
+	return BrokerStats{Connections: int64(c.gen.Load()), //nolint:gosec // a count of connections
+		Acked: s.acked.Load(), Rejected: s.rejected.Load(), Stale: s.stale.Load(), DeadLetters: s.deadLetters.Load()}
 }
 
 // Config returns the configuration with its defaults applied.
 func (c *Consumer) Config() Config { return c.cfg }
+
+// Check is ready while the consumer has an open connection consuming.
+func (c *Consumer) Check() health.Check {
+	return health.Check{Name: "source." + c.cfg.Name, Fn: func(context.Context) error {
+		if c.live.Load() == 0 {
+			return fmt.Errorf("rabbitmq consumer of %s: not connected", c.cfg.Queue)
+		}
+		return nil
+	}}
+}
+
+// Horizon is the queue's message TTL, checked on the broker: Declare
+// succeeds only when the queue has exactly the configured x-message-ttl
+// (an operator's policy can only shorten it: the lower one applies). A
+// queue without one is refused with ErrNoHorizon. A re-publish is a new
+// message with a TTL of its own, which only the inbox recognises.
+func (c *Consumer) Horizon(context.Context) (retention.SourceHorizon, error) {
+	if _, err := c.cfg.Horizon(); err != nil {
+		return retention.SourceHorizon{}, fmt.Errorf("source %s: %w", c.cfg.Name, err)
+	}
+	conn, err := Dial(c.cfg.URL, "effectively worker horizon check")
+	if err != nil {
+		return retention.SourceHorizon{}, err
+	}
+	defer conn.Close() //nolint:errcheck // a check's connection
+	ch, err := conn.Channel()
+	if err != nil {
+		return retention.SourceHorizon{}, fmt.Errorf("open channel: %w", err)
+	}
+	if err := Declare(ch, c.cfg); err != nil {
+		return retention.SourceHorizon{}, fmt.Errorf("source %s: %w", c.cfg.Name, err)
+	}
+	return retention.SourceHorizon{Source: c.cfg.Name, Redelivery: c.cfg.MessageTTL,
+		Basis: fmt.Sprintf("queue %s: x-message-ttl %s (a message not acked by then is dead-lettered to %s and quarantined)", c.cfg.Queue, c.cfg.MessageTTL, c.cfg.DeadLetterQueue)}, nil
+}
 
 // Delivery is one message as a connection of generation Gen delivered it.
 type Delivery struct {
@@ -118,36 +160,28 @@ func (c *Consumer) Ack(d *Delivery) error {
 	return err
 }
 
-// Reject hands d back to the queue for another delivery.
+// Reject hands d back to the queue for another delivery; both RabbitMQ 3.x
+// and 4.3 count a reject toward the delivery limit.
 func (c *Consumer) Reject(d *Delivery) error {
-	return c.settle(d, func() error { return d.Reject(true) })
+	err := c.settle(d, func() error { return d.Reject(true) })
+	if err == nil {
+		c.stats.rejected.Add(1)
+	}
+	return err
 }
 
 // Run consumes until ctx ends, reconnecting after a lost connection. On
 // shutdown it cancels the consumer, settles every delivery already
 // received, lets the starts in flight finish and returns nil.
 func (c *Consumer) Run(ctx context.Context) error {
-	starts := make(chan fastStart, c.cfg.Prefetch*2)
-	var starters sync.WaitGroup
-	for range c.cfg.Starters {
-		starters.Go(func() {
-			for s := range starts {
-				if ctx.Err() == nil {
-					c.startFast(ctx, s)
-				}
-			}
-		})
-	}
-	defer func() {
-		close(starts)
-		starters.Wait()
-	}()
+	c.path.Open(ctx)
+	defer c.path.Close()
 	var dead sync.WaitGroup
 	dead.Go(func() { c.runDeadLetters(ctx) })
 	defer dead.Wait()
 	pause := 500 * time.Millisecond
 	for ctx.Err() == nil {
-		connected, err := c.session(ctx, starts)
+		connected, err := c.session(ctx)
 		if ctx.Err() != nil {
 			break
 		}
@@ -174,7 +208,7 @@ func errString(err error) string {
 // session runs one connection: declare, qos, consume, settle, until the
 // connection or channel closes or ctx ends. connected reports whether the
 // consumer got as far as consuming.
-func (c *Consumer) session(ctx context.Context, starts chan<- fastStart) (connected bool, err error) {
+func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	conn, err := Dial(c.cfg.URL, "effectively worker "+c.cfg.Queue)
 	if err != nil {
 		return false, err
@@ -205,6 +239,7 @@ func (c *Consumer) session(ctx context.Context, starts chan<- fastStart) (connec
 	tag := fmt.Sprintf("effectively-%d", gen)
 	msgs, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
 	if err != nil {
+		c.live.CompareAndSwap(gen, 0)
 		return false, fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}
 	c.cfg.Logger.Info("rabbitmq consumer connected", "queue", c.cfg.Queue, "server_version", version.String(), "generation", gen)
@@ -214,7 +249,7 @@ func (c *Consumer) session(ctx context.Context, starts chan<- fastStart) (connec
 	for range c.cfg.Handlers {
 		handlers.Go(func() {
 			for d := range deliveries {
-				c.handle(ctx, sctx, d, starts)
+				c.handle(ctx, sctx, d)
 			}
 		})
 	}
@@ -256,7 +291,6 @@ func (c *Consumer) session(ctx context.Context, starts chan<- fastStart) (connec
 					return true, errors.New("consumer cancelled by the broker (queue deleted?)")
 				}
 			}
-			c.stats.delivered.Add(1)
 			deliveries <- &Delivery{Delivery: m, Gen: gen, Attempts: AttemptsOf(version, m.Headers)}
 		case e := <-closed:
 			// The deliveries still in msgs are from a dead connection: the
@@ -281,143 +315,58 @@ func settleBeforeClose(ch *amqp.Channel, prefetch int) {
 	time.Sleep(300 * time.Millisecond)
 }
 
-// fastStart is a message to start after its ack, with its delivery's span.
-type fastStart struct {
-	m    *message.Message
-	span trace.SpanContext
-}
-
-func (c *Consumer) startFast(ctx context.Context, s fastStart) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	sctx = trace.ContextWithSpanContext(sctx, s.span)
-	started, err := c.in.Dispatch(sctx, s.m)
-	if err != nil {
-		c.cfg.Logger.Warn("start after ack failed; the dispatcher will retry", "message_id", s.m.ID, "error", err.Error())
-		return
-	}
-	if started {
-		c.stats.started.Add(1)
-	}
-}
-
-// handle settles one delivery. It is called with the Run context, which may
-// already be cancelled: a received delivery is settled anyway.
-// sctx ends with the connection that delivered d.
-func (c *Consumer) handle(ctx, sctx context.Context, d *Delivery, starts chan<- fastStart) {
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	hctx = tracing.Propagator.Extract(hctx, headerCarrier(d.Headers))
-	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+// handle hands one delivery to the Path, which settles it through
+// settleFn. ctx is the Run context (maybe cancelled: a received delivery is
+// settled anyway); sctx ends with d's connection.
+func (c *Consumer) handle(ctx, sctx context.Context, d *Delivery) {
+	c.path.Handle(ctx, intake.Delivery{
+		Raw:      d.Body,
+		Source:   c.cfg.Name,
+		Attempt:  d.Attempts.Delivery,
+		Last:     d.Attempts.Delivery >= c.cfg.MaxDeliver,
+		Headers:  headerCarrier(d.Headers),
+		Position: fmt.Sprintf("queue %s delivery %d (connection %d, tag %d)", c.cfg.Queue, d.Attempts.Delivery, d.Gen, d.DeliveryTag),
+		Attributes: []attribute.KeyValue{
 			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.destination.name", c.cfg.Queue),
 			attribute.Int("messaging.rabbitmq.delivery", d.Attempts.Delivery),
-		))
-	defer span.End()
-	last := d.Attempts.Delivery >= c.cfg.MaxDeliver
-	record := c.in.RecordKnown
-	if last {
-		record = c.in.Record
-	}
-	rec, err := record(hctx, d.Body, SourceRabbitMQ)
-	if err != nil {
-		span.SetStatus(codes.Error, "not recorded")
-		c.fail(sctx, d, last, err)
-		return
-	}
-	span.SetAttributes(attribute.String("effectively.message_id", rec.MessageID), attribute.String("effectively.intake.status", string(rec.Status)))
-	switch {
-	case rec.Status == intake.StatusInvalid:
-		c.stats.invalid.Add(1)
-	case rec.New:
-		c.stats.recorded.Add(1)
+		},
+		Settle: func(_ context.Context, v intake.Verdict) error { return c.settleVerdict(sctx, d, v) },
+	})
+}
+
+// settleVerdict carries out v: ack (recorded, a copy, or quarantined), or
+// hold for v.Delay and reject with requeue (RabbitMQ redelivers a rejected
+// message at once; the hold keeps a Postgres outage from spinning it).
+func (c *Consumer) settleVerdict(sctx context.Context, d *Delivery, v intake.Verdict) error {
+	switch v.Settle {
+	case intake.SettleAck, intake.SettleQuarantined:
+		if c.afterRecord != nil {
+			c.afterRecord(d)
+		}
+		return c.Ack(d)
+	case intake.SettleRetry:
+		select {
+		case <-sctx.Done(): // shutting down, or the connection is gone: hand it back now
+		case <-time.After(v.Delay):
+		}
+		return c.Reject(d)
 	default:
-		c.stats.duplicates.Add(1)
-	}
-	if c.afterRecord != nil {
-		c.afterRecord(d)
-	}
-	if err := c.Ack(d); err != nil {
-		// Lost ack: the broker redelivers, the inbox recognises the copy.
-		c.cfg.Logger.Warn("ack not sent; the redelivery will be recognised", "message_id", rec.MessageID, "error", err.Error())
-		return
-	}
-	if rec.Pending && rec.Message != nil && (rec.New || d.Redelivered) {
-		select {
-		case starts <- fastStart{m: rec.Message, span: span.SpanContext()}:
-		default: // starters busy: the dispatcher picks it up
-		}
+		return fmt.Errorf("unknown settlement %q", v.Settle)
 	}
 }
 
-// fail hands back a delivery that could not be recorded after a delay, or
-// quarantines it on its last delivery. ctx ends on shutdown or with d's
-// connection.
-func (c *Consumer) fail(ctx context.Context, d *Delivery, last bool, cause error) {
-	if last {
-		c.quarantineLast(ctx, d, cause)
-		return
-	}
-	delays := c.cfg.RetryDelays
-	var delay time.Duration
-	if len(delays) > 0 {
-		delay = delays[min(d.Attempts.Delivery, len(delays))-1]
-	}
-	c.cfg.Logger.Warn("message not recorded; rejecting it for a redelivery", "delivery", d.Attempts.Delivery,
-		"max_deliver", c.cfg.MaxDeliver, "redeliver_in", delay.String(), "error", cause.Error())
-	select {
-	case <-ctx.Done(): // shutting down, or the connection is gone: hand it back now
-	case <-time.After(delay):
-	}
-	c.stats.retried.Add(1)
-	if err := c.Reject(d); err != nil {
-		c.cfg.Logger.Warn("reject not sent; the broker requeues it with the connection", "error", err.Error())
-	}
-}
-
-// quarantineLast keeps a message on its last delivery in the quarantine
-// table, then acks it. While even that fails (Postgres down) it holds the
-// message and retries; on shutdown it rejects it, and the broker's delivery
-// limit dead-letters it to DeadLetterQueue if it comes back too often.
-func (c *Consumer) quarantineLast(ctx context.Context, d *Delivery, cause error) {
-	reason := fmt.Errorf("not recorded after %d deliveries (max deliver %d), queue %s: %w", d.Attempts.Delivery, c.cfg.MaxDeliver, c.cfg.Queue, cause)
-	pause := time.Second
-	for {
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		id, err := c.quarantine(qctx, d.Body, store.ReasonMaxDeliver, reason.Error())
-		cancel()
-		if err == nil {
-			c.stats.maxDelivered.Add(1)
-			c.cfg.Logger.Warn("message quarantined after its last delivery", "quarantine_id", id, "queue", c.cfg.Queue)
-			if err := c.Ack(d); err != nil {
-				c.cfg.Logger.Warn("ack of a quarantined message not sent; its redelivery is quarantined again (counted as a copy)", "error", err.Error())
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			c.cfg.Logger.Error("message past max deliver not quarantined; rejected back to the queue", "error", err.Error())
-			_ = c.Reject(d)
-			return
-		}
-		c.cfg.Logger.Error("quarantine failed; holding the message and retrying", "error", err.Error(), "retry_in", pause.String())
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 15*time.Second)
-	}
-}
-
-// quarantine keeps raw under reason. A raw over message.MaxSize is kept as
-// its first bytes, its size and its SHA-256, as the intake keeps one.
+// quarantine keeps raw under reason, as the source's row. A raw over
+// message.MaxSize is kept as its first bytes, its size and its SHA-256, as
+// the intake keeps one.
 func (c *Consumer) quarantine(ctx context.Context, raw []byte, reason, detail string) (int64, error) {
-	q := store.QuarantineEntry{Source: SourceRabbitMQ, Raw: raw, Reason: reason, Detail: detail}
+	in := c.path.Intake()
+	q := store.QuarantineEntry{Source: c.cfg.Name, Raw: raw, Reason: reason, Detail: detail}
 	if len(raw) > message.MaxSize {
 		sum := sha256.Sum256(raw)
 		q.Raw, q.Size, q.SHA256 = raw[:message.OversizedPrefix], int64(len(raw)), hex.EncodeToString(sum[:])
-	} else if m, err := c.in.Routes().Decode(raw); err == nil {
+	} else if m, err := in.Routes().Decode(raw); err == nil {
 		q.Consumer, q.MessageID = m.Consumer, m.ID
 	}
-	return c.in.Store().Quarantine(ctx, q)
+	return in.Store().Quarantine(ctx, q)
 }

@@ -206,7 +206,7 @@ func TestNotRecordedIsRejectedThenRecorded(t *testing.T) {
 	cfg := f.cfg
 	f.publish(t, order("evt_pg", 7))
 	c, stop := f.run(t, cfg, nil)
-	eventually(t, "two rejects", func() bool { return c.Stats().Retried >= 2 })
+	eventually(t, "two rejects", func() bool { return c.Stats().Retries >= 2 })
 	if n := f.count(t, `SELECT count(*) FROM inbox`); n != 0 {
 		t.Fatalf("inbox rows = %d while Postgres refuses", n)
 	}
@@ -234,14 +234,14 @@ func TestMaxDeliverQuarantines(t *testing.T) {
 	eventually(t, "quarantined", func() bool { return c.Stats().MaxDelivered == 1 })
 	eventually(t, "the other recorded", func() bool { return c.Stats().Recorded == 1 })
 	stop()
-	if s := c.Stats(); s.Retried != 2 {
-		t.Fatalf("rejected %d times, want 2 (deliveries 1 and 2; the 3rd quarantines)", s.Retried)
+	if s := c.BrokerStats(); s.Rejected != 2 {
+		t.Fatalf("rejected %d times, want 2 (deliveries 1 and 2; the 3rd quarantines)", s.Rejected)
 	}
 	var reason, detail, id string
 	if err := f.pool.QueryRow(context.Background(), `SELECT reason, detail, message_id FROM quarantine`).Scan(&reason, &detail, &id); err != nil {
 		t.Fatal(err)
 	}
-	if reason != store.ReasonMaxDeliver || id != "evt_poison" || !strings.Contains(detail, "after 3 deliveries") {
+	if reason != store.ReasonMaxDeliver || id != "evt_poison" || !strings.Contains(detail, "last delivery (3)") {
 		t.Fatalf("quarantine row: %s %s %q", reason, id, detail)
 	}
 	if d := queueDepth(t, f.cfg.URL, f.cfg.Queue) + queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue); d != 0 {
@@ -263,9 +263,9 @@ func TestLostAckAfterCommit(t *testing.T) {
 	eventually(t, "the copy recognised", func() bool { return c.Stats().Duplicates >= 1 })
 	eventually(t, "started", func() bool { return f.tc.starts() == 1 })
 	stop()
-	s := c.Stats()
-	if s.Recorded != 1 || s.Stale < 1 || s.Connections < 2 {
-		t.Fatalf("stats %+v: want 1 recorded, the first ack refused as stale, a reconnect", s)
+	s, b := c.Stats(), c.BrokerStats()
+	if s.Recorded != 1 || b.Stale < 1 || b.Connections < 2 {
+		t.Fatalf("stats %+v %+v: want 1 recorded, the first ack refused as stale, a reconnect", s, b)
 	}
 	if n := f.count(t, `SELECT count(*) FROM inbox`); n != 1 {
 		t.Fatalf("inbox rows = %d", n)
@@ -317,8 +317,8 @@ func TestStaleAckNeverSettlesANewerMessage(t *testing.T) {
 	if err := c.Ack(old); !errors.Is(err, rabbitmq.ErrStale) {
 		t.Fatalf("Ack of a delivery from an earlier connection = %v, want ErrStale", err)
 	}
-	if c.Stats().Stale != 1 {
-		t.Fatalf("stale count %d", c.Stats().Stale)
+	if c.BrokerStats().Stale != 1 {
+		t.Fatalf("stale count %d", c.BrokerStats().Stale)
 	}
 	_ = ch2.Close() // both return: nothing was acked
 	ch3, _ := conn2.Channel()
@@ -353,8 +353,8 @@ func TestBrokerRestart(t *testing.T) {
 	eventually(t, "every message recorded", func() bool { return f.count(t, `SELECT count(*) FROM inbox`) == n })
 	eventually(t, "queue empty", func() bool { return queueDepth(t, node.URL, cfg.Queue) == 0 })
 	stop()
-	if s := c.Stats(); s.Connections < 2 || s.Recorded != n {
-		t.Fatalf("stats %+v: want a reconnect and %d recorded", s, n)
+	if s, b := c.Stats(), c.BrokerStats(); b.Connections < 2 || s.Recorded != n {
+		t.Fatalf("stats %+v %+v: want a reconnect and %d recorded", s, b, n)
 	}
 	if got := f.tc.starts(); got != n {
 		t.Fatalf("starts = %d, want %d", got, n)
@@ -411,7 +411,7 @@ func TestExpiredIsQuarantined(t *testing.T) {
 	}
 	eventually(t, "dead-lettered", func() bool { return queueDepth(t, cfg.URL, cfg.DeadLetterQueue) == 1 })
 	c, stop := f.run(t, cfg, nil)
-	eventually(t, "quarantined", func() bool { return c.Stats().MaxDelivered == 1 })
+	eventually(t, "quarantined", func() bool { return c.BrokerStats().DeadLetters == 1 })
 	stop()
 	var detail, id string
 	if err := f.pool.QueryRow(context.Background(), `SELECT detail, message_id FROM quarantine`).Scan(&detail, &id); err != nil {

@@ -89,7 +89,7 @@ func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bo
 		id, err := c.quarantine(qctx, m.Body, store.ReasonMaxDeliver, detail)
 		cancel()
 		if err == nil {
-			c.stats.maxDelivered.Add(1)
+			c.stats.deadLetters.Add(1)
 			c.cfg.Logger.Warn("dead-lettered message quarantined", "quarantine_id", id, "reason", why)
 			if err := m.Ack(false); err != nil {
 				c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
