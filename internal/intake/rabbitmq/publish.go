@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/effectively/effectively/internal/adapter/outbox"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
@@ -211,35 +212,35 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) ([]bool, error
 }
 
 // EventPublisher publishes outbox events to a topic exchange, routing key
-// = topic, message_id = event ID. Its PublishEvents is a store.PublishFunc.
+// = topic, message_id = event ID (the broker does no dedup: a consumer
+// recognises a repeat by it). It is the relay's outbox.Publisher.
 type EventPublisher struct {
-	*Publisher
-	Exchange string
+	pub      *Publisher
+	exchange string
 }
+
+var _ outbox.Publisher = (*EventPublisher)(nil)
 
 // NewEventPublisher returns an EventPublisher declaring t on connect.
 func NewEventPublisher(url string, t EventsTopology) *EventPublisher {
 	return &EventPublisher{
-		Publisher: NewPublisher(PublisherConfig{URL: url, Name: "effectively outbox relay", Declare: t.Declare}),
-		Exchange:  t.Exchange,
+		pub:      NewPublisher(PublisherConfig{URL: url, Name: "effectively outbox relay", Declare: t.Declare}),
+		exchange: t.Exchange,
 	}
 }
 
-// PublishEvents publishes batch and returns the IDs of the events stored;
-// a returned or nacked one stays unpublished for the next pass.
-func (p *EventPublisher) PublishEvents(ctx context.Context, batch []store.OutboxEvent) ([]string, error) {
-	msgs := make([]Outgoing, len(batch))
-	for i, e := range batch {
-		msgs[i] = Outgoing{Exchange: p.Exchange, RoutingKey: e.Topic, MessageID: e.EventID, Body: e.Payload}
-	}
-	stored, err := p.Publish(ctx, msgs)
-	var ids []string
-	for i, ok := range stored {
-		if ok {
-			ids = append(ids, batch[i].EventID)
-		}
-	}
-	return ids, err
+// Name is "rabbitmq".
+func (p *EventPublisher) Name() string { return SourceRabbitMQ }
+
+// Publish publishes e and returns nil only once the broker confirmed it
+// and did not return it. RabbitMQ never reports a duplicate.
+func (p *EventPublisher) Publish(ctx context.Context, e store.OutboxEvent) (bool, error) {
+	_, err := p.pub.Publish(ctx, []Outgoing{{Exchange: p.exchange, RoutingKey: e.Topic, MessageID: e.EventID, Body: e.Payload}})
+	return false, err
 }
 
-var _ store.PublishFunc = (&EventPublisher{}).PublishEvents
+// Stats returns the publisher's counters.
+func (p *EventPublisher) Stats() PublisherStats { return p.pub.Stats() }
+
+// Close closes the connection.
+func (p *EventPublisher) Close() error { return p.pub.Close() }

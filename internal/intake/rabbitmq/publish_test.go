@@ -9,9 +9,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/effectively/effectively/internal/adapter/outbox"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
 	"github.com/effectively/effectively/tools/rabbittest"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 func events(ids ...string) []store.OutboxEvent {
@@ -37,9 +40,9 @@ func TestUnroutableEventIsNotPublished(t *testing.T) {
 	cfg := rabbittest.Config(t, rabbittest.URL())
 	p := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange})
 	defer p.Close() //nolint:errcheck // test
-	ids, err := p.PublishEvents(context.Background(), events("evt_nowhere"))
-	if !errors.Is(err, rabbitmq.ErrReturned) || len(ids) != 0 {
-		t.Fatalf("PublishEvents to an exchange without queues = %v, %v; want no IDs and ErrReturned", ids, err)
+	_, err := p.Publish(context.Background(), events("evt_nowhere")[0])
+	if !errors.Is(err, rabbitmq.ErrReturned) {
+		t.Fatalf("Publish to an exchange without queues = %v, want ErrReturned", err)
 	}
 	if s := p.Stats(); s.Returned != 1 || s.Published != 0 {
 		t.Fatalf("stats %+v", s)
@@ -55,9 +58,11 @@ func TestPublishedEventCarriesItsIDAndTrace(t *testing.T) {
 	p := rabbitmq.NewEventPublisher(cfg.URL, topo)
 	defer p.Close() //nolint:errcheck // test
 	ctx, sc := tracedContext()
-	ids, err := p.PublishEvents(ctx, events("evt_1", "evt_2"))
-	if err != nil || len(ids) != 2 {
-		t.Fatalf("PublishEvents = %v, %v", ids, err)
+	ids := []string{"evt_1", "evt_2"}
+	for _, e := range events(ids...) {
+		if _, err := p.Publish(ctx, e); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ch := rabbittest.Channel(t, cfg.URL)
 	var got []amqp.Delivery
@@ -79,7 +84,9 @@ func TestPublishedEventCarriesItsIDAndTrace(t *testing.T) {
 	}
 
 	// A batch mixing a routable and an unroutable message.
-	stored, err := p.Publish(ctx, []rabbitmq.Outgoing{
+	raw := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: cfg.URL})
+	defer raw.Close() //nolint:errcheck // test
+	stored, err := raw.Publish(ctx, []rabbitmq.Outgoing{
 		{Exchange: cfg.Exchange, RoutingKey: "order.paid", MessageID: "m1", Body: []byte("{}")},
 		{Exchange: "amq.direct", RoutingKey: cfg.Queue + ".nowhere", MessageID: "m2", Body: []byte("{}")},
 		{Exchange: cfg.Exchange, RoutingKey: "order.paid", MessageID: "m3", Body: []byte("{}")},
@@ -95,23 +102,63 @@ func TestPublisherSurvivesABrokerRestart(t *testing.T) {
 	node := rabbittest.StartNode(t)
 	p := rabbitmq.NewEventPublisher(node.URL, rabbitmq.EventsTopology{Exchange: "events", Queue: "events"})
 	defer p.Close() //nolint:errcheck // test
-	if ids, err := p.PublishEvents(context.Background(), events("evt_before")); err != nil || len(ids) != 1 {
-		t.Fatalf("before: %v %v", ids, err)
+	if _, err := p.Publish(context.Background(), events("evt_before")[0]); err != nil {
+		t.Fatalf("before: %v", err)
 	}
 	node.Stop()
-	if ids, err := p.PublishEvents(context.Background(), events("evt_during")); err == nil || len(ids) != 0 {
-		t.Fatalf("during the outage: %v %v; want an error", ids, err)
+	if _, err := p.Publish(context.Background(), events("evt_during")[0]); err == nil {
+		t.Fatal("publish during the outage: no error")
 	}
 	node.Start()
-	var ids []string
 	eventually(t, "a publish after the restart", func() bool {
-		ids, _ = p.PublishEvents(context.Background(), events("evt_during"))
-		return len(ids) == 1
+		_, err := p.Publish(context.Background(), events("evt_during")[0])
+		return err == nil
 	})
 	ch := rabbittest.Channel(t, node.URL)
 	time.Sleep(100 * time.Millisecond)
 	q, err := ch.QueueDeclarePassive("events", true, false, false, false, nil)
 	if err != nil || q.Messages != 2 {
 		t.Fatalf("events queue after the restart: %d messages, %v; want 2 (the quorum queue kept the first)", q.Messages, err)
+	}
+}
+
+// TestRelayThroughRabbitMQ: the outbox relay on the RabbitMQ publisher
+// marks an event published once the broker stored it; with no queue bound
+// (returned), the row stays unpublished for the next pass.
+func TestRelayThroughRabbitMQ(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	for _, id := range []string{"evt_r1", "evt_r2"} {
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox (event_id, topic, payload) VALUES ($1, 'order.paid', '{}')`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rabbittest.Config(t, rabbittest.URL())
+	nowhere := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange})
+	defer nowhere.Close() //nolint:errcheck // test
+	relay, err := outbox.New(st, nowhere, outbox.Config{Logger: testenv.Logger(t), Lease: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.RelayPending(ctx); n != 0 || !errors.Is(err, rabbitmq.ErrReturned) {
+		t.Fatalf("relay with nothing bound: %d published, %v", n, err)
+	}
+	var unpublished int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&unpublished); err != nil || unpublished != 2 {
+		t.Fatalf("unpublished rows %d, %v; want 2", unpublished, err)
+	}
+	time.Sleep(10 * time.Millisecond) // the lease of the failed claim passes
+	bound := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange, Queue: cfg.Queue})
+	defer bound.Close() //nolint:errcheck // test
+	relay, err = outbox.New(st, bound, outbox.Config{Logger: testenv.Logger(t), Lease: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.RelayPending(ctx); n != 2 || err != nil {
+		t.Fatalf("relay: %d published, %v; want 2", n, err)
+	}
+	if q, err := rabbittest.Channel(t, cfg.URL).QueueDeclarePassive(cfg.Queue, true, false, false, false, nil); err != nil || q.Messages != 2 {
+		t.Fatalf("events queue: %d, %v", q.Messages, err)
 	}
 }
