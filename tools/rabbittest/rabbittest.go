@@ -129,7 +129,13 @@ func StartNode(t testing.TB) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("rabbittest: a failed test keeps the node folder %s (logs in log/)", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
 	port := freePortPair(t)
 	var b [3]byte
 	_, _ = rand.Read(b[:])
@@ -140,6 +146,12 @@ func StartNode(t testing.TB) *Node {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Queue metrics (list_queues messages, which Messages reads) every
+	// 250ms instead of 5s, so that a test sees what the queue holds now.
+	advanced := "[{rabbit, [{quorum_tick_interval, 250}, {collect_statistics_interval, 250}]}].\n"
+	if err := os.WriteFile(filepath.Join(dir, "advanced.config"), []byte(advanced), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n.Start()
@@ -161,6 +173,7 @@ func (n *Node) Start() {
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.Port),
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(n.dir, "rabbitmq.conf"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(n.dir, "enabled_plugins"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(n.dir, "advanced.config"),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(n.dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(n.dir, "log"),
 		"RABBITMQ_PID_FILE="+filepath.Join(n.dir, "pid"),
@@ -226,14 +239,38 @@ func (n *Node) Restart() {
 	n.Start()
 }
 
+// ctl runs rabbitmqctl against the node.
+func (n *Node) ctl(args ...string) ([]byte, error) {
+	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmqctl", append([]string{"-n", n.Name}, args...)...) //nolint:gosec // fixed path
+	cmd.Env = append(os.Environ(), "HOME="+n.dir, "RABBITMQ_CONF_ENV_FILE=/dev/null", "ERL_EPMD_ADDRESS=127.0.0.1")
+	return cmd.CombinedOutput()
+}
+
+// Messages is how many messages queue holds, ready and delivered but not
+// acked (rabbitmqctl list_queues messages); -1 when the node does not
+// answer (a restart in progress) or has no such queue.
+func (n *Node) Messages(queue string) int {
+	out, err := n.ctl("list_queues", "-q", "--no-table-headers", "name", "messages")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == queue {
+			if v, err := strconv.Atoi(f[1]); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
 // CloseConnections closes every client connection of the node
 // (`rabbitmqctl close_all_connections`): a connection-level fault, the
 // broker itself staying up.
 func (n *Node) CloseConnections() {
 	n.t.Helper()
-	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmqctl", "-n", n.Name, "close_all_connections", "rabbittest fault") //nolint:gosec // fixed path
-	cmd.Env = append(os.Environ(), "HOME="+n.dir, "RABBITMQ_CONF_ENV_FILE=/dev/null", "ERL_EPMD_ADDRESS=127.0.0.1")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := n.ctl("close_all_connections", "rabbittest fault"); err != nil {
 		n.t.Fatalf("rabbittest: close_all_connections on %s: %v\n%s", n.Name, err, out)
 	}
 }

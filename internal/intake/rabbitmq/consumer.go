@@ -54,8 +54,28 @@ type Consumer struct {
 	gen   atomic.Uint64 // generations handed out: one per connection
 	live  atomic.Uint64 // generation of the open connection; 0 while none is
 	stats struct{ acked, rejected, stale, deadLetters atomic.Int64 }
-	// afterRecord, in tests, runs between the inbox commit and the ack.
+	// hooks are set by tests only (export_test.go); nil in the product.
+	hooks *testHooks
+}
+
+// testHooks are the faults a test makes; nothing outside a _test.go file
+// can set them.
+type testHooks struct {
+	// afterRecord runs between the inbox commit and the ack.
 	afterRecord func(d *Delivery)
+	// dial replaces Dial, so that a test can drop the connections.
+	dial func(url, name string) (*amqp.Connection, error)
+	// dropSettles makes every ack and reject vanish (reported as sent).
+	dropSettles bool
+	// crashed refuses every settle from now on.
+	crashed atomic.Bool
+}
+
+func (c *Consumer) dial(url, name string) (*amqp.Connection, error) {
+	if c.hooks != nil && c.hooks.dial != nil {
+		return c.hooks.dial(url, name)
+	}
+	return Dial(url, name)
 }
 
 var _ intake.Source = (*Consumer)(nil)
@@ -148,6 +168,14 @@ func (c *Consumer) settle(d *Delivery, fn func() error) error {
 		c.stats.stale.Add(1)
 		return ErrStale
 	}
+	if h := c.hooks; h != nil {
+		switch {
+		case h.crashed.Load():
+			return errors.New("crashed (test)")
+		case h.dropSettles:
+			return nil
+		}
+	}
 	return fn()
 }
 
@@ -179,14 +207,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var dead sync.WaitGroup
 	dead.Go(func() { c.runDeadLetters(ctx) })
 	defer dead.Wait()
-	pause := 500 * time.Millisecond
+	// Short at first: a consume right after the queue was created can meet
+	// a quorum queue whose leader is not elected yet (541 INTERNAL_ERROR,
+	// seen on 3.10.8), gone a moment later.
+	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		connected, err := c.session(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		if connected {
-			pause = 500 * time.Millisecond
+			pause = 100 * time.Millisecond
 		}
 		c.cfg.Logger.Warn("rabbitmq consumer disconnected; reconnecting", "queue", c.cfg.Queue, "error", errString(err), "retry_in", pause.String())
 		select {
@@ -209,7 +240,7 @@ func errString(err error) string {
 // connection or channel closes or ctx ends. connected reports whether the
 // consumer got as far as consuming.
 func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
-	conn, err := Dial(c.cfg.URL, "effectively worker "+c.cfg.Queue)
+	conn, err := c.dial(c.cfg.URL, "effectively worker "+c.cfg.Queue)
 	if err != nil {
 		return false, err
 	}
@@ -341,8 +372,8 @@ func (c *Consumer) handle(ctx, sctx context.Context, d *Delivery) {
 func (c *Consumer) settleVerdict(sctx context.Context, d *Delivery, v intake.Verdict) error {
 	switch v.Settle {
 	case intake.SettleAck, intake.SettleQuarantined:
-		if c.afterRecord != nil {
-			c.afterRecord(d)
+		if c.hooks != nil && c.hooks.afterRecord != nil {
+			c.hooks.afterRecord(d)
 		}
 		return c.Ack(d)
 	case intake.SettleRetry:

@@ -33,7 +33,7 @@ func (c *Consumer) runDeadLetters(ctx context.Context) {
 }
 
 func (c *Consumer) deadLetterSession(ctx context.Context) error {
-	conn, err := Dial(c.cfg.URL, "effectively worker dead letters "+c.cfg.DeadLetterQueue)
+	conn, err := c.dial(c.cfg.URL, "effectively worker dead letters "+c.cfg.DeadLetterQueue)
 	if err != nil {
 		return err
 	}
