@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,8 +50,19 @@ type publishResult struct {
 // cmdPublish puts each message of a file or stdin on the JetStream subject
 // the worker consumes, for the worker to record and start.
 func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
-	if len(args) != 1 {
-		return exitUsage, fmt.Errorf("%w: publish takes one argument, a file or -", errUsage)
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	broker := fs.String("broker", "nats", "nats or rabbitmq")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		return exitUsage, fmt.Errorf("%w: publish takes [--broker nats|rabbitmq] and one argument, a file or -", errUsage)
+	}
+	args = fs.Args()
+	switch *broker {
+	case "nats":
+	case "rabbitmq":
+		return cmdPublishRabbitMQ(ctx, cfg, args[0], stdin, stdout, stderr)
+	default:
+		return exitUsage, fmt.Errorf("%w: publish --broker %q: use nats or rabbitmq", errUsage, *broker)
 	}
 	if !cfg.NATS.Enabled() {
 		return exitUsage, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)

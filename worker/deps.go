@@ -127,6 +127,14 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 		}
 		d.onClose(d.broker.close)
 	}
+	if cfg.RabbitMQ.Enabled() {
+		if d.broker == nil {
+			d.broker = &broker{}
+		}
+		if err := addRabbitMQ(cfg, in, m, logger, d.broker); err != nil {
+			return d, err
+		}
+	}
 	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.broker)
 	if err != nil {
 		return d, err
@@ -270,12 +278,13 @@ func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	return &codecServerConfig{addr: scfg.Addr, h: h}, nil
 }
 
-// broker is the worker's JetStream side: its sources (each an
-// intake.Source run by main) and the outbox relay.
+// broker is the worker's broker side: its sources (each an intake.Source
+// run by main: JetStream, RabbitMQ) and the outbox relay.
 type broker struct {
-	nc      *nats.Conn
+	nc      *nats.Conn // nil with NATS_URL=off (RabbitMQ alone)
 	sources []intake.Source
 	relay   *outbox.Relay
+	closers []func()
 }
 
 // connectBroker connects to NATS, creates the streams that are missing and
@@ -334,8 +343,14 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m 
 	return b, nil
 }
 
-// close flushes what is buffered (acks, publishes) and closes the connection.
+// close flushes what is buffered (acks, publishes) and closes the
+// connections.
 func (b *broker) close() {
-	_ = b.nc.FlushTimeout(5 * time.Second)
-	b.nc.Close()
+	if b.nc != nil {
+		_ = b.nc.FlushTimeout(5 * time.Second)
+		b.nc.Close()
+	}
+	for _, c := range b.closers {
+		c()
+	}
 }

@@ -82,6 +82,8 @@ type Config struct {
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
 	NATS NATS
+	// RabbitMQ configures the RabbitMQ source (RABBITMQ_*); off by default.
+	RabbitMQ RabbitMQ
 	// Retention is how long processed-message, dispatched inbox and published
 	// outbox rows are kept (RETENTION); never less than the redelivery horizon.
 	Retention time.Duration

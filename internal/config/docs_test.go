@@ -86,6 +86,9 @@ var everyVariable = map[string]string{
 	"NATS_ACK_WAIT": "10s", "NATS_BACKOFF": "1m,2m", "NATS_MAX_DELIVER": "4",
 	"NATS_HANDLERS": "2", "NATS_STARTERS": "3",
 	"NATS_DUPLICATE_WINDOW": "1m", "NATS_EVENTS_STREAM": "E", "NATS_EVENTS_PREFIX": "s.events",
+	"RABBITMQ_URL": "amqp://worker:pw@rabbitmq:5672/shop", "RABBITMQ_EXCHANGE": "orders.x", "RABBITMQ_QUEUE": "orders.q",
+	"RABBITMQ_MESSAGE_TTL": "3d", "RABBITMQ_MAX_DELIVER": "4", "RABBITMQ_PREFETCH": "50", "RABBITMQ_HANDLERS": "8",
+	"RABBITMQ_EVENTS_EXCHANGE": "orders.events", "RABBITMQ_EVENTS_QUEUE": "orders.events.all",
 	// One credential (the user): the token, seed and creds files are "" here
 	// since they exclude it; TestNATSAuthAccepted loads them. The TLS files
 	// are made by the test.
