@@ -4,7 +4,7 @@
 // open cases of docs/runbook.md.
 //
 //	starter send FILE|-              start one workflow per message (a JSON object or JSON lines)
-//	starter publish FILE|-           put each message on the JetStream subject the worker consumes
+//	starter publish [-broker B] FILE|-  put each message on the broker the worker consumes (default nats)
 //	starter status MESSAGE_ID        print the recorded outcome of a message as JSON
 //	starter quarantine list          list quarantined messages as JSON lines
 //	starter quarantine retry ID      send a quarantined message again
@@ -61,7 +61,8 @@ import (
 
 const usage = `usage:
   starter send FILE|-              start one workflow per message (JSON object or JSON lines)
-  starter publish FILE|-           put each message on the JetStream subject the worker consumes
+  starter publish [-broker nats|kafka|rabbitmq] FILE|-
+                                   put each message on the broker the worker consumes (default nats)
   starter status [-consumer NAME] MESSAGE_ID
                                    print the recorded outcome of a message as JSON
   starter quarantine list [-limit N]

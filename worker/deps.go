@@ -44,6 +44,8 @@ type deps struct {
 	activities  *activities.Activities
 	dispatcher  *intake.Dispatcher
 	broker      *broker            // nil with NATS_URL=off
+	sources     []intake.Source    // EFFECTIVELY_SOURCES, built by buildSources
+	relay       *outbox.Relay      // the broker's, or RabbitMQ's with NATS_URL=off; nil for none
 	webhooks    http.Handler       // nil without a webhook secret or key
 	codecServer *codecServerConfig // nil without EFFECTIVELY_CODEC_SERVER_ADDR
 	closers     []func()
@@ -122,20 +124,23 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	// The broker comes before the Temporal worker: the retention check
 	// needs the consumer's configuration, and nothing may run before it.
 	if cfg.NATS.Enabled() {
-		if d.broker, err = connectBroker(ctx, cfg, in, m, logger); err != nil {
+		if d.broker, err = connectBroker(ctx, cfg, in, logger); err != nil {
 			return d, err
 		}
 		d.onClose(d.broker.close)
 	}
-	if cfg.RabbitMQ.Enabled() {
-		if d.broker == nil {
-			d.broker = &broker{}
-		}
-		if err := addRabbitMQ(cfg, in, m, logger, d.broker); err != nil {
+	if d.sources, err = buildSources(ctx, cfg, in, d.broker, m, logger); err != nil {
+		return d, err
+	}
+	switch {
+	case d.broker != nil:
+		d.relay = d.broker.relay
+	case cfg.HasSource(config.SourceRabbitMQ):
+		if d.relay, err = rabbitMQRelay(cfg, in, logger, d.onClose); err != nil {
 			return d, err
 		}
 	}
-	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.broker)
+	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.sources)
 	if err != nil {
 		return d, err
 	}
@@ -217,19 +222,17 @@ func setupTracing(ctx context.Context, d *deps, logger *slog.Logger) ([]intercep
 // redelivery horizon (the longest of the sources', when there are any); a
 // retention that is too short, or a source without a horizon, is bad
 // configuration.
-func retentionPolicy(ctx context.Context, cfg config.Config, tc client.Client, namespace string, b *broker) (retention.Policy, error) {
+func retentionPolicy(ctx context.Context, cfg config.Config, tc client.Client, namespace string, sources []intake.Source) (retention.Policy, error) {
 	var horizons []retention.SourceHorizon
-	if b != nil {
-		for _, s := range b.sources {
-			h, err := s.Horizon(ctx)
-			if errors.Is(err, retention.ErrNoHorizon) {
-				return retention.Policy{}, fmt.Errorf("%w: source %s: %w", errBadConfig, s.Name(), err)
-			}
-			if err != nil {
-				return retention.Policy{}, fmt.Errorf("source %s: %w", s.Name(), err)
-			}
-			horizons = append(horizons, h)
+	for _, s := range sources {
+		h, err := s.Horizon(ctx)
+		if errors.Is(err, retention.ErrNoHorizon) {
+			return retention.Policy{}, fmt.Errorf("%w: source %s: %w", errBadConfig, s.Name(), err)
 		}
+		if err != nil {
+			return retention.Policy{}, fmt.Errorf("source %s: %w", s.Name(), err)
+		}
+		horizons = append(horizons, h)
 	}
 	policy, err := retention.ReadPolicy(ctx, tc, namespace, cfg.Retention, horizons...)
 	if err != nil {
@@ -278,18 +281,17 @@ func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	return &codecServerConfig{addr: scfg.Addr, h: h}, nil
 }
 
-// broker is the worker's broker side: its sources (each an intake.Source
-// run by main: JetStream, RabbitMQ) and the outbox relay.
+// broker is the worker's NATS side: the connection, JetStream (the
+// jetstream source's, when configured) and the outbox relay.
 type broker struct {
-	nc      *nats.Conn // nil with NATS_URL=off (RabbitMQ alone)
-	sources []intake.Source
-	relay   *outbox.Relay
-	closers []func()
+	nc    *nats.Conn
+	js    natsjs.JetStream
+	relay *outbox.Relay
 }
 
 // connectBroker connects to NATS, creates the streams that are missing and
-// creates or updates the durable consumer. Nothing is fetched yet.
-func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m *metrics.Metrics, logger *slog.Logger) (*broker, error) {
+// builds the outbox relay. Nothing is fetched or relayed yet.
+func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
 	n := cfg.NATS
 	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
 		// Keep reconnecting when the server refuses the credential twice in
@@ -318,6 +320,7 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m 
 	if err != nil {
 		return fail(fmt.Errorf("jetstream: %w", err))
 	}
+	b.js = js
 	// Streams the worker creates drop messages older than the retention, so
 	// that a replay of the stream never meets a message whose record was
 	// pruned, and refuse a message larger than the intake accepts
@@ -329,13 +332,6 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m 
 	); err != nil {
 		return fail(err)
 	}
-	jsCfg := n.JetStream
-	jsCfg.Logger, jsCfg.Metrics = logger, m
-	cons, err := jetstream.NewConsumer(ctx, in, js, jsCfg)
-	if err != nil {
-		return fail(err)
-	}
-	b.sources = append(b.sources, cons)
 	pub := outbox.NewJetStreamPublisher(js, outbox.JetStreamConfig{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix})
 	if b.relay, err = outbox.New(in.Store(), pub, outbox.Config{Logger: logger}); err != nil {
 		return fail(err)
@@ -343,14 +339,8 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m 
 	return b, nil
 }
 
-// close flushes what is buffered (acks, publishes) and closes the
-// connections.
+// close flushes what is buffered (acks, publishes) and closes the connection.
 func (b *broker) close() {
-	if b.nc != nil {
-		_ = b.nc.FlushTimeout(5 * time.Second)
-		b.nc.Close()
-	}
-	for _, c := range b.closers {
-		c()
-	}
+	_ = b.nc.FlushTimeout(5 * time.Second)
+	b.nc.Close()
 }

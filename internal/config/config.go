@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ type Lookup func(name string) (string, bool)
 
 // EnvKeyNamespace names the key namespace's variable (Config.KeyNamespace).
 const EnvKeyNamespace = "EFFECTIVELY_KEY_NAMESPACE"
+
+// EnvSources names the kinds of source the worker runs.
+const EnvSources = "EFFECTIVELY_SOURCES"
 
 // Env is an environment Load reads: LookupEnv reads one variable, Environ
 // lists them all (Temporal's envconfig scans it for TEMPORAL_GRPC_META_*).
@@ -84,6 +88,9 @@ type Config struct {
 	NATS NATS
 	// RabbitMQ configures the RabbitMQ source (RABBITMQ_*); off by default.
 	RabbitMQ RabbitMQ
+	// Sources are the kinds of source the worker runs, each once
+	// (EFFECTIVELY_SOURCES; SourceJetStream unless NATS_URL is off).
+	Sources []string
 	// Retention is how long processed-message, dispatched inbox and published
 	// outbox rows are kept (RETENTION); never less than the redelivery horizon.
 	Retention time.Duration
@@ -168,6 +175,26 @@ type NATS struct {
 
 // Enabled reports whether the broker side runs at all.
 func (n NATS) Enabled() bool { return n.URL != "" }
+
+// Source kinds of EFFECTIVELY_SOURCES.
+const (
+	// SourceJetStream consumes the NATS_* durable consumer.
+	SourceJetStream = "jetstream"
+	// SourceKafka consumes a Kafka consumer group (KAFKA_*).
+	SourceKafka = "kafka"
+	// SourceRabbitMQ consumes a RabbitMQ quorum queue (RABBITMQ_*).
+	SourceRabbitMQ = "rabbitmq"
+)
+
+// SourceKinds are the kinds EFFECTIVELY_SOURCES names; AvailableSources
+// those this build runs.
+var (
+	SourceKinds      = []string{SourceJetStream, SourceKafka, SourceRabbitMQ}
+	AvailableSources = []string{SourceJetStream, SourceRabbitMQ}
+)
+
+// HasSource reports whether kind is among the configured sources.
+func (c Config) HasSource(kind string) bool { return slices.Contains(c.Sources, kind) }
 
 // DefaultNATSURL is the NATS server used when NATS_URL is not set.
 const DefaultNATSURL = "nats://127.0.0.1:4222"

@@ -2,24 +2,23 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
 )
 
-// RabbitMQ is the RabbitMQ source and, with NATS off, where the outbox
-// relay publishes (RABBITMQ_*). Off unless RABBITMQ_URL is set.
+// RabbitMQ is the RabbitMQ source (run when EFFECTIVELY_SOURCES lists
+// rabbitmq) and, with NATS off, where the outbox relay publishes
+// (RABBITMQ_*).
 type RabbitMQ struct {
 	// Source is the consumer (RABBITMQ_URL, RABBITMQ_EXCHANGE,
 	// RABBITMQ_QUEUE, RABBITMQ_MESSAGE_TTL, RABBITMQ_MAX_DELIVER,
-	// RABBITMQ_PREFETCH, RABBITMQ_HANDLERS); URL "" is off.
+	// RABBITMQ_PREFETCH, RABBITMQ_HANDLERS).
 	Source rabbitmq.Config
 	// Events is where outbox events go (RABBITMQ_EVENTS_EXCHANGE,
 	// RABBITMQ_EVENTS_QUEUE), when NATS is off.
 	Events rabbitmq.EventsTopology
 }
-
-// Enabled reports whether the RabbitMQ source runs.
-func (r RabbitMQ) Enabled() bool { return r.Source.URL != "" }
 
 // Defaults of the RabbitMQ events topology.
 const (
@@ -30,7 +29,7 @@ const (
 // ifRabbitMQ runs check only when the RabbitMQ source is on.
 func ifRabbitMQ(check func(Config) error) func(Config) error {
 	return func(c Config) error {
-		if !c.RabbitMQ.Enabled() {
+		if !c.HasSource(SourceRabbitMQ) {
 			return nil
 		}
 		return check(c)
@@ -39,9 +38,14 @@ func ifRabbitMQ(check func(Config) error) func(Config) error {
 
 // rabbitmqVariables are the RABBITMQ_* rows of the table.
 var rabbitmqVariables = []variable{
-	addr("RABBITMQ_URL", "off", "RabbitMQ.Source.URL",
-		"a RabbitMQ broker (`amqp://user:password@host:5672/vhost`) whose quorum queue the worker consumes beside JetStream (`NATS_URL=off` for RabbitMQ alone; the outbox relay then publishes to RabbitMQ); `off`: none. See [intake](intake.md#rabbitmq)",
-		func(c *Config) *string { return &c.RabbitMQ.Source.URL }),
+	str("RABBITMQ_URL", rabbitmq.DefaultURL, "RabbitMQ.Source.URL",
+		"the RabbitMQ broker (`amqp://user:password@host:5672/vhost`) of the `rabbitmq` source and of `starter publish --broker rabbitmq`; with `NATS_URL=off` the outbox relay publishes there too. See [intake](intake.md)",
+		func(c *Config) *string { return &c.RabbitMQ.Source.URL }).checked(ifRabbitMQ(func(c Config) error {
+		if !strings.HasPrefix(c.RabbitMQ.Source.URL, "amqp://") && !strings.HasPrefix(c.RabbitMQ.Source.URL, "amqps://") {
+			return fmt.Errorf("%q: want amqp:// or amqps://", c.RabbitMQ.Source.URL)
+		}
+		return nil
+	})),
 	str("RABBITMQ_EXCHANGE", rabbitmq.DefaultExchange, "RabbitMQ.Source.Exchange",
 		"topic exchange the queue is bound to with `#`; `starter publish --broker rabbitmq` publishes there with the message type as routing key",
 		func(c *Config) *string { return &c.RabbitMQ.Source.Exchange }),
