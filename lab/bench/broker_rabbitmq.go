@@ -47,7 +47,7 @@ func newRabbitBroker(_ context.Context) (_ *rabbitBroker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ch.Close() //nolint:errcheck // a setup channel
+	defer ch.Close()
 	if err := rabbitmq.Declare(ch, b.cfg); err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (b *rabbitBroker) Subscribed(context.Context) bool {
 	if err != nil {
 		return false
 	}
-	defer ch.Close() //nolint:errcheck // a probe
+	defer ch.Close()
 	q, err := ch.QueueDeclarePassive(b.cfg.Queue, true, false, false, false, nil)
 	return err == nil && q.Consumers > 0
 }

@@ -25,7 +25,7 @@ func (s *stack) rabbitBroker(fresh bool) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s=rabbitmq: %w (start it with `rabbitmq-server -detached`)", EnvRunBroker, err)
 	}
-	defer conn.Close() //nolint:errcheck // a setup connection
+	defer conn.Close()
 	name := "effectively-" + strings.ToLower(s.instance)
 	queue, events := name+".messages", name+".events"
 	if fresh {

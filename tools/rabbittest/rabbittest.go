@@ -9,6 +9,7 @@
 package rabbittest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -86,7 +87,7 @@ func Delete(t testing.TB, url string, queues, exchanges []string) {
 		t.Logf("rabbittest: delete %v: %v", queues, err)
 		return
 	}
-	defer conn.Close() //nolint:errcheck // test cleanup
+	defer conn.Close()
 	for _, q := range queues {
 		if ch, err := conn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(q, false, false, false)
@@ -125,7 +126,7 @@ func StartNode(t testing.TB) *Node {
 	if _, err := os.Stat(serverBin); err != nil {
 		t.Fatalf("rabbittest: this test runs a RabbitMQ node of its own and found no %s: install Debian's rabbitmq-server package (.ci/run does)", serverBin)
 	}
-	dir, err := os.MkdirTemp("", "rabbittest-")
+	dir, err := os.MkdirTemp("", "rabbittest-") //nolint:usetesting // kept when the test fails, for the node's logs
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func StartNode(t testing.TB) *Node {
 // waits until it accepts AMQP connections.
 func (n *Node) Start() {
 	n.t.Helper()
-	cmd := exec.Command(serverBin) //nolint:gosec // a fixed path
+	cmd := exec.CommandContext(context.Background(), serverBin) // stopped by signal (Stop, Kill), not by a context
 	cmd.Dir = n.dir
 	cmd.Env = append(os.Environ(),
 		"HOME="+n.dir,
@@ -241,7 +242,9 @@ func (n *Node) Restart() {
 
 // ctl runs rabbitmqctl against the node.
 func (n *Node) ctl(args ...string) ([]byte, error) {
-	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmqctl", append([]string{"-n", n.Name}, args...)...) //nolint:gosec // fixed path
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/lib/rabbitmq/bin/rabbitmqctl", append([]string{"-n", n.Name}, args...)...) //nolint:gosec // fixed path
 	cmd.Env = append(os.Environ(), "HOME="+n.dir, "RABBITMQ_CONF_ENV_FILE=/dev/null", "ERL_EPMD_ADDRESS=127.0.0.1")
 	return cmd.CombinedOutput()
 }
@@ -280,11 +283,13 @@ func (n *Node) CloseConnections() {
 func freePortPair(t testing.TB) int {
 	t.Helper()
 	for range 200 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		var lc net.ListenConfig
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := l.Addr().(*net.TCPAddr).Port
+		addr, _ := l.Addr().(*net.TCPAddr)
+		p := addr.Port
 		_ = l.Close()
 		if p < 10000 || p+20000 > 65535 {
 			// Outside the range: pick one ourselves.
@@ -301,7 +306,8 @@ func freePortPair(t testing.TB) int {
 }
 
 func free(p int) bool {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(p))
 	if err != nil {
 		return false
 	}

@@ -17,7 +17,7 @@ import (
 // Defaults of the RabbitMQ source. internal/config applies them.
 const (
 	// DefaultURL is the broker: the local server, guest/guest.
-	DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultURL = "amqp://guest:guest@127.0.0.1:5672/" //nolint:gosec // RabbitMQ's well-known local account, refused from beyond loopback
 	// DefaultExchange is the topic exchange messages are published to,
 	// with the message type as routing key.
 	DefaultExchange = "effectively.messages"
@@ -165,7 +165,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Prefetch < 1 || c.Prefetch > math.MaxUint16 {
-		errs = append(errs, fmt.Errorf("Prefetch %d: must be between 1 and %d", c.Prefetch, math.MaxUint16))
+		errs = append(errs, fmt.Errorf("prefetch %d (Prefetch): must be between 1 and %d", c.Prefetch, math.MaxUint16))
 	}
 	return errors.Join(errs...)
 }

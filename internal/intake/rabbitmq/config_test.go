@@ -35,7 +35,7 @@ func TestHorizonIsTheMessageTTL(t *testing.T) {
 
 func TestValidateNamesTheField(t *testing.T) {
 	err := rabbitmq.Config{Queue: "amq.mine", MaxDeliver: -1, Prefetch: 70000}.Validate()
-	for _, want := range []string{"Queue: name \"amq.mine\"", "MaxDeliver -1", "Prefetch 70000"} {
+	for _, want := range []string{"Queue: name \"amq.mine\"", "MaxDeliver -1", "prefetch 70000 (Prefetch)"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; want it to mention %q", err, want)
 		}

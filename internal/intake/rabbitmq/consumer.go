@@ -137,7 +137,7 @@ func (c *Consumer) Horizon(context.Context) (retention.SourceHorizon, error) {
 	if err != nil {
 		return retention.SourceHorizon{}, err
 	}
-	defer conn.Close() //nolint:errcheck // a check's connection
+	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
 		return retention.SourceHorizon{}, fmt.Errorf("open channel: %w", err)
@@ -244,7 +244,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close() //nolint:errcheck // closing a connection that may be gone
+	defer conn.Close()
 	version, err := ServerVersion(conn.Properties)
 	if err != nil {
 		return false, err

@@ -149,7 +149,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func queueDepth(t *testing.T, url, q string) int {
 	t.Helper()
 	ch := rabbittest.Channel(t, url)
-	defer ch.Close() //nolint:errcheck // test
+	defer ch.Close()
 	qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func (c *Consumer) deadLetterSession(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close() //nolint:errcheck // closing a connection that may be gone
+	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)

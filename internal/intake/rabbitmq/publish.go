@@ -121,7 +121,7 @@ func (p *Publisher) open() (*amqp.Channel, error) {
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, 1024))
 	// Drained so that the connection's close notification never blocks.
 	go func(c chan *amqp.Error) {
-		for range c { //nolint:revive // draining
+		for range c {
 		}
 	}(conn.NotifyClose(make(chan *amqp.Error, 1)))
 	p.conn, p.ch = conn, ch
@@ -172,17 +172,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) ([]bool, error
 		}
 	}
 	acked := make([]bool, len(msgs))
-	for i, dc := range confirms {
+	for i, m := range msgs {
+		dc := confirms[i]
 		if dc == nil {
 			continue
 		}
 		ok, err := dc.WaitContext(cctx)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("publish %s: no confirm: %w", msgs[i].MessageID, err))
+			errs = append(errs, fmt.Errorf("publish %s: no confirm: %w", m.MessageID, err))
 		case !ok:
 			p.stats.nacked.Add(1)
-			errs = append(errs, fmt.Errorf("publish %s: nacked by the broker (or its channel closed)", msgs[i].MessageID))
+			errs = append(errs, fmt.Errorf("publish %s: nacked by the broker (or its channel closed)", m.MessageID))
 		default:
 			acked[i] = true
 		}

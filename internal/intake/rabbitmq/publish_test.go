@@ -39,7 +39,7 @@ func tracedContext() (context.Context, trace.SpanContext) {
 func TestUnroutableEventIsNotPublished(t *testing.T) {
 	cfg := rabbittest.Config(t, rabbittest.URL())
 	p := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange})
-	defer p.Close() //nolint:errcheck // test
+	defer p.Close()
 	_, err := p.Publish(context.Background(), events("evt_nowhere")[0])
 	if !errors.Is(err, rabbitmq.ErrReturned) {
 		t.Fatalf("Publish to an exchange without queues = %v, want ErrReturned", err)
@@ -56,7 +56,7 @@ func TestPublishedEventCarriesItsIDAndTrace(t *testing.T) {
 	cfg := rabbittest.Config(t, rabbittest.URL())
 	topo := rabbitmq.EventsTopology{Exchange: cfg.Exchange, Queue: cfg.Queue}
 	p := rabbitmq.NewEventPublisher(cfg.URL, topo)
-	defer p.Close() //nolint:errcheck // test
+	defer p.Close()
 	ctx, sc := tracedContext()
 	ids := []string{"evt_1", "evt_2"}
 	for _, e := range events(ids...) {
@@ -85,7 +85,7 @@ func TestPublishedEventCarriesItsIDAndTrace(t *testing.T) {
 
 	// A batch mixing a routable and an unroutable message.
 	raw := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: cfg.URL})
-	defer raw.Close() //nolint:errcheck // test
+	defer raw.Close()
 	stored, err := raw.Publish(ctx, []rabbitmq.Outgoing{
 		{Exchange: cfg.Exchange, RoutingKey: "order.paid", MessageID: "m1", Body: []byte("{}")},
 		{Exchange: "amq.direct", RoutingKey: cfg.Queue + ".nowhere", MessageID: "m2", Body: []byte("{}")},
@@ -101,7 +101,7 @@ func TestPublishedEventCarriesItsIDAndTrace(t *testing.T) {
 func TestPublisherSurvivesABrokerRestart(t *testing.T) {
 	node := rabbittest.StartNode(t)
 	p := rabbitmq.NewEventPublisher(node.URL, rabbitmq.EventsTopology{Exchange: "events", Queue: "events"})
-	defer p.Close() //nolint:errcheck // test
+	defer p.Close()
 	if _, err := p.Publish(context.Background(), events("evt_before")[0]); err != nil {
 		t.Fatalf("before: %v", err)
 	}
@@ -136,7 +136,7 @@ func TestRelayThroughRabbitMQ(t *testing.T) {
 	}
 	cfg := rabbittest.Config(t, rabbittest.URL())
 	nowhere := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange})
-	defer nowhere.Close() //nolint:errcheck // test
+	defer nowhere.Close()
 	relay, err := outbox.New(st, nowhere, outbox.Config{Logger: testenv.Logger(t), Lease: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestRelayThroughRabbitMQ(t *testing.T) {
 	}
 	time.Sleep(10 * time.Millisecond) // the lease of the failed claim passes
 	bound := rabbitmq.NewEventPublisher(cfg.URL, rabbitmq.EventsTopology{Exchange: cfg.Exchange, Queue: cfg.Queue})
-	defer bound.Close() //nolint:errcheck // test
+	defer bound.Close()
 	relay, err = outbox.New(st, bound, outbox.Config{Logger: testenv.Logger(t), Lease: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
