@@ -29,7 +29,9 @@ func newRabbitBroker(_ context.Context) (_ *rabbitBroker, err error) {
 	}
 	tag := "bench." + randomTag(5)
 	b := &rabbitBroker{
-		cfg:    rabbitmq.Config{URL: url, Exchange: tag + ".x", Queue: tag + ".q", DeadLetterExchange: tag + ".dlx", DeadLetterQueue: tag + ".dead"},
+		// The dead-letter pair takes the names the worker derives from the
+		// queue (<queue>.dlx, <queue>.dead): its declare must match ours.
+		cfg:    rabbitmq.Config{URL: url, Exchange: tag + ".x", Queue: tag + ".q"},
 		events: rabbitmq.EventsTopology{Exchange: tag + ".events", Queue: tag + ".events"},
 	}
 	if b.conn, err = rabbitmq.Dial(url, "effectively bench"); err != nil {
@@ -111,13 +113,13 @@ func (b *rabbitBroker) Close() {
 	if b.conn == nil {
 		return
 	}
-	for _, q := range []string{b.cfg.Queue, b.cfg.DeadLetterQueue, b.events.Queue} {
+	for _, q := range []string{b.cfg.Queue, b.cfg.Queue + ".dead", b.events.Queue} {
 		if ch, err := b.conn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(q, false, false, false)
 			_ = ch.Close()
 		}
 	}
-	for _, x := range []string{b.cfg.Exchange, b.cfg.DeadLetterExchange, b.events.Exchange} {
+	for _, x := range []string{b.cfg.Exchange, b.cfg.Queue + ".dlx", b.events.Exchange} {
 		if ch, err := b.conn.Channel(); err == nil {
 			_ = ch.ExchangeDelete(x, false, false)
 			_ = ch.Close()
