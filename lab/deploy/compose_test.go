@@ -205,6 +205,7 @@ func TestComposeEnvironment(t *testing.T) {
 		for k, addr := range map[string]string{
 			"TEMPORAL_ADDRESS": "//" + cfg.Temporal.Options.HostPort, "DATABASE_URL": cfg.DatabaseURL,
 			"STRIPE_BASE_URL": cfg.Stripe.BaseURL, "SENDGRID_BASE_URL": cfg.Email.BaseURL, "NATS_URL": cfg.NATS.URL,
+			"RABBITMQ_URL": cfg.RabbitMQ.Source.URL,
 		} {
 			u, err := url.Parse(addr)
 			if err != nil || u.Hostname() == "" {
