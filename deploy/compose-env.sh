@@ -1,7 +1,7 @@
 #!/bin/sh
 # Writes the .env that docker-compose.yml reads: fresh random local secrets
 # (Postgres, the two NATS users, the payload codec key and the codec server's
-# token, Grafana's admin password) and the simulators' fake provider keys.
+# token, Grafana's admin password, RabbitMQ's user) and the simulators' fake provider keys.
 #
 #   deploy/compose-env.sh [FILE]     (make compose-env; FILE defaults to .env
 #                                     next to docker-compose.yml)
@@ -48,6 +48,7 @@ trap 'rm -f "$tmp"' EXIT
 	echo "LOCAL_CODEC_KEYS=local-$(date -u +%Y%m%d):$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
 	echo "LOCAL_CODEC_TOKEN=$(secret)"
 	echo "LOCAL_GRAFANA_ADMIN_PASSWORD=$(secret)"
+	echo "LOCAL_RABBITMQ_PASSWORD=$(secret)"
 	echo "# Not secrets: the simulators accept any test-shaped key."
 	echo "LOCAL_STRIPE_API_KEY=sk_test_local_simulator"
 	echo "LOCAL_SENDGRID_API_KEY=SG.local-simulator"

@@ -39,6 +39,9 @@ type publishResult struct {
 	MsgID     string `json:"nats_msg_id,omitempty"`
 	Stream    string `json:"stream"`
 	Sequence  uint64 `json:"seq"`
+	// Exchange is RabbitMQ's (--broker rabbitmq); Subject is then the
+	// routing key, the message type.
+	Exchange string `json:"exchange,omitempty"`
 	// Status is published (stored by the stream) or duplicate (dropped by
 	// the broker's duplicate window: an identical copy was published before).
 	Status string `json:"status"`
@@ -71,7 +74,9 @@ func newPublisher(ctx context.Context, cfg config.Config, broker string) (broker
 	switch broker {
 	case brokerNATS:
 		return newNATSPublisher(ctx, cfg)
-	case brokerKafka, brokerRabbitMQ:
+	case brokerRabbitMQ:
+		return newRabbitMQPublisher(cfg)
+	case brokerKafka:
 		return nil, fmt.Errorf("%w: --broker %s: not built into this starter yet (use nats)", errUsage, broker)
 	}
 	return nil, fmt.Errorf("%w: --broker %q: use nats, kafka or rabbitmq", errUsage, broker)

@@ -5,9 +5,11 @@
 #   nats-server  servers with TLS and accounts (tools/natstest, lab/deploy)
 #   prometheus   promtool and a real Prometheus (lab/deploy)
 #   chromium     the headless Temporal UI test (lab/e2e)
+#   rabbitmq-server  the RabbitMQ source's own nodes (tools/rabbittest)
 # Services the tests connect to:
 #   Postgres on 127.0.0.1:5432 (trust, user postgres)
 #   NATS with JetStream on 127.0.0.1:4222
+#   RabbitMQ on 127.0.0.1:5672 (guest/guest)
 #
 # As root with apt-get, missing packages are installed and stopped services
 # started. Otherwise it stops at once and prints the one command to run.
@@ -26,6 +28,7 @@ need=()
 have nats-server || need+=(nats-server)
 { have promtool && have prometheus; } || need+=(prometheus)
 have chromium || have chromium-browser || need+=(chromium)
+have rabbitmq-server || need+=(rabbitmq-server)
 
 if [ ${#need[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${need[*]}"
@@ -73,4 +76,17 @@ if ! port_open 4222; then
   $start
   for _ in $(seq 1 30); do port_open 4222 && break; sleep 1; done
   port_open 4222 || { echo "NATS did not come up on 127.0.0.1:4222" >&2; exit 1; }
+fi
+
+if ! port_open 5672; then
+  start="rabbitmq-server -detached"
+  if [ -n "$dry" ] || [ -z "$root" ] || ! command -v rabbitmq-server >/dev/null; then
+    echo "make test needs RabbitMQ on 127.0.0.1:5672 (guest/guest). Start it with:" >&2
+    echo "  sudo $start" >&2
+    exit 1
+  fi
+  echo "test-deps: starting RabbitMQ"
+  $start
+  for _ in $(seq 1 60); do port_open 5672 && break; sleep 1; done
+  port_open 5672 || { echo "RabbitMQ did not come up on 127.0.0.1:5672" >&2; exit 1; }
 fi

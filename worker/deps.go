@@ -48,6 +48,7 @@ type deps struct {
 	dispatcher  *intake.Dispatcher
 	broker      *broker            // nil with NATS_URL=off
 	sources     []intake.Source    // EFFECTIVELY_SOURCES, built by buildSources
+	relay       *outbox.Relay      // the broker's, or RabbitMQ's with NATS_URL=off; nil for none
 	webhooks    http.Handler       // nil without a webhook secret or key
 	api         *httpapi.API       // nil without EFFECTIVELY_API_ADDR
 	codecServer *codecServerConfig // nil without EFFECTIVELY_CODEC_SERVER_ADDR
@@ -139,6 +140,14 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	}
 	if d.sources, err = buildSources(ctx, cfg, in, d.broker, m, logger); err != nil {
 		return d, err
+	}
+	switch {
+	case d.broker != nil:
+		d.relay = d.broker.relay
+	case cfg.HasSource(config.SourceRabbitMQ):
+		if d.relay, err = rabbitMQRelay(cfg, in, logger, d.onClose); err != nil {
+			return d, err
+		}
 	}
 	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.sources)
 	if err != nil {

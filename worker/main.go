@@ -191,8 +191,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	for _, src := range d.sources {
 		g.Go(func() error { return src.Run(gctx) })
 	}
-	if d.broker != nil {
-		g.Go(func() error { return d.broker.relay.Run(gctx) })
+	if d.relay != nil {
+		g.Go(func() error { return d.relay.Run(gctx) })
 	}
 	if d.api != nil {
 		g.Go(func() error { return d.api.Serve(gctx) })
@@ -214,8 +214,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	for _, src := range d.sources {
 		logger.Info("source stopped", "source", src.Name(), "stats", src.Stats())
 	}
-	if d.broker != nil {
-		logger.Info("outbox relay stopped", "outbox", d.broker.relay.Stats())
+	if d.relay != nil {
+		logger.Info("outbox relay stopped", "outbox", d.relay.Stats())
 	}
 	shutdown(w, d.activities.Drain, effectsTimeout, logger)
 	return err

@@ -9,6 +9,7 @@ import (
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/internal/intake/rabbitmq"
 )
 
 // buildSources builds the sources EFFECTIVELY_SOURCES names, in its order;
@@ -27,6 +28,14 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 			c, err := jetstream.NewConsumer(ctx, in, b.js, jsCfg)
 			if err != nil {
 				return nil, err
+			}
+			sources = append(sources, c)
+		case config.SourceRabbitMQ:
+			rcfg := cfg.RabbitMQ.Source
+			rcfg.Name, rcfg.Logger, rcfg.Metrics = config.SourceRabbitMQ, logger, m
+			c, err := rabbitmq.NewConsumer(in, rcfg)
+			if err != nil {
+				return nil, fmt.Errorf("%w: RABBITMQ_*: %w", errBadConfig, err)
 			}
 			sources = append(sources, c)
 		default:

@@ -87,6 +87,8 @@ type Config struct {
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
 	NATS NATS
+	// RabbitMQ configures the RabbitMQ source (RABBITMQ_*); off by default.
+	RabbitMQ RabbitMQ
 	// Sources are the kinds of source the worker runs, each once
 	// (EFFECTIVELY_SOURCES; SourceJetStream unless NATS_URL is off).
 	Sources []string
@@ -191,7 +193,7 @@ const (
 // those this build runs.
 var (
 	SourceKinds      = []string{SourceJetStream, SourceKafka, SourceRabbitMQ}
-	AvailableSources = []string{SourceJetStream}
+	AvailableSources = []string{SourceJetStream, SourceRabbitMQ}
 )
 
 // HasSource reports whether kind is among the configured sources.

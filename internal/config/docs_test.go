@@ -82,10 +82,13 @@ var everyVariable = map[string]string{
 	"SENDGRID_WEBHOOK_PUBLIC_KEY": "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
 	"SENDGRID_WEBHOOK_TOLERANCE":  "120s", "EMAIL_RESEND_GRACE": "10s",
 	"EFFECTIVELY_HEALTH_ADDR": "127.0.0.1:9081", "EFFECTIVELY_PPROF_ADDR": "127.0.0.1:6060", "LOG_LEVEL": "debug",
-	"NATS_URL": "nats://nats:4222", "EFFECTIVELY_SOURCES": "jetstream", "NATS_STREAM": "S", "NATS_SUBJECT": "s.messages.>", "NATS_CONSUMER": "c",
+	"NATS_URL": "nats://nats:4222", "EFFECTIVELY_SOURCES": "jetstream,rabbitmq", "NATS_STREAM": "S", "NATS_SUBJECT": "s.messages.>", "NATS_CONSUMER": "c",
 	"NATS_ACK_WAIT": "10s", "NATS_BACKOFF": "1m,2m", "NATS_MAX_DELIVER": "4",
 	"NATS_HANDLERS": "2", "NATS_STARTERS": "3",
 	"NATS_DUPLICATE_WINDOW": "1m", "NATS_EVENTS_STREAM": "E", "NATS_EVENTS_PREFIX": "s.events",
+	"RABBITMQ_URL": "amqp://worker:pw@rabbitmq:5672/shop", "RABBITMQ_EXCHANGE": "orders.x", "RABBITMQ_QUEUE": "orders.q",
+	"RABBITMQ_MESSAGE_TTL": "3d", "RABBITMQ_MAX_DELIVER": "4", "RABBITMQ_PREFETCH": "50", "RABBITMQ_HANDLERS": "8",
+	"RABBITMQ_EVENTS_EXCHANGE": "orders.events", "RABBITMQ_EVENTS_QUEUE": "orders.events.all",
 	// One credential (the user): the token, seed and creds files are "" here
 	// since they exclude it; TestNATSAuthAccepted loads them. The TLS files
 	// are made by the test.

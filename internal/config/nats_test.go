@@ -203,6 +203,8 @@ func TestSources(t *testing.T) {
 		{env: with(EnvSources, "jetstream,jetstream"), err: "listed twice"},
 		{env: with(EnvSources, "sqs"), err: `unknown source "sqs"`},
 		{env: with(EnvSources, "kafka"), err: "not built into this worker yet"},
+		{env: with(EnvSources, "rabbitmq", "NATS_URL", "off"), want: []string{SourceRabbitMQ}},
+		{env: with(EnvSources, "jetstream,rabbitmq"), want: []string{SourceJetStream, SourceRabbitMQ}},
 	} {
 		c, err := Load(env(tt.env))
 		if err == nil {

@@ -250,6 +250,8 @@ var variables = []variable{
 	external(EnvNATSTLSCAFile, "unset (system roots)", "PEM CA bundle that verifies the NATS server's certificate; setting it requires TLS even with a `nats://` URL"),
 	external(EnvNATSTLSCertFile, "unset", "client certificate and key (PEM) for mutual TLS; set both or neither"),
 	external(EnvNATSTLSKeyFile, "", ""),
+	rabbitmqVariables[0], rabbitmqVariables[1], rabbitmqVariables[2], rabbitmqVariables[3], rabbitmqVariables[4],
+	rabbitmqVariables[5], rabbitmqVariables[6], rabbitmqVariables[7], rabbitmqVariables[8],
 	dur("RETENTION", DefaultRetention, "Retention",
 		"how long processed IDs, dispatched inbox rows and published events are kept (a Go duration or `30d`; never less than the redelivery horizon, see [intake](intake.md))",
 		func(c *Config) *time.Duration { return &c.Retention }).checked(func(c Config) error { return positive(c.Retention) }),

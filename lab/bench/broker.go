@@ -48,7 +48,9 @@ func newBroker(ctx context.Context, cfg Config) (Broker, error) {
 	switch cfg.Broker {
 	case "nats":
 		return newNATSBroker(ctx, cfg.NATSURL)
-	case "kafka", "rabbitmq":
+	case "rabbitmq":
+		return newRabbitBroker(ctx)
+	case "kafka":
 		return nil, fmt.Errorf("bench: broker %s has no bench hooks yet (lab/bench/broker.go newBroker)", cfg.Broker)
 	}
 	return nil, fmt.Errorf("bench: unknown broker %q: use nats, kafka or rabbitmq", cfg.Broker)

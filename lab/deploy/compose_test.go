@@ -30,7 +30,7 @@ import (
 // must publish (0: none). Other services (monitoring, …) may be added.
 var core = map[string]uint32{
 	"postgres": 5432, "temporal": 7233, "setup": 0, "temporal-ui": 8080,
-	"nats": 4222, "simulators": 0, "worker": 8081, "starter": 0,
+	"nats": 4222, "rabbitmq": 5672, "simulators": 0, "worker": 8081, "starter": 0,
 }
 
 // published is every port the stack publishes on the host, as
@@ -39,6 +39,7 @@ var core = map[string]uint32{
 // NATS monitoring stay on the compose network.
 var published = []string{
 	"postgres:5432", "temporal:7233", "temporal-ui:8080", "nats:4222",
+	"rabbitmq:5672", "rabbitmq:15672", // AMQP; the management UI
 	"worker:8081", "worker:8234", // health and metrics; the codec server
 	"prometheus:9090", "grafana:3000", "jaeger:16686",
 }
@@ -206,6 +207,7 @@ func TestComposeEnvironment(t *testing.T) {
 		for k, addr := range map[string]string{
 			"TEMPORAL_ADDRESS": "//" + cfg.Temporal.Options.HostPort, "DATABASE_URL": cfg.DatabaseURL,
 			"STRIPE_BASE_URL": cfg.Stripe.BaseURL, "SENDGRID_BASE_URL": cfg.Email.BaseURL, "NATS_URL": cfg.NATS.URL,
+			"RABBITMQ_URL": cfg.RabbitMQ.Source.URL,
 		} {
 			u, err := url.Parse(addr)
 			if err != nil || u.Hostname() == "" {
@@ -227,7 +229,7 @@ func TestComposeHealthAndDependencies(t *testing.T) {
 	healthy := func(s types.ServiceConfig) bool {
 		return s.HealthCheck != nil && !s.HealthCheck.Disable && len(s.HealthCheck.Test) > 1
 	}
-	for _, name := range []string{"postgres", "temporal", "temporal-ui", "nats", "simulators", "worker"} {
+	for _, name := range []string{"postgres", "temporal", "temporal-ui", "nats", "rabbitmq", "simulators", "worker"} {
 		if !healthy(p.Services[name]) {
 			t.Errorf("service %s has no health check", name)
 		}
@@ -632,5 +634,38 @@ func TestComposeTemporalAgreesWithTheCluster(t *testing.T) {
 		if d, ok := p.Services[name].DependsOn["setup"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
 			t.Errorf("%s does not wait for the setup service to complete", name)
 		}
+	}
+}
+
+// TestComposeRabbitMQ: the RabbitMQ service runs the management plugin's
+// image, has a user whose password comes from .env (no literal, no guest,
+// which RabbitMQ refuses from outside the container's loopback anyway), and
+// keeps its queues in a volume.
+func TestComposeRabbitMQ(t *testing.T) {
+	p := load(t)
+	svc, ok := p.Services["rabbitmq"]
+	if !ok {
+		t.Fatal("no rabbitmq service")
+	}
+	if !strings.Contains(svc.Image, "-management") {
+		t.Errorf("rabbitmq image %q: want the management plugin's image (…-management…)", svc.Image)
+	}
+	user, pass := svc.Environment["RABBITMQ_DEFAULT_USER"], svc.Environment["RABBITMQ_DEFAULT_PASS"]
+	if user == nil || *user == "guest" || pass == nil || *pass == "" {
+		t.Errorf("rabbitmq user %v / password %v: want a user of its own with the password from .env", user, pass)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "RABBITMQ_DEFAULT_PASS: ${LOCAL_RABBITMQ_PASSWORD:?") {
+		t.Error("RABBITMQ_DEFAULT_PASS must come from .env (LOCAL_RABBITMQ_PASSWORD) and stop compose when missing")
+	}
+	hasData := false
+	for _, v := range svc.Volumes {
+		hasData = hasData || v.Target == "/var/lib/rabbitmq"
+	}
+	if !hasData {
+		t.Error("rabbitmq keeps no volume at /var/lib/rabbitmq: a restart would lose the queues")
 	}
 }

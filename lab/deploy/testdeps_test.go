@@ -43,7 +43,7 @@ func TestTestDepsNamesWhatIsMissing(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr)
 	}
-	want := "apt-get install -y --no-install-recommends nats-server prometheus chromium"
+	want := "apt-get install -y --no-install-recommends nats-server prometheus chromium rabbitmq-server"
 	if !strings.Contains(stderr, want) {
 		t.Fatalf("stderr does not name the install command %q:\n%s", want, stderr)
 	}

@@ -2,10 +2,14 @@ package soak
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/internal/intake/rabbitmq"
 	"github.com/effectively/effectively/tools/natstest"
+	"github.com/effectively/effectively/tools/rabbittest"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
@@ -28,7 +32,9 @@ func newBroker(t *testing.T, broker string) soakBroker {
 	switch broker {
 	case "nats":
 		return natsBroker(t)
-	case "kafka", "rabbitmq":
+	case "rabbitmq":
+		return rabbitBroker(t)
+	case "kafka":
 		t.Fatalf("soak: broker %s has no soak hooks yet (lab/soak/brokers_test.go newBroker): publish, restart and the workers' EFFECTIVELY_SOURCES", broker)
 	default:
 		t.Fatalf("soak: unknown broker %q: use nats, kafka or rabbitmq", broker)
@@ -59,6 +65,46 @@ func natsBroker(t *testing.T) soakBroker {
 		},
 		restart: func(context.Context) error {
 			srv.Restart(t)
+			return nil
+		},
+	}
+}
+
+// rabbitBroker is a RabbitMQ node of the soak's own (so that it can be
+// restarted), the workers consuming its quorum queue and relaying the
+// outbox to it (NATS off). Messages are published with confirms and no
+// message_id dedup of any kind: every duplicate reaches the source.
+func rabbitBroker(t *testing.T) soakBroker {
+	node := rabbittest.StartNode(t)
+	cfg := rabbitmq.Config{URL: node.URL, MaxDeliver: 20}
+	// The workers declare the same topology; declaring it first means no
+	// publish before the first worker's start is unroutable.
+	if err := rabbitmq.Declare(rabbittest.Channel(t, node.URL), cfg); err != nil {
+		t.Fatal(err)
+	}
+	pub := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: node.URL, Name: "soak publisher"})
+	t.Cleanup(func() { _ = pub.Close() })
+	return soakBroker{
+		env: []string{
+			"EFFECTIVELY_SOURCES=rabbitmq", "RABBITMQ_URL=" + node.URL, "RABBITMQ_MAX_DELIVER=20",
+		},
+		// Retried for up to a minute: a broker restart takes several
+		// seconds, longer than the soak's own retries.
+		send: func(ctx context.Context, raw []byte) error {
+			deadline := time.Now().Add(time.Minute)
+			for {
+				_, err := pub.Publish(ctx, []rabbitmq.Outgoing{{Exchange: rabbitmq.DefaultExchange, RoutingKey: "order.placed", Body: raw}})
+				if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+					if err != nil {
+						return fmt.Errorf("publish to rabbitmq: %w", err)
+					}
+					return nil
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		},
+		restart: func(context.Context) error {
+			node.Restart()
 			return nil
 		},
 	}

@@ -127,7 +127,24 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	natsEnv, natsOn := s.broker(ctx, !o.keep)
+	// EFFECTIVELY_RUN_BROKER picks the broker the examples are published
+	// to: nats (JetStream, the default) or rabbitmq (the local server).
+	var (
+		natsEnv []string
+		natsOn  bool
+	)
+	publish, via := []string{"publish"}, "JetStream"
+	switch b := os.Getenv(EnvRunBroker); b {
+	case "", "nats":
+		natsEnv, natsOn = s.broker(ctx, !o.keep)
+	case "rabbitmq":
+		if natsEnv, err = s.rabbitBroker(!o.keep); err != nil {
+			return err
+		}
+		natsOn, publish, via = true, []string{"publish", "--broker", "rabbitmq"}, "RabbitMQ"
+	default:
+		return fmt.Errorf("%s=%q: use nats or rabbitmq", EnvRunBroker, b)
+	}
 	env := append(os.Environ(),
 		"DATABASE_URL="+dbURL,
 		"TEMPORAL_ADDRESS="+tAddr,
@@ -165,8 +182,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	if natsOn {
-		step(out, "publishing %s to JetStream: the worker's consumer recognises every copy in the inbox", o.examples)
-		if err := s.starter(ctx, env, "publish", examples); err != nil {
+		step(out, "publishing %s to %s: the worker's consumer recognises every copy in the inbox", o.examples, via)
+		if err := s.starter(ctx, env, append(publish, examples)...); err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second) // let the consumer record them

@@ -60,6 +60,7 @@ var sameFloor = map[string][]string{
 	"internal/intake/webhook":    {"internal/intake/route"},
 	"internal/intake/jetstream":  {"internal/intake", "internal/intake/retention"},
 	"internal/intake/httpapi":    {"internal/intake"},
+	"internal/intake/rabbitmq":   {"internal/intake", "internal/intake/retention"},
 	"starter":                    {"internal/config"},
 	"worker":                     {"internal/config"},
 }

@@ -1,0 +1,124 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/effectively/effectively/internal/adapter/store"
+)
+
+// runDeadLetters quarantines what the broker dead-letters from the queue
+// (its TTL passed, or its delivery limit), with the broker's reason, and
+// acks each one only after the quarantine committed. Until then the message
+// stays in DeadLetterQueue: a quarantine that fails is retried while the
+// message is held, never rejected (a dead-letter queue on 4.x has a
+// delivery limit of its own).
+func (c *Consumer) runDeadLetters(ctx context.Context) {
+	pause := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.deadLetterSession(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.cfg.Logger.Warn("rabbitmq dead-letter consumer disconnected; reconnecting", "queue", c.cfg.DeadLetterQueue, "error", errString(err), "retry_in", pause.String())
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 15*time.Second)
+	}
+}
+
+func (c *Consumer) deadLetterSession(ctx context.Context) error {
+	conn, err := c.dial(c.cfg.URL, "effectively worker dead letters "+c.cfg.DeadLetterQueue)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := Declare(ch, c.cfg); err != nil {
+		return err
+	}
+	if err := ch.Qos(16, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	msgs, err := ch.Consume(c.cfg.DeadLetterQueue, "effectively-dead-letters", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.cfg.DeadLetterQueue, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil // unacked dead letters go back to their queue with the connection
+		case e := <-closed:
+			return e
+		case m, ok := <-msgs:
+			if !ok {
+				return fmt.Errorf("dead-letter consumer of %s cancelled", c.cfg.DeadLetterQueue)
+			}
+			if !c.quarantineDeadLetter(ctx, m) {
+				return nil
+			}
+		}
+	}
+}
+
+// quarantineDeadLetter keeps m in the quarantine table and acks it. It
+// reports false when ctx ended first (m is left unacked).
+func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bool {
+	why := deathReason(m.Headers)
+	detail := fmt.Sprintf("dead-lettered by rabbitmq from queue %s (%s): ", c.cfg.Queue, why)
+	switch why {
+	case "expired":
+		detail += fmt.Sprintf("not acked within the queue's message TTL (%s)", c.cfg.MessageTTL)
+	case "delivery_limit":
+		detail += fmt.Sprintf("returned more often than the delivery limit (%d)", c.cfg.MaxDeliver)
+	default:
+		detail += "see the x-death header"
+	}
+	pause := time.Second
+	for {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		id, err := c.quarantine(qctx, m.Body, store.ReasonMaxDeliver, detail)
+		cancel()
+		if err == nil {
+			c.stats.deadLetters.Add(1)
+			c.cfg.Logger.Warn("dead-lettered message quarantined", "quarantine_id", id, "reason", why)
+			if err := m.Ack(false); err != nil {
+				c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
+			}
+			return true
+		}
+		c.cfg.Logger.Error("quarantine of a dead letter failed; holding it and retrying", "error", err.Error(), "retry_in", pause.String())
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 15*time.Second)
+	}
+}
+
+// deathReason is the broker's reason of the latest dead-lettering
+// (x-first-death-reason, else the first x-death entry): expired,
+// delivery_limit, rejected or maxlen.
+func deathReason(h amqp.Table) string {
+	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			if r, ok := t["reason"].(string); ok {
+				return r
+			}
+		}
+	}
+	if r, ok := h["x-first-death-reason"].(string); ok {
+		return r
+	}
+	return "unknown"
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/effectively/effectively/internal/intake/rabbitmq"
+)
+
+// EnvRunBroker switches `make run` from JetStream to RabbitMQ
+// (EFFECTIVELY_RUN_BROKER=rabbitmq).
+const EnvRunBroker = "EFFECTIVELY_RUN_BROKER"
+
+// rabbitBroker returns the worker's settings for devstack's own queue on
+// the RabbitMQ server at $RABBITMQ_URL (default the local one, guest/guest):
+// the rabbitmq source alone, NATS off, so that the outbox relay publishes
+// to RabbitMQ too. fresh deletes the queues of an earlier run.
+func (s *stack) rabbitBroker(fresh bool) ([]string, error) {
+	url := os.Getenv("RABBITMQ_URL")
+	if url == "" {
+		url = rabbitmq.DefaultURL
+	}
+	conn, err := rabbitmq.Dial(url, "effectively devstack")
+	if err != nil {
+		return nil, fmt.Errorf("%s=rabbitmq: %w (start it with `rabbitmq-server -detached`)", EnvRunBroker, err)
+	}
+	defer conn.Close()
+	name := "effectively-" + strings.ToLower(s.instance)
+	queue, events := name+".messages", name+".events"
+	if fresh {
+		for _, q := range []string{queue, queue + ".dead", events} {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(q, false, false, false) // absent on a first run
+				_ = ch.Close()
+			}
+		}
+	}
+	step(s.out, "using RabbitMQ at %s, queue %s (events in %s)", strings.SplitN(url, "@", 2)[len(strings.SplitN(url, "@", 2))-1], queue, events)
+	return []string{
+		"NATS_URL=off", "EFFECTIVELY_SOURCES=rabbitmq", "RABBITMQ_URL=" + url,
+		"RABBITMQ_EXCHANGE=" + name + ".messages", "RABBITMQ_QUEUE=" + queue,
+		"RABBITMQ_EVENTS_EXCHANGE=" + events, "RABBITMQ_EVENTS_QUEUE=" + events,
+	}, nil
+}
