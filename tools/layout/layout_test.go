@@ -58,6 +58,7 @@ var sameFloor = map[string][]string{
 	"internal/adapter/reconcile": {"internal/adapter/payment", "internal/adapter/store"},
 	"internal/intake":            {"internal/intake/route", "internal/intake/retention"},
 	"internal/intake/webhook":    {"internal/intake/route"},
+	"internal/intake/kafka":      {"internal/intake"},
 	"starter":                    {"internal/config"},
 	"worker":                     {"internal/config"},
 }

@@ -1,0 +1,540 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/tracing"
+)
+
+// Defaults of the Kafka intake. internal/config applies them.
+const (
+	// DefaultTopic is the topic messages are consumed from.
+	DefaultTopic = "effectively.messages"
+	// DefaultGroup is the consumer group every worker process joins, so the
+	// topic's partitions are spread over them.
+	DefaultGroup = "effectively-worker"
+	// DefaultMaxPollRecords bounds a batch: rebalances wait for it.
+	DefaultMaxPollRecords = 500
+	// DefaultHandlers is how many records of a batch are recorded at once;
+	// the inbox commits their inserts together.
+	DefaultHandlers = 64
+	// DefaultRecordTimeout bounds the recording of one record, so a batch
+	// ends well within the group's rebalance timeout (60s) even while
+	// Postgres does not answer.
+	DefaultRecordTimeout = 10 * time.Second
+	// DefaultStallFirst and DefaultStallLongest bound the pause before a stalled
+	// partition is read again; it doubles from one to the other.
+	DefaultStallFirst   = time.Second
+	DefaultStallLongest = 30 * time.Second
+	// DefaultStarters is how many workflow starts are in flight on the fast
+	// path, right after a record is recorded.
+	DefaultStarters = 32
+	// SourceKafka is the source recorded for messages from Kafka.
+	SourceKafka = "kafka"
+)
+
+// Config configures a Consumer. Zero values take the defaults noted per
+// field.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Topic is the topic to consume. Default DefaultTopic.
+	Topic string
+	// Group is the consumer group. Default DefaultGroup.
+	Group string
+	// MaxPollRecords bounds a batch. Default DefaultMaxPollRecords.
+	MaxPollRecords int
+	// Handlers is how many records are recorded at once. Default
+	// DefaultHandlers.
+	Handlers int
+	// RecordTimeout bounds the recording of one record. Default
+	// DefaultRecordTimeout.
+	RecordTimeout time.Duration
+	// StallFirst and StallLongest bound the pause before a partition whose
+	// record could not be recorded is read again. Defaults DefaultStallFirst,
+	// DefaultStallLongest.
+	StallFirst, StallLongest time.Duration
+	// Starters bounds the workflow starts in flight on the fast path.
+	// Default DefaultStarters.
+	Starters int
+	// Logger receives a line per stalled partition and failed commit.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// ClientOpts are added to the client's options (TLS, SASL, timeouts).
+	ClientOpts []kgo.Opt
+}
+
+func (c Config) withDefaults() Config {
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.MaxPollRecords <= 0 {
+		c.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if c.Handlers <= 0 {
+		c.Handlers = DefaultHandlers
+	}
+	if c.RecordTimeout <= 0 {
+		c.RecordTimeout = DefaultRecordTimeout
+	}
+	if c.StallFirst <= 0 {
+		c.StallFirst = DefaultStallFirst
+	}
+	if c.StallLongest <= 0 {
+		c.StallLongest = DefaultStallLongest
+	}
+	c.StallLongest = max(c.StallLongest, c.StallFirst)
+	if c.Starters <= 0 {
+		c.Starters = DefaultStarters
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work, naming the field.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("brokers: at least one seed broker (host:port) is required"))
+	}
+	for _, b := range c.Brokers {
+		if b == "" || !strings.Contains(b, ":") {
+			errs = append(errs, fmt.Errorf("brokers: %q is not host:port", b))
+		}
+	}
+	if err := validTopic(c.withDefaults().Topic); err != nil {
+		errs = append(errs, fmt.Errorf("topic: %w", err))
+	}
+	if c.RecordTimeout >= 45*time.Second {
+		errs = append(errs, fmt.Errorf("record timeout %s: must stay well under the group's rebalance timeout (60s), or a batch that waits on Postgres gets this member kicked", c.RecordTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// validTopic checks a Kafka topic name: 1–249 of [a-zA-Z0-9._-], not "."
+// or "..".
+func validTopic(s string) error {
+	if s == "" || len(s) > 249 || s == "." || s == ".." {
+		return fmt.Errorf("topic name %q must be 1 to 249 characters, not '.' or '..'", s)
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("topic name %q: only letters, digits, '.', '_' and '-' are allowed", s)
+		}
+	}
+	return nil
+}
+
+// Stats counts what a Consumer did since it was created.
+type Stats struct {
+	// Polled counts records handed to the intake, re-reads included.
+	Polled int64
+	// Recorded counts records that created their inbox row.
+	Recorded int64
+	// Duplicates counts copies the inbox recognised.
+	Duplicates int64
+	// Quarantined counts records kept in quarantine (never recordable).
+	Quarantined int64
+	// Failed counts records that could not be recorded; each stalled its
+	// partition.
+	Failed int64
+	// Stalls counts partitions read again from an unrecorded record.
+	Stalls int64
+	// Started counts workflows started on the fast path.
+	Started int64
+}
+
+// Consumer consumes a Kafka topic, as a member of a consumer group, into
+// the inbox.
+type Consumer struct {
+	in    *intake.Intake
+	cl    *kgo.Client
+	cfg   Config
+	track *tracker
+	// stalls holds the partitions paused after a failure, with the time
+	// they are read again; the poll loop owns it, and the revoke and lost
+	// callbacks, which run between batches (BlockRebalanceOnPoll).
+	stalls map[partition]*stall
+	mu     sync.Mutex // guards track and stalls against the callbacks
+	stats  struct {
+		polled, recorded, duplicates, quarantined, failed, stalls, started atomic.Int64
+	}
+}
+
+type stall struct {
+	until time.Time
+	pause time.Duration
+}
+
+// NewConsumer returns a Consumer of cfg.Topic recording into in. The client
+// joins the group at Run's first poll.
+func NewConsumer(in *intake.Intake, cfg Config) (*Consumer, error) {
+	if in == nil {
+		return nil, errors.New("kafka consumer: intake is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka consumer: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	c := &Consumer{in: in, cfg: cfg, track: newTracker(), stalls: make(map[partition]*stall)}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		// Commit only what was marked: the contiguous settled prefix.
+		kgo.AutoCommitMarks(),
+		// A rebalance waits for the batch in hand to be settled and
+		// marked, so revoke commits what was done and nothing more.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		// A stalled partition is resumed between polls: a poll with
+		// nothing to return must come back to let it.
+		kgo.FetchMaxWait(time.Second),
+	}, cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka consumer: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() Stats {
+	s := &c.stats
+	return Stats{Polled: s.polled.Load(), Recorded: s.recorded.Load(), Duplicates: s.duplicates.Load(),
+		Quarantined: s.quarantined.Load(), Failed: s.failed.Load(), Stalls: s.stalls.Load(), Started: s.started.Load()}
+}
+
+// Client is the consumer's franz-go client (for the horizon check and
+// tests).
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// revoked commits the marks before partitions go to another member: the
+// batch they came from is settled (rebalances wait for it), so the new
+// owner resumes just past what is recorded. It runs on the group's
+// goroutine between batches.
+func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+		c.cfg.Logger.Warn("commit on revoke failed; the next owner re-reads from the last commit and the inbox recognises the copies",
+			"group", c.cfg.Group, "error", err.Error())
+	}
+	c.drop(cl, revoked)
+}
+
+// lost forgets partitions taken away without a revoke (the member was
+// fenced or timed out): another member may own them already, so no commit
+// is attempted.
+func (c *Consumer) lost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	c.drop(cl, lost)
+}
+
+// drop forgets the tracking and stall of partitions this member no longer
+// owns, and resumes them (a pause outlives the assignment in kgo).
+func (c *Consumer) drop(cl *kgo.Client, parts map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	resume := make(map[string][]int32)
+	for topic, ps := range parts {
+		for _, p := range ps {
+			k := partition{topic, p}
+			c.track.forget(k)
+			if _, ok := c.stalls[k]; ok {
+				delete(c.stalls, k)
+				resume[topic] = append(resume[topic], p)
+			}
+		}
+	}
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// Run polls and records until ctx ends. Each poll returns at most
+// MaxPollRecords records, recorded by up to Handlers goroutines; the
+// contiguous settled prefix of each partition is then marked, a partition
+// with an unrecorded record is rewound to it and paused, and only then may
+// the group rebalance. On shutdown the batch in hand is settled, the marks
+// are committed and the client leaves the group.
+func (c *Consumer) Run(ctx context.Context) error {
+	starts := make(chan fastStart, c.cfg.MaxPollRecords)
+	var starters sync.WaitGroup
+	for range c.cfg.Starters {
+		starters.Go(func() {
+			for s := range starts {
+				if ctx.Err() == nil {
+					c.startFast(ctx, s)
+				}
+			}
+		})
+	}
+	defer func() {
+		close(starts)
+		starters.Wait()
+	}()
+	defer c.shutdown()
+
+	var lastErr string
+	for ctx.Err() == nil {
+		c.resumeDue()
+		pctx, cancel := context.WithTimeout(ctx, c.pollWait())
+		fetches := c.cl.PollRecords(pctx, c.cfg.MaxPollRecords)
+		cancel()
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			if msg := err.Error(); msg != lastErr { // one line per new error, not per poll
+				lastErr = msg
+				c.cfg.Logger.Warn("kafka fetch failed; retrying", "topic", topic, "partition", p, "error", msg)
+			}
+		})
+		c.settle(ctx, fetches.Records(), starts)
+		c.cl.AllowRebalance()
+	}
+	return nil
+}
+
+// shutdown commits the marks of the settled records and leaves the group.
+func (c *Consumer) shutdown() {
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.cl.CommitMarkedOffsets(cctx); err != nil {
+		c.cfg.Logger.Warn("commit at shutdown failed; the next owner re-reads from the last commit and the inbox recognises the copies",
+			"group", c.cfg.Group, "error", err.Error())
+	}
+	c.cl.CloseAllowingRebalance()
+}
+
+// pollWait is how long a poll may wait for records: until the next stalled
+// partition is due, at most a second.
+func (c *Consumer) pollWait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wait := time.Second
+	for _, s := range c.stalls {
+		wait = min(wait, time.Until(s.until))
+	}
+	return max(wait, 10*time.Millisecond)
+}
+
+// resumeDue resumes the stalled partitions whose pause is over.
+func (c *Consumer) resumeDue() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	resume := make(map[string][]int32)
+	for p, s := range c.stalls {
+		if !now.Before(s.until) && !s.until.IsZero() {
+			s.until = time.Time{} // resumed; the pause is kept until a batch of it settles
+			resume[p.topic] = append(resume[p.topic], p.part)
+		}
+	}
+	if len(resume) > 0 {
+		c.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// settle records a batch, marks the settled prefix of each partition and
+// stalls the partitions with a record that could not be recorded.
+func (c *Consumer) settle(ctx context.Context, records []*kgo.Record, starts chan<- fastStart) {
+	c.mu.Lock()
+	kept := records[:0]
+	for _, r := range records {
+		// A record of a partition still paused was buffered before the
+		// rewind (kgo drops those; this is a second guard): it is read
+		// again after the record it stalled on, never tracked past it.
+		if s, ok := c.stalls[partition{r.Topic, r.Partition}]; ok && !s.until.IsZero() {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	records = kept
+	if len(records) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	for _, r := range records {
+		if err := c.track.add(partition{r.Topic, r.Partition}, r.Offset, r.LeaderEpoch); err != nil {
+			// kgo hands a partition's records out in order; anything
+			// else is a bug, and committing past it could skip a record.
+			c.mu.Unlock()
+			panic(fmt.Sprintf("kafka consumer: %v", err))
+		}
+	}
+	c.mu.Unlock()
+
+	type result struct {
+		p      partition
+		offset int64
+		err    error
+	}
+	results := make([]result, len(records))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(c.cfg.Handlers, len(records)) {
+		wg.Go(func() {
+			for i := range work {
+				r := records[i]
+				results[i] = result{partition{r.Topic, r.Partition}, r.Offset, c.handle(ctx, r, starts)}
+			}
+		})
+	}
+	for i := range records {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	failed := make(map[partition]error)
+	for _, res := range results {
+		if res.err != nil {
+			if _, seen := failed[res.p]; !seen {
+				failed[res.p] = res.err
+			}
+			continue
+		}
+		if err := c.track.done(res.p, res.offset); err != nil {
+			panic(fmt.Sprintf("kafka consumer: %v", err))
+		}
+	}
+	if marks := c.track.marks(); len(marks) > 0 {
+		c.cl.MarkCommitOffsets(marks)
+	}
+	for _, res := range results {
+		if _, bad := failed[res.p]; !bad {
+			if s, ok := c.stalls[res.p]; ok && s.until.IsZero() {
+				delete(c.stalls, res.p) // read again and recorded: the stall is over
+			}
+		}
+	}
+	for p, cause := range failed {
+		c.stallPartition(p, cause)
+	}
+}
+
+// stallPartition rewinds p to its first unrecorded record and pauses it for
+// a growing while: the record is neither skipped nor retried at once. The
+// watermark stays below it, so a crash or a rebalance meanwhile re-reads it
+// too.
+func (c *Consumer) stallPartition(p partition, cause error) {
+	from, ok := c.track.firstUnsettled(p)
+	c.track.forget(p)
+	if !ok {
+		return
+	}
+	s := c.stalls[p]
+	if s == nil {
+		s = &stall{pause: c.cfg.StallFirst}
+		c.stalls[p] = s
+	} else {
+		s.pause = min(2*s.pause, c.cfg.StallLongest)
+	}
+	s.until = time.Now().Add(s.pause)
+	c.stats.stalls.Add(1)
+	c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.part: from}})
+	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.part}})
+	c.cfg.Logger.Warn("record not recorded; partition stalled, to be read again from it", "topic", p.topic, "partition", p.part,
+		"offset", from.Offset, "retry_in", s.pause.String(), "error", cause.Error())
+}
+
+// handle records one record. A nil error means it is settled (recorded, a
+// copy, or quarantined); an error means its fate is not, and the record
+// must be read again.
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, starts chan<- fastStart) error {
+	c.stats.polled.Add(1)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RecordTimeout)
+	defer cancel()
+	hctx = tracing.Propagator.Extract(hctx, HeaderCarrier{Headers: &r.Headers})
+	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.destination.name", r.Topic),
+			attribute.String("messaging.consumer.group.name", c.cfg.Group),
+			attribute.Int("messaging.destination.partition.id", int(r.Partition)),
+			attribute.Int64("messaging.kafka.offset", r.Offset),
+		))
+	defer span.End()
+	// Record, not RecordKnown: with no delivery count there is no last
+	// delivery to wait for, so an unknown type is quarantined at once
+	// (`starter quarantine retry` runs it once a worker knows the type).
+	rec, err := c.in.Record(hctx, r.Value, SourceKafka)
+	if err != nil {
+		span.SetStatus(codes.Error, "not recorded")
+		c.stats.failed.Add(1)
+		return err
+	}
+	span.SetAttributes(attribute.String("effectively.message_id", rec.MessageID),
+		attribute.String("effectively.intake.status", string(rec.Status)), attribute.Bool("effectively.intake.new", rec.New))
+	failpoint.Hit(failpoint.IntakeAfterInsert)
+	switch {
+	case rec.Status == intake.StatusInvalid:
+		c.stats.quarantined.Add(1)
+	case rec.New:
+		c.stats.recorded.Add(1)
+	default:
+		c.stats.duplicates.Add(1)
+	}
+	// A pending row starts now, a re-read one too: copies are rare in a
+	// group (a re-read after a crash, a rebalance or a stall), and its
+	// first start may have died with the process.
+	if rec.Pending && rec.Message != nil {
+		select {
+		case starts <- fastStart{m: rec.Message, span: span.SpanContext()}:
+		default: // starters busy: the dispatcher picks it up
+		}
+	}
+	return nil
+}
+
+// fastStart is a message to start on the fast path, with the span of the
+// record that recorded it.
+type fastStart struct {
+	m    *message.Message
+	span trace.SpanContext
+}
+
+// startFast starts the workflow of a recorded message, in the record's
+// trace; a failure leaves the row pending for the dispatcher.
+func (c *Consumer) startFast(ctx context.Context, s fastStart) {
+	m := s.m
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	sctx = trace.ContextWithSpanContext(sctx, s.span)
+	started, err := c.in.Dispatch(sctx, m)
+	if err != nil {
+		c.cfg.Logger.Warn("start after record failed; the dispatcher will retry", "message_id", m.ID, "error", err.Error())
+		return
+	}
+	if started {
+		c.stats.started.Add(1)
+	}
+}
