@@ -473,7 +473,7 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, starts chan<- fast
 	c.stats.polled.Add(1)
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RecordTimeout)
 	defer cancel()
-	hctx = tracing.Propagator.Extract(hctx, HeaderCarrier{Headers: &r.Headers})
+	hctx = tracing.Propagator.Extract(hctx, tracing.RecordHeaders{Headers: &r.Headers})
 	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "kafka"),

@@ -1,4 +1,4 @@
-package kafka
+package tracing
 
 import (
 	"strings"
@@ -7,17 +7,16 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// HeaderCarrier carries trace context (traceparent, tracestate, baggage)
-// in a record's headers, for the propagator of internal/leaf/tracing. Keys
-// match in any case, as HTTP and NATS headers do.
-type HeaderCarrier struct {
+// RecordHeaders adapts a Kafka record's headers to the propagator, so
+// traceparent travels with the record. Get matches the key in any case.
+type RecordHeaders struct {
 	Headers *[]kgo.RecordHeader
 }
 
-var _ propagation.TextMapCarrier = HeaderCarrier{}
+var _ propagation.TextMapCarrier = RecordHeaders{}
 
 // Get returns the value of the first header named key.
-func (h HeaderCarrier) Get(key string) string {
+func (h RecordHeaders) Get(key string) string {
 	for _, hd := range *h.Headers {
 		if strings.EqualFold(hd.Key, key) {
 			return string(hd.Value)
@@ -27,7 +26,7 @@ func (h HeaderCarrier) Get(key string) string {
 }
 
 // Set replaces the headers named key with one of value.
-func (h HeaderCarrier) Set(key, value string) {
+func (h RecordHeaders) Set(key, value string) {
 	out := (*h.Headers)[:0]
 	for _, hd := range *h.Headers {
 		if !strings.EqualFold(hd.Key, key) {
@@ -38,7 +37,7 @@ func (h HeaderCarrier) Set(key, value string) {
 }
 
 // Keys lists the header names.
-func (h HeaderCarrier) Keys() []string {
+func (h RecordHeaders) Keys() []string {
 	keys := make([]string, 0, len(*h.Headers))
 	for _, hd := range *h.Headers {
 		keys = append(keys, hd.Key)
