@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
@@ -66,7 +66,7 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 		return exitError, fmt.Errorf("connect to nats (NATS_URL; credential %s, tls %s): %w", cfg.NATS.Auth.Method(), cfg.NATS.Auth.TLS(), err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		return exitError, fmt.Errorf("jetstream: %w", err)
 	}
@@ -94,7 +94,7 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	enc := json.NewEncoder(stdout)
 	err = route.Default().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
 		res := publishResult{Line: line, Stream: stream}
-		var opts []jetstream.PublishOpt
+		var opts []natsjs.PublishOpt
 		typ := "invalid"
 		if derr != nil {
 			res.Invalid = derr.Error()
@@ -106,10 +106,10 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 				return enc.Encode(res)
 			}
 		} else {
-			res.MessageID, res.MsgID, typ = m.ID, intake.MsgID(m), m.Type
-			opts = append(opts, jetstream.WithMsgID(res.MsgID), jetstream.WithExpectStream(stream))
+			res.MessageID, res.MsgID, typ = m.ID, jetstream.MsgID(m), m.Type
+			opts = append(opts, natsjs.WithMsgID(res.MsgID), natsjs.WithExpectStream(stream))
 		}
-		subject, err := intake.PublishSubject(cfg.NATS.JetStream.Subject, typ)
+		subject, err := jetstream.PublishSubject(cfg.NATS.JetStream.Subject, typ)
 		if err != nil {
 			return fmt.Errorf("NATS_SUBJECT: %w", err)
 		}

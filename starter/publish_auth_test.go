@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/natstest"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
@@ -68,13 +69,13 @@ func TestPublishAndIntakeOverTLSWithUsers(t *testing.T) {
 		t.Fatalf("worker connect: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
 	jsc := wcfg.NATS.JetStream
-	if _, _, err := intake.EnsureStream(ctx, js, intake.StreamSpec{Name: jsc.Stream, Subjects: []string{jsc.Subject}, Duplicates: time.Minute}); err != nil {
+	if _, _, err := jetstream.EnsureStream(ctx, js, jetstream.StreamSpec{Name: jsc.Stream, Subjects: []string{jsc.Subject}, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, storetest.NewDatabase(t))
@@ -87,7 +88,7 @@ func TestPublishAndIntakeOverTLSWithUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := intake.NewConsumer(ctx, in, js, jsc)
+	cons, err := jetstream.NewConsumer(ctx, in, js, jsc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,13 +63,13 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 	}
 
 	cfg := load("")
-	b, err := connectBroker(t.Context(), cfg, in, testenv.Logger(t))
+	b, err := connectBroker(t.Context(), cfg, in, nil, testenv.Logger(t))
 	if err != nil {
 		t.Fatalf("connectBroker: %v", err)
 	}
 	defer b.close()
-	if b.consumer == nil || b.relay == nil || !b.nc.TLSRequired() {
-		t.Fatalf("broker: consumer %v, relay %v, tls %v", b.consumer != nil, b.relay != nil, b.nc.TLSRequired())
+	if len(b.sources) != 1 || b.relay == nil || !b.nc.TLSRequired() {
+		t.Fatalf("broker: %d sources, relay %v, tls %v", len(b.sources), b.relay != nil, b.nc.TLSRequired())
 	}
 	js, err := jetstream.New(b.nc)
 	if err != nil {
@@ -81,7 +81,7 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 		}
 	}
 
-	_, err = connectBroker(t.Context(), load("wrong_pw_1234"), in, testenv.Logger(t))
+	_, err = connectBroker(t.Context(), load("wrong_pw_1234"), in, nil, testenv.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "credential user, tls ca") || !strings.Contains(err.Error(), "Authorization Violation") ||
 		strings.Contains(err.Error(), "wrong_pw") {
 		t.Fatalf("with a wrong password: %v", err)

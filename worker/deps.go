@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.temporal.io/sdk/client"
@@ -25,6 +25,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/internal/leaf/codec"
@@ -121,7 +122,7 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	// The broker comes before the Temporal worker: the retention check
 	// needs the consumer's configuration, and nothing may run before it.
 	if cfg.NATS.Enabled() {
-		if d.broker, err = connectBroker(ctx, cfg, in, logger); err != nil {
+		if d.broker, err = connectBroker(ctx, cfg, in, m, logger); err != nil {
 			return d, err
 		}
 		d.onClose(d.broker.close)
@@ -205,21 +206,24 @@ func setupTracing(ctx context.Context, d *deps, logger *slog.Logger) ([]intercep
 }
 
 // retentionPolicy checks RETENTION and QUARANTINE_RETENTION against the
-// redelivery horizon (of the broker's consumer, when there is one); a
-// retention that is too short is bad configuration.
+// redelivery horizon (the longest of the sources', when there are any); a
+// retention that is too short, or a source without a horizon, is bad
+// configuration.
 func retentionPolicy(ctx context.Context, cfg config.Config, tc client.Client, namespace string, b *broker) (retention.Policy, error) {
-	var (
-		redelivery *retention.Redelivery
-		dupWindow  time.Duration
-	)
+	var horizons []retention.SourceHorizon
 	if b != nil {
-		r, dw, err := b.consumer.Redelivery(ctx)
-		if err != nil {
-			return retention.Policy{}, err
+		for _, s := range b.sources {
+			h, err := s.Horizon(ctx)
+			if errors.Is(err, retention.ErrNoHorizon) {
+				return retention.Policy{}, fmt.Errorf("%w: source %s: %w", errBadConfig, s.Name(), err)
+			}
+			if err != nil {
+				return retention.Policy{}, fmt.Errorf("source %s: %w", s.Name(), err)
+			}
+			horizons = append(horizons, h)
 		}
-		redelivery, dupWindow = &r, dw
 	}
-	policy, err := retention.ReadPolicy(ctx, tc, namespace, cfg.Retention, redelivery, dupWindow)
+	policy, err := retention.ReadPolicy(ctx, tc, namespace, cfg.Retention, horizons...)
 	if err != nil {
 		return retention.Policy{}, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
@@ -266,16 +270,17 @@ func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	return &codecServerConfig{addr: scfg.Addr, h: h}, nil
 }
 
-// broker is the worker's JetStream side.
+// broker is the worker's JetStream side: its sources (each an
+// intake.Source run by main) and the outbox relay.
 type broker struct {
-	nc       *nats.Conn
-	consumer *intake.Consumer
-	relay    *outbox.Relay
+	nc      *nats.Conn
+	sources []intake.Source
+	relay   *outbox.Relay
 }
 
 // connectBroker connects to NATS, creates the streams that are missing and
 // creates or updates the durable consumer. Nothing is fetched yet.
-func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
+func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m *metrics.Metrics, logger *slog.Logger) (*broker, error) {
 	n := cfg.NATS
 	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
 		// Keep reconnecting when the server refuses the credential twice in
@@ -300,27 +305,30 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 		b.close()
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		return fail(fmt.Errorf("jetstream: %w", err))
 	}
 	// Streams the worker creates drop messages older than the retention, so
 	// that a replay of the stream never meets a message whose record was
 	// pruned, and refuse a message larger than the intake accepts
-	// (intake.MaxStreamMsgSize). An existing stream is the broker owner's:
-	// intake.EnsureStreams warns only, never changes it.
-	if err := intake.EnsureStreams(ctx, js, logger,
-		intake.StreamSpec{Name: n.JetStream.Stream, Subjects: []string{n.JetStream.Subject}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
-		intake.StreamSpec{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
+	// (jetstream.MaxStreamMsgSize). An existing stream is the broker owner's:
+	// jetstream.EnsureStreams warns only, never changes it.
+	if err := jetstream.EnsureStreams(ctx, js, logger,
+		jetstream.StreamSpec{Name: n.JetStream.Stream, Subjects: []string{n.JetStream.Subject}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
+		jetstream.StreamSpec{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 	); err != nil {
 		return fail(err)
 	}
 	jsCfg := n.JetStream
-	jsCfg.Logger = logger
-	if b.consumer, err = intake.NewConsumer(ctx, in, js, jsCfg); err != nil {
+	jsCfg.Logger, jsCfg.Metrics = logger, m
+	cons, err := jetstream.NewConsumer(ctx, in, js, jsCfg)
+	if err != nil {
 		return fail(err)
 	}
-	if b.relay, err = outbox.New(in.Store(), js, outbox.Config{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix, Logger: logger}); err != nil {
+	b.sources = append(b.sources, cons)
+	pub := outbox.NewJetStreamPublisher(js, outbox.JetStreamConfig{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix})
+	if b.relay, err = outbox.New(in.Store(), pub, outbox.Config{Logger: logger}); err != nil {
 		return fail(err)
 	}
 	return b, nil

@@ -171,7 +171,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.dispatcher.Run(gctx) })
 	if d.broker != nil {
-		g.Go(func() error { return d.broker.consumer.Run(gctx) })
+		for _, src := range d.broker.sources {
+			g.Go(func() error { return src.Run(gctx) })
+		}
 		g.Go(func() error { return d.broker.relay.Run(gctx) })
 	}
 	if d.webhooks != nil {
@@ -189,7 +191,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	logger.Info("intake stopped", "dispatcher", d.dispatcher.Stats())
 	if d.broker != nil {
-		logger.Info("broker intake stopped", "consumer", d.broker.consumer.Stats(), "outbox", d.broker.relay.Stats())
+		for _, src := range d.broker.sources {
+			logger.Info("source stopped", "source", src.Name(), "stats", src.Stats())
+		}
+		logger.Info("outbox relay stopped", "outbox", d.broker.relay.Stats())
 	}
 	shutdown(w, d.activities.Drain, effectsTimeout, logger)
 	return err
@@ -207,6 +212,9 @@ func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool,
 	}}}
 	if d.broker != nil {
 		checks = append(checks, health.NATS(d.broker.nc))
+		for _, src := range d.broker.sources {
+			checks = append(checks, src.Check())
+		}
 	}
 	hctx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
 	herr := make(chan error, 1)

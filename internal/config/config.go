@@ -25,7 +25,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/internal/leaf/codec"
 	"github.com/effectively/effectively/workflows"
@@ -151,7 +151,7 @@ type NATS struct {
 	URL string
 	// JetStream is the consumer (NATS_STREAM, NATS_SUBJECT, NATS_CONSUMER,
 	// NATS_ACK_WAIT, NATS_BACKOFF, NATS_MAX_DELIVER, NATS_HANDLERS, NATS_STARTERS).
-	JetStream intake.JetStreamConfig
+	JetStream jetstream.Config
 	// DuplicateWindow is the deduplication window of a stream the worker
 	// creates (NATS_DUPLICATE_WINDOW); an existing stream keeps its own.
 	DuplicateWindow time.Duration
@@ -323,7 +323,7 @@ func (c Config) validateBroker() []error {
 	js, subjectOK := c.NATS.JetStream, true
 	if err := js.Validate(); err != nil {
 		for _, e := range namedByFieldErrors("NATS.JetStream.", err) {
-			var fe *intake.FieldError
+			var fe *jetstream.FieldError
 			if errors.As(e, &fe) && fe.Fields[0] == "Subject" {
 				subjectOK = false
 			}
@@ -334,7 +334,7 @@ func (c Config) validateBroker() []error {
 		}
 	}
 	// The starter publishes a type's messages under the filter.
-	if _, err := intake.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil && subjectOK {
+	if _, err := jetstream.PublishSubject(js.Subject, message.TypeOrderPlaced); err != nil && subjectOK {
 		errs = append(errs, fmt.Errorf("NATS_SUBJECT=%q: %w", js.Subject, err))
 	}
 	return errs

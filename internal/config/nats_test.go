@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 )
 
 func TestNATSDefaults(t *testing.T) {
@@ -21,7 +21,7 @@ func TestNATSDefaults(t *testing.T) {
 	js := c.NATS.JetStream
 	if !c.NATS.Enabled() || c.NATS.URL != DefaultNATSURL || js.Stream != "EFFECTIVELY" || js.Subject != "effectively.messages.>" ||
 		js.Durable != "effectively-worker" || js.AckWait != 30*time.Second || js.MaxDeliver != 5 ||
-		!reflect.DeepEqual(js.BackOff, intake.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
+		!reflect.DeepEqual(js.BackOff, jetstream.DefaultBackOff) || c.NATS.EventsStream != "EFFECTIVELY_EVENTS" ||
 		c.NATS.EventsPrefix != "effectively.events" || c.NATS.DuplicateWindow != 2*time.Minute || js.Handlers != 64 {
 		t.Fatalf("NATS defaults not applied: %+v", c.NATS)
 	}

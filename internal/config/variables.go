@@ -12,6 +12,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/internal/leaf/codec"
@@ -151,15 +152,15 @@ var variables = []variable{
 		doc: "`debug`, `info`, `warn`, `error`; the worker logs JSON on stderr, the starter text"},
 	addr("NATS_URL", DefaultNATSURL, "NATS.URL",
 		"the broker; `off` disables the consumer and the relay (the dispatcher and the pruning schedule still run; `starter publish` refuses)", func(c *Config) *string { return &c.NATS.URL }),
-	str("NATS_STREAM", intake.DefaultStream, "NATS.JetStream.Stream",
+	str("NATS_STREAM", jetstream.DefaultStream, "NATS.JetStream.Stream",
 		"stream to consume; created (file storage, `MaxAge = RETENTION`, `MaxMsgSize` = 64 KiB message limit + 4 KiB for headers, so the broker refuses a larger publish) when missing; an existing stream is left as it is, with a warning when it keeps messages longer than `RETENTION` or larger than that size",
 		func(c *Config) *string { return &c.NATS.JetStream.Stream }),
-	str("NATS_SUBJECT", intake.DefaultSubject, "NATS.JetStream.Subject",
+	str("NATS_SUBJECT", jetstream.DefaultSubject, "NATS.JetStream.Subject",
 		"consumer filter; `starter publish` sends a message of type T to `effectively.messages.T`", func(c *Config) *string { return &c.NATS.JetStream.Subject }),
-	str("NATS_CONSUMER", intake.DefaultDurable, "NATS.JetStream.Durable", "durable consumer name, shared by all worker processes",
+	str("NATS_CONSUMER", jetstream.DefaultDurable, "NATS.JetStream.Durable", "durable consumer name, shared by all worker processes",
 		func(c *Config) *string { return &c.NATS.JetStream.Durable }),
-	dur("NATS_ACK_WAIT", intake.DefaultAckWait, "NATS.JetStream.AckWait", "ack wait of the first delivery", func(c *Config) *time.Duration { return &c.NATS.JetStream.AckWait }),
-	{name: "NATS_BACKOFF", def: shortList(intake.DefaultBackOff), field: "NATS.JetStream.BackOff",
+	dur("NATS_ACK_WAIT", jetstream.DefaultAckWait, "NATS.JetStream.AckWait", "ack wait of the first delivery", func(c *Config) *time.Duration { return &c.NATS.JetStream.AckWait }),
+	{name: "NATS_BACKOFF", def: shortList(jetstream.DefaultBackOff), field: "NATS.JetStream.BackOff",
 		load: func(c *Config, v string, _ bool) error {
 			c.NATS.JetStream.BackOff = []time.Duration{}
 			if v == "none" {
@@ -176,7 +177,7 @@ var variables = []variable{
 			return nil
 		},
 		doc: "ack waits of the 2nd, 3rd, … delivery (the last repeats); `none` uses `NATS_ACK_WAIT` throughout"},
-	num("NATS_MAX_DELIVER", intake.DefaultMaxDeliver, "NATS.JetStream.MaxDeliver",
+	num("NATS_MAX_DELIVER", jetstream.DefaultMaxDeliver, "NATS.JetStream.MaxDeliver",
 		"deliveries before a message that cannot be recorded is quarantined as `max_deliver`; at least 1 (unlimited redelivery has no horizon) and more than the number of ack waits",
 		func(c *Config) *int { return &c.NATS.JetStream.MaxDeliver }).checked(ifNATS(func(c Config) error {
 		if err := atLeast(c.NATS.JetStream.MaxDeliver, 1); err != nil {
@@ -184,13 +185,13 @@ var variables = []variable{
 		}
 		return nil
 	})),
-	num("NATS_HANDLERS", intake.DefaultHandlers, "NATS.JetStream.Handlers",
+	num("NATS_HANDLERS", jetstream.DefaultHandlers, "NATS.JetStream.Handlers",
 		"deliveries the consumer settles at once (record, then ack); ≥ 1; their inbox inserts share transactions, two at a time, so they need no Postgres connection each",
 		func(c *Config) *int { return &c.NATS.JetStream.Handlers }).checked(ifNATS(func(c Config) error { return atLeast(c.NATS.JetStream.Handlers, 1) })),
 	num("NATS_STARTERS", intake.DefaultStarters, "NATS.JetStream.Starters",
 		"workflow starts in flight on the fast path after the ack; ≥ 1; a start holds no Postgres connection, only the mark after it does",
 		func(c *Config) *int { return &c.NATS.JetStream.Starters }).checked(ifNATS(func(c Config) error { return atLeast(c.NATS.JetStream.Starters, 1) })),
-	dur("NATS_DUPLICATE_WINDOW", intake.DefaultDuplicateWindow, "NATS.DuplicateWindow",
+	dur("NATS_DUPLICATE_WINDOW", jetstream.DefaultDuplicateWindow, "NATS.DuplicateWindow",
 		"duplicate window of streams the worker creates (an existing stream keeps its own)", func(c *Config) *time.Duration { return &c.NATS.DuplicateWindow }).
 		checked(ifNATS(func(c Config) error { return positive(c.NATS.DuplicateWindow) })),
 	str("NATS_EVENTS_STREAM", outbox.DefaultStream, "NATS.EventsStream",
@@ -199,7 +200,7 @@ var variables = []variable{
 	str("NATS_EVENTS_PREFIX", outbox.DefaultSubjectPrefix, "NATS.EventsPrefix",
 		"events are published on `<prefix>.<topic>`, e.g. `effectively.events.order.paid`", func(c *Config) *string { return &c.NATS.EventsPrefix }).
 		checked(ifNATS(func(c Config) error {
-			if _, err := intake.PublishSubject(c.NATS.EventsPrefix+".>", "order.paid"); err != nil {
+			if _, err := jetstream.PublishSubject(c.NATS.EventsPrefix+".>", "order.paid"); err != nil {
 				return fmt.Errorf("%q: %w", c.NATS.EventsPrefix, err)
 			}
 			return nil
@@ -467,7 +468,7 @@ func namedByMessage(prefix string, err error) error {
 	return byField(prefix, fieldWord.FindAllString(err.Error(), -1), err)
 }
 
-// namedByFieldErrors is byField for each of a Validate's intake.FieldError.
+// namedByFieldErrors is byField for each of a Validate's jetstream.FieldError.
 func namedByFieldErrors(prefix string, err error) []error {
 	var all []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -477,7 +478,7 @@ func namedByFieldErrors(prefix string, err error) []error {
 	}
 	out := make([]error, 0, len(all))
 	for _, e := range all {
-		var fe *intake.FieldError
+		var fe *jetstream.FieldError
 		if errors.As(e, &fe) {
 			e = byField(prefix, fe.Fields, e)
 		}

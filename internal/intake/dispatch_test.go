@@ -43,11 +43,11 @@ func recordPending(t *testing.T, st *store.Store, raw []byte) *message.Message {
 
 // newDispatchFixture is a fresh database and an intake with the default
 // routes on a fake Temporal.
-func newDispatchFixture(t *testing.T) (*pgxpool.Pool, *store.Store, *fakeTemporal, *intake.Intake) {
+func newDispatchFixture(t *testing.T) (*pgxpool.Pool, *store.Store, *testenv.FakeTemporal, *intake.Intake) {
 	t.Helper()
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
-	tc := &fakeTemporal{started: map[string]int{}}
+	tc := testenv.NewFakeTemporal()
 	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestRollingDeployKeepsANewTypePending(t *testing.T) {
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
-	tc := &fakeTemporal{started: map[string]int{}}
+	tc := testenv.NewFakeTemporal()
 	oldRoutes, err := route.New(route.OrderPlaced())
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestRollingDeployKeepsANewTypePending(t *testing.T) {
 	if _, err := newD.DispatchPending(ctx); err != nil {
 		t.Fatal(err)
 	}
-	starts := tc.starts()
+	starts := tc.Starts()
 	for _, m := range refunds {
 		row := inboxState(t, st, m.Consumer, m.ID)
 		if row.State != store.InboxDispatched || row.WorkflowID != m.Consumer+"/"+m.ID || starts[row.WorkflowID] != 1 {
@@ -149,8 +149,8 @@ func TestQuarantineRetryRunsAMessageSettledWithoutAWorkflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	wf := m.Consumer + "/" + m.ID
-	if res.Status != intake.StatusStarted || tc.starts()[wf] != 1 {
-		t.Fatalf("retry of a message settled without a workflow: %s (%d starts), want started once", res.Status, tc.starts()[wf])
+	if res.Status != intake.StatusStarted || tc.Starts()[wf] != 1 {
+		t.Fatalf("retry of a message settled without a workflow: %s (%d starts), want started once", res.Status, tc.Starts()[wf])
 	}
 	if row := inboxState(t, st, m.Consumer, m.ID); row.State != store.InboxDispatched || row.WorkflowID != wf {
 		t.Errorf("row after the retry: %s, workflow %q; want dispatched by %s", row.State, row.WorkflowID, wf)
@@ -164,7 +164,7 @@ func TestQuarantineRetryRunsAMessageSettledWithoutAWorkflow(t *testing.T) {
 // slowTemporal delays every start by delay, like a Temporal frontend under
 // load, and counts the starts in flight.
 type slowTemporal struct {
-	*fakeTemporal
+	*testenv.FakeTemporal
 	delay    time.Duration
 	inFlight atomic.Int32
 }
@@ -177,7 +177,7 @@ func (s *slowTemporal) ExecuteWorkflow(ctx context.Context, opts client.StartWor
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return s.fakeTemporal.ExecuteWorkflow(ctx, opts, wf, args...)
+	return s.FakeTemporal.ExecuteWorkflow(ctx, opts, wf, args...)
 }
 
 // TestSlowStartsDoNotStallTheInbox: while the dispatcher's starts hang on a
@@ -192,7 +192,7 @@ func TestSlowStartsDoNotStallTheInbox(t *testing.T) {
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
-	tc := &slowTemporal{fakeTemporal: &fakeTemporal{started: map[string]int{}}, delay: startDelay}
+	tc := &slowTemporal{FakeTemporal: testenv.NewFakeTemporal(), delay: startDelay}
 	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -278,8 +278,8 @@ func TestUndecodableRowStaysPendingAndIsHeld(t *testing.T) {
 	if res, err := in.Accept(ctx, q[0].Raw, "quarantine-retry"); err != nil || res.Status != intake.StatusInvalid {
 		t.Errorf("retry of the undecodable message: %+v, %v; want invalid", res, err)
 	}
-	if len(tc.starts()) != 0 {
-		t.Errorf("starts = %v, want none", tc.starts())
+	if len(tc.Starts()) != 0 {
+		t.Errorf("starts = %v, want none", tc.Starts())
 	}
 }
 
@@ -299,14 +299,14 @@ func TestCrashedClaimIsTakenAgainAfterItsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := d.DispatchPending(ctx); err != nil || n != 0 || len(tc.starts()) != 0 {
-		t.Fatalf("pass during the lease: %d settled, %v, starts %v; want nothing", n, err, tc.starts())
+	if n, err := d.DispatchPending(ctx); err != nil || n != 0 || len(tc.Starts()) != 0 {
+		t.Fatalf("pass during the lease: %d settled, %v, starts %v; want nothing", n, err, tc.Starts())
 	}
 	time.Sleep(1100 * time.Millisecond)
 	if n, err := d.DispatchPending(ctx); err != nil || n != 1 {
 		t.Fatalf("pass after the lease: %d settled, %v; want 1", n, err)
 	}
-	if row := inboxState(t, st, m.Consumer, m.ID); row.State != store.InboxDispatched || tc.starts()[row.WorkflowID] != 1 {
-		t.Errorf("after the lease: %s, %d starts; want dispatched, started once", row.State, tc.starts()[row.WorkflowID])
+	if row := inboxState(t, st, m.Consumer, m.ID); row.State != store.InboxDispatched || tc.Starts()[row.WorkflowID] != 1 {
+		t.Errorf("after the lease: %s, %d starts; want dispatched, started once", row.State, tc.Starts()[row.WorkflowID])
 	}
 }

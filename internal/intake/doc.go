@@ -12,4 +12,9 @@
 // between the start and the mark finds the workflow already started and
 // marks it then. A message that cannot be processed is quarantined with its
 // reason, never dropped.
+//
+// Brokers plug in as a Source (source.go): a package under internal/intake
+// (jetstream, …) turns each broker delivery into a Delivery and settles it as
+// its Path decides (path.go): the decision, the inbox, the fast-path start
+// and the counters are written once, here, for every broker.
 package intake

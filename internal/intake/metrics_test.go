@@ -43,7 +43,7 @@ func TestIntakeCountsItsDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := in.reject(ctx, []byte("gone"), SourceJetStream, "", "", store.ReasonMaxDeliver, errors.New("postgres down")); err != nil {
+	if _, err := in.reject(ctx, []byte("gone"), "jetstream", "", "", store.ReasonMaxDeliver, errors.New("postgres down")); err != nil {
 		t.Fatal(err)
 	}
 	want := `

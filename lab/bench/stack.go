@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/api/enums/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -30,7 +30,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -79,7 +79,7 @@ type stack struct {
 	compression string
 
 	nc           *nats.Conn
-	js           jetstream.JetStream
+	js           natsjs.JetStream
 	stream       string
 	subject      string // the publish subject of order.placed
 	filter       string
@@ -253,18 +253,18 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		return nil, fmt.Errorf("NATS with JetStream is required at %s: %w", cfg.NATSURL, err)
 	}
 	s.onClose(s.nc.Close)
-	if s.js, err = jetstream.New(s.nc); err != nil {
+	if s.js, err = natsjs.New(s.nc); err != nil {
 		return nil, err
 	}
 	tag := "b" + randomTag(5)
 	s.stream, s.filter = "BENCH_"+strings.ToUpper(tag), tag+".messages.>"
 	s.eventsStream, s.eventsPrefix = s.stream+"_EVENTS", tag+".events"
-	for _, spec := range []intake.StreamSpec{
+	for _, spec := range []jetstream.StreamSpec{
 		{Name: s.stream, Subjects: []string{s.filter}, MaxAge: time.Hour},
 		{Name: s.eventsStream, Subjects: []string{s.eventsPrefix + ".>"}, MaxAge: time.Hour},
 	} {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, created, err := intake.EnsureStream(sctx, s.js, spec)
+		_, created, err := jetstream.EnsureStream(sctx, s.js, spec)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", spec.Name, err)
@@ -278,7 +278,7 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 			_ = s.js.DeleteStream(dctx, spec.Name)
 		})
 	}
-	if s.subject, err = intake.PublishSubject(s.filter, "order.placed"); err != nil {
+	if s.subject, err = jetstream.PublishSubject(s.filter, "order.placed"); err != nil {
 		return nil, err
 	}
 

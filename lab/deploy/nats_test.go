@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 )
 
 // natsConf is the NATS server configuration the compose stack runs with.
@@ -115,7 +115,7 @@ func (b *lockedBuffer) String() string {
 type natsClient struct {
 	user string
 	nc   *nats.Conn
-	js   jetstream.JetStream
+	js   natsjs.JetStream
 	errs chan error
 }
 
@@ -134,7 +134,7 @@ func connectNATS(t *testing.T, s natsServer, user, password string) *natsClient 
 	}
 	t.Cleanup(nc.Close)
 	c.nc = nc
-	if c.js, err = jetstream.New(nc); err != nil {
+	if c.js, err = natsjs.New(nc); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -236,18 +236,18 @@ func TestNATSConfPermissions(t *testing.T) {
 
 	// The worker creates its streams and its consumer, as it does at start.
 	stream := wcfg.NATS.JetStream.Stream
-	intakeStream, _, err := intake.EnsureStream(ctx, w.js, intake.StreamSpec{Name: stream, Subjects: []string{wcfg.NATS.JetStream.Subject}})
+	intakeStream, _, err := jetstream.EnsureStream(ctx, w.js, jetstream.StreamSpec{Name: stream, Subjects: []string{wcfg.NATS.JetStream.Subject}})
 	if err != nil {
 		t.Fatalf("worker: intake stream: %v", err)
 	}
-	if _, _, err := intake.EnsureStream(ctx, w.js, intake.StreamSpec{Name: wcfg.NATS.EventsStream, Subjects: []string{wcfg.NATS.EventsPrefix + ".>"}}); err != nil {
+	if _, _, err := jetstream.EnsureStream(ctx, w.js, jetstream.StreamSpec{Name: wcfg.NATS.EventsStream, Subjects: []string{wcfg.NATS.EventsPrefix + ".>"}}); err != nil {
 		t.Fatalf("worker: events stream: %v", err)
 	}
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, natsjs.ConsumerConfig{
 		Durable:       wcfg.NATS.JetStream.Durable,
 		FilterSubject: wcfg.NATS.JetStream.Subject,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     natsjs.AckExplicitPolicy,
+		DeliverPolicy: natsjs.DeliverAllPolicy,
 	})
 	if err != nil {
 		t.Fatalf("worker: create consumer: %v", err)
@@ -258,7 +258,7 @@ func TestNATSConfPermissions(t *testing.T) {
 
 	// The publisher: `starter publish` looks the stream up, then publishes
 	// each message with a message ID, expecting the stream.
-	subject, err := intake.PublishSubject(scfg.NATS.JetStream.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(scfg.NATS.JetStream.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestNATSConfPermissions(t *testing.T) {
 	}
 	body := []byte(`{"id": "evt_nats1", "type": "order.placed", "data": {"order_id": 1}}`)
 	ack, err := pub.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: body},
-		jetstream.WithMsgID("evt_nats1"), jetstream.WithExpectStream(scfg.NATS.JetStream.Stream))
+		natsjs.WithMsgID("evt_nats1"), natsjs.WithExpectStream(scfg.NATS.JetStream.Stream))
 	if err != nil {
 		t.Fatalf("publisher: publish to %s: %v", subject, err)
 	}
@@ -278,14 +278,14 @@ func TestNATSConfPermissions(t *testing.T) {
 	// The publisher may do nothing else.
 	pub.refusedPublish(t, wcfg.NATS.EventsPrefix+".order.paid")
 	pub.refusedRequest(t, "create a stream", "$JS.API.STREAM.CREATE.", func(ctx context.Context) error {
-		_, err := pub.js.CreateStream(ctx, jetstream.StreamConfig{Name: "ROGUE", Subjects: []string{"rogue.>"}})
+		_, err := pub.js.CreateStream(ctx, natsjs.StreamConfig{Name: "ROGUE", Subjects: []string{"rogue.>"}})
 		return err
 	})
-	if _, err := w.js.Stream(ctx, "ROGUE"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if _, err := w.js.Stream(ctx, "ROGUE"); !errors.Is(err, natsjs.ErrStreamNotFound) {
 		t.Errorf("stream ROGUE: %v, want not found", err)
 	}
 	pub.refusedRequest(t, "create a consumer on the intake stream (and read its messages)", "$JS.API.CONSUMER.CREATE.", func(ctx context.Context) error {
-		_, err := pub.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "rogue", AckPolicy: jetstream.AckExplicitPolicy})
+		_, err := pub.js.CreateOrUpdateConsumer(ctx, stream, natsjs.ConsumerConfig{Durable: "rogue", AckPolicy: natsjs.AckExplicitPolicy})
 		return err
 	})
 	pub.refusedRequest(t, "look up the worker's consumer", "$JS.API.CONSUMER.INFO.", func(ctx context.Context) error {
@@ -305,7 +305,7 @@ func TestNATSConfPermissions(t *testing.T) {
 	}
 
 	// The worker consumes and acks (the ack confirmed by the server).
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	batch, err := cons.Fetch(1, natsjs.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatalf("worker: fetch: %v", err)
 	}
@@ -329,7 +329,7 @@ func TestNATSConfPermissions(t *testing.T) {
 	// The worker publishes events, as the outbox relay does.
 	event := wcfg.NATS.EventsPrefix + ".order.paid"
 	if _, err := w.js.PublishMsg(ctx, &nats.Msg{Subject: event, Data: []byte(`{}`)},
-		jetstream.WithMsgID("evt_nats1/order.paid"), jetstream.WithExpectStream(wcfg.NATS.EventsStream)); err != nil {
+		natsjs.WithMsgID("evt_nats1/order.paid"), natsjs.WithExpectStream(wcfg.NATS.EventsStream)); err != nil {
 		t.Errorf("worker: publish %s: %v", event, err)
 	}
 	// But it neither publishes intake messages nor destroys a stream.

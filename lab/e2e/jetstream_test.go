@@ -13,6 +13,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/tools/testenv"
@@ -26,7 +27,7 @@ func msgID(t *testing.T, raw []byte) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return intake.MsgID(m)
+	return jetstream.MsgID(m)
 }
 
 // waitStarted waits for the message's workflow to exist (the consumer
@@ -55,7 +56,7 @@ func TestJetStreamCopiesStartOneWorkflow(t *testing.T) {
 	cfg := j.ConsumerConfig(t, time.Second, 5)
 	ctx := context.Background()
 	// Create the durable consumer, as a worker's start does.
-	if _, err := intake.NewConsumer(ctx, s.Intake, j.JS, cfg); err != nil {
+	if _, err := jetstream.NewConsumer(ctx, s.Intake, j.JS, cfg); err != nil {
 		t.Fatal(err)
 	}
 
@@ -80,7 +81,7 @@ func TestJetStreamCopiesStartOneWorkflow(t *testing.T) {
 	var fetched int
 	for msg := range batch.Messages() {
 		fetched++
-		rec, err := s.Intake.Record(ctx, msg.Data(), intake.SourceJetStream)
+		rec, err := s.Intake.Record(ctx, msg.Data(), jetstream.DefaultName)
 		if err != nil || !rec.New || !rec.Pending {
 			t.Fatalf("record before the crash = %+v, %v", rec, err)
 		}
@@ -102,7 +103,7 @@ func TestJetStreamCopiesStartOneWorkflow(t *testing.T) {
 		return p.Consumer.Stats().Duplicates >= 2
 	})
 	stats := p.Consumer.Stats()
-	if stats.Recorded != 0 || stats.Duplicates != 2 || stats.Naks != 0 {
+	if stats.Recorded != 0 || stats.Duplicates != 2 || stats.Retries != 0 {
 		t.Errorf("consumer stats = %+v; want 0 recorded (the crashed worker did), 2 duplicates", stats)
 	}
 	expectOnce(t, s, "evt_js1")
@@ -212,7 +213,7 @@ func TestJetStreamPayloadMismatchQuarantined(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Reason != store.ReasonPayloadMismatch || entries[0].Source != intake.SourceJetStream ||
+	if len(entries) != 1 || entries[0].Reason != store.ReasonPayloadMismatch || entries[0].Source != jetstream.DefaultName ||
 		entries[0].MessageID != "evt_mm" || !bytes.Equal(entries[0].Raw, second) {
 		t.Fatalf("quarantine = %+v", entries)
 	}
@@ -260,7 +261,7 @@ func TestJetStreamPoisonMessageQuarantinedAfterMaxDeliver(t *testing.T) {
 		return p.Consumer.Stats().MaxDelivered == 1
 	})
 	stats := p.Consumer.Stats()
-	if stats.Naks != maxDeliver-1 || stats.Recorded != int64(len(good)) {
+	if stats.Retries != maxDeliver-1 || stats.Recorded != int64(len(good)) {
 		t.Errorf("consumer stats = %+v; want %d naks, %d recorded", stats, maxDeliver-1, len(good))
 	}
 	entries, err := s.Store.QuarantineList(ctx, 10)

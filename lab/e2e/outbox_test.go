@@ -26,7 +26,7 @@ func TestOutboxRelayPublishesOrderPaidOnce(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{Duplicates: 2 * time.Second})
 	s.StartProcess(t, j, j.ConsumerConfig(t, 5*time.Second, 5), intake.DispatcherConfig{})
-	relay, err := outbox.New(s.Store, j.JS, j.RelayConfig(t))
+	relay, err := outbox.New(s.Store, j.Publisher(), j.RelayConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
@@ -56,7 +56,7 @@ func TestPruneKeepsEverythingYoungerThanTheHorizon(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
 	ctx := context.Background()
-	cons, err := intake.NewConsumer(ctx, s.Intake, j.JS, j.ConsumerConfig(t, 30*time.Second, 4))
+	cons, err := jetstream.NewConsumer(ctx, s.Intake, j.JS, j.ConsumerConfig(t, 30*time.Second, 4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,13 +68,18 @@ func TestPruneKeepsEverythingYoungerThanTheHorizon(t *testing.T) {
 		t.Fatalf("redelivery window %s, duplicate window %s; want 2m each", w, dup)
 	}
 
+	hz, err := cons.Horizon(ctx)
+	if err != nil || hz.Total() != 4*time.Minute {
+		t.Fatalf("source horizon %+v, %v; want 4m", hz, err)
+	}
+
 	// An unsafe retention is refused, naming both numbers.
-	_, err = retention.ReadPolicy(ctx, s.Client, "default", time.Hour, &r, dup)
+	_, err = retention.ReadPolicy(ctx, s.Client, "default", time.Hour, hz)
 	if err == nil || !strings.Contains(err.Error(), "RETENTION") || !strings.Contains(err.Error(), "1h0m0s") ||
 		!strings.Contains(err.Error(), "25h4m0s") { // 2m + 2m + 24h (the dev server's default) + 1h margin
 		t.Fatalf("unsafe retention: err = %v", err)
 	}
-	policy, err := retention.ReadPolicy(ctx, s.Client, "default", 25*time.Hour+4*time.Minute, &r, dup)
+	policy, err := retention.ReadPolicy(ctx, s.Client, "default", 25*time.Hour+4*time.Minute, hz)
 	if err != nil {
 		t.Fatalf("retention = horizon refused: %v", err)
 	}

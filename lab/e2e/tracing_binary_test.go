@@ -15,7 +15,7 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )
@@ -74,7 +74,7 @@ func TestWorkerBinaryExportsTraces(t *testing.T) {
 	)
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}

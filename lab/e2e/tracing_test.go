@@ -19,6 +19,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 	"github.com/effectively/effectively/tools/testenv"
@@ -58,7 +59,7 @@ func TestOneTracePerMessage(t *testing.T) {
 	raw := func(id string, orderID int64) []byte {
 		return fmt.Appendf(nil, `{"id": %q, "type": "order.placed", "data": {"order_id": %d, "amount": 918273, "currency": "eur", "customer_email": %q, "payment_method": %q}}`, id, orderID, email, pm)
 	}
-	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/store"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -48,7 +48,7 @@ func TestSoak(t *testing.T) {
 	// Nats-Msg-Id, so every duplicate reaches the consumer, as a producer's
 	// retry after the duplicate window or a redelivery would.
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
-	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,8 @@ var sameFloor = map[string][]string{
 	"internal/adapter/reconcile": {"internal/adapter/payment", "internal/adapter/store"},
 	"internal/intake":            {"internal/intake/route", "internal/intake/retention"},
 	"internal/intake/webhook":    {"internal/intake/route"},
-	"internal/intake/kafka":      {"internal/intake"},
+	"internal/intake/jetstream":  {"internal/intake", "internal/intake/retention"},
+	"internal/intake/kafka":      {"internal/intake", "internal/intake/retention"},
 	"starter":                    {"internal/config"},
 	"worker":                     {"internal/config"},
 }

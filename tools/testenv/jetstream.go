@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/outbox"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 )
 
 // NATSURL is the NATS server tests use: $TEST_NATS_URL, else
@@ -33,7 +34,7 @@ func NATSURL() string {
 // test uses. Both are deleted when the test ends, so tests never collide.
 type JetStream struct {
 	Conn *nats.Conn
-	JS   jetstream.JetStream
+	JS   natsjs.JetStream
 	// Stream holds the messages; Subject is its filter (PREFIX.messages.>).
 	Stream  string
 	Subject string
@@ -48,7 +49,7 @@ type JetStreamOptions struct {
 	// Default 2m.
 	Duplicates time.Duration
 	// MaxMsgSize is the largest message both streams store. Default
-	// intake.MaxStreamMsgSize, as the worker creates them; -1 for no limit
+	// natsjs.MaxStreamMsgSize (internal/intake/jetstream), as the worker creates them; -1 for no limit
 	// of the streams' own, as an operator's stream may have.
 	MaxMsgSize int32
 }
@@ -62,7 +63,7 @@ func NewJetStream(t testing.TB, o JetStreamOptions) *JetStream {
 		t.Fatalf("testenv: NATS with JetStream is required for this test and did not answer at TEST_NATS_URL (%s): %v", NATSURL(), err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +77,11 @@ func NewJetStream(t testing.TB, o JetStreamOptions) *JetStream {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, spec := range []intake.StreamSpec{
+	for _, spec := range []jetstream.StreamSpec{
 		{Name: j.Stream, Subjects: []string{j.Subject}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize},
 		{Name: j.EventsStream, Subjects: []string{j.EventsPrefix + ".>"}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize},
 	} {
-		_, created, err := intake.EnsureStream(ctx, js, spec)
+		_, created, err := jetstream.EnsureStream(ctx, js, spec)
 		if err != nil {
 			t.Fatalf("testenv: create stream %s (is JetStream enabled on %s?): %v", spec.Name, NATSURL(), err)
 		}
@@ -100,32 +101,38 @@ func NewJetStream(t testing.TB, o JetStreamOptions) *JetStream {
 
 // ConsumerConfig is a consumer of the test's message stream with short
 // waits: ackWait for every delivery, maxDeliver deliveries.
-func (j *JetStream) ConsumerConfig(t testing.TB, ackWait time.Duration, maxDeliver int) intake.JetStreamConfig {
-	return intake.JetStreamConfig{
+func (j *JetStream) ConsumerConfig(t testing.TB, ackWait time.Duration, maxDeliver int) jetstream.Config {
+	return jetstream.Config{
 		Stream: j.Stream, Subject: j.Subject, Durable: "worker",
 		AckWait: ackWait, MaxDeliver: maxDeliver, BackOff: []time.Duration{},
 		FetchWait: 200 * time.Millisecond, Logger: Logger(t),
 	}
 }
 
-// RelayConfig is an outbox relay publishing to the test's events stream.
+// RelayConfig is the configuration of an outbox relay for tests: short
+// passes, the test's log.
 func (j *JetStream) RelayConfig(t testing.TB) outbox.Config {
-	return outbox.Config{Stream: j.EventsStream, SubjectPrefix: j.EventsPrefix, Interval: 100 * time.Millisecond, Logger: Logger(t)}
+	return outbox.Config{Interval: 100 * time.Millisecond, Logger: Logger(t)}
+}
+
+// Publisher publishes outbox events to the test's events stream.
+func (j *JetStream) Publisher() *outbox.JetStreamPublisher {
+	return outbox.NewJetStreamPublisher(j.JS, outbox.JetStreamConfig{Stream: j.EventsStream, SubjectPrefix: j.EventsPrefix})
 }
 
 // Publish publishes raw on the test's message subject with Nats-Msg-Id
 // msgID (none when empty) and returns the broker's ack.
-func (j *JetStream) Publish(t testing.TB, raw []byte, msgID string) *jetstream.PubAck {
+func (j *JetStream) Publish(t testing.TB, raw []byte, msgID string) *natsjs.PubAck {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opts []jetstream.PublishOpt
+	var opts []natsjs.PublishOpt
 	if msgID != "" {
-		opts = append(opts, jetstream.WithMsgID(msgID))
+		opts = append(opts, natsjs.WithMsgID(msgID))
 	}
 	ack, err := j.JS.Publish(ctx, subject, raw, opts...)
 	if err != nil {
@@ -138,7 +145,7 @@ func (j *JetStream) Publish(t testing.TB, raw []byte, msgID string) *jetstream.P
 // JetStream consumer and a dispatcher, each with its own Intake and
 // Postgres pool, as a separate process would have.
 type Process struct {
-	Consumer   *intake.Consumer
+	Consumer   *jetstream.Consumer
 	Dispatcher *intake.Dispatcher
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -147,14 +154,14 @@ type Process struct {
 
 // StartProcess starts a consumer with cfg and a dispatcher with dcfg
 // against the stack's database and Temporal, stopped when t ends.
-func (s *Stack) StartProcess(t testing.TB, j *JetStream, cfg intake.JetStreamConfig, dcfg intake.DispatcherConfig) *Process {
+func (s *Stack) StartProcess(t testing.TB, j *JetStream, cfg jetstream.Config, dcfg intake.DispatcherConfig) *Process {
 	t.Helper()
 	return s.StartProcessWithMetrics(t, j, cfg, dcfg, nil)
 }
 
 // StartProcessWithMetrics is StartProcess with the intake counting its
 // decisions into m, as the worker's does.
-func (s *Stack) StartProcessWithMetrics(t testing.TB, j *JetStream, cfg intake.JetStreamConfig, dcfg intake.DispatcherConfig, m *metrics.Metrics) *Process {
+func (s *Stack) StartProcessWithMetrics(t testing.TB, j *JetStream, cfg jetstream.Config, dcfg intake.DispatcherConfig, m *metrics.Metrics) *Process {
 	t.Helper()
 	pool, err := store.Open(context.Background(), s.DBURL, store.PoolConfig{MaxConns: 8})
 	if err != nil {
@@ -166,7 +173,10 @@ func (s *Stack) StartProcessWithMetrics(t testing.TB, j *JetStream, cfg intake.J
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cons, err := intake.NewConsumer(ctx, in, j.JS, cfg)
+	if cfg.Metrics == nil {
+		cfg.Metrics = m
+	}
+	cons, err := jetstream.NewConsumer(ctx, in, j.JS, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -28,6 +28,7 @@ const (
 	NameQuarantineRows    = "effectively_quarantine_rows"
 	NamePaymentsOpen      = "effectively_payments_open"
 	NameRetentionHeadroom = "effectively_retention_headroom_seconds"
+	NameSourceSettlements = "effectively_source_settlements_total"
 )
 
 // Decision is the value of the decision label of NameIntakeDecisions.
@@ -113,6 +114,7 @@ type Metrics struct {
 	intakeDecisions  *prometheus.CounterVec
 	effectOutcomes   *prometheus.CounterVec
 	providerDuration *prometheus.HistogramVec
+	settlements      *prometheus.CounterVec
 }
 
 // New creates the worker's collectors and registers them with reg.
@@ -132,8 +134,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			// From a fast simulator answer to a provider at its timeout.
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"provider", "operation", "status_class"}),
+		settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameSourceSettlements,
+			Help: "Deliveries by source and settlement: ack (in the inbox), retry (handed back: not recorded), quarantined.",
+		}, []string{"source", "settle"}),
 	}
-	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration)
+	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements)
 	return m
 }
 
@@ -148,6 +154,15 @@ func (m *Metrics) IntakeDecision(consumer string, d Decision) {
 		consumer = "unknown"
 	}
 	m.intakeDecisions.WithLabelValues(consumer, string(d)).Inc()
+}
+
+// SourceSettlement counts one delivery of source (a configured source's
+// name) by how it was settled (intake.Settlement).
+func (m *Metrics) SourceSettlement(source, settle string) {
+	if m == nil {
+		return
+	}
+	m.settlements.WithLabelValues(source, settle).Inc()
 }
 
 // EffectOutcome counts one outcome of an effect attempt.

@@ -30,13 +30,17 @@ func writeEvents(t *testing.T, st *store.Store, ids ...string) {
 	}
 }
 
-func newPublisher(t *testing.T, addr string, timeout time.Duration) *outbox.KafkaPublisher {
+func newRelay(t *testing.T, st *store.Store, addr string, timeout time.Duration) *outbox.Relay {
 	t.Helper()
-	p, err := outbox.NewKafkaPublisher(kafkatest.Producer(t, addr), outbox.KafkaConfig{PublishTimeout: timeout})
+	p, err := outbox.NewKafkaPublisher(kafkatest.Producer(t, addr), outbox.KafkaConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	r, err := outbox.New(st, p, outbox.Config{PublishTimeout: timeout, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func consumeAll(t *testing.T, addr string, n int) []*kgo.Record {
@@ -74,8 +78,7 @@ func TestKafkaPublisherRelaysTheOutbox(t *testing.T) {
 	kafkatest.CreateTopic(t, addr, paidTopic, 2, nil)
 	st := store.New(storetest.NewPool(t))
 	writeEvents(t, st, "evt_o1", "evt_o2", "evt_o3")
-	p := newPublisher(t, addr, 5*time.Second)
-	n, err := st.RelayOutbox(context.Background(), 100, p.PublishBatch)
+	n, err := newRelay(t, st, addr, 5*time.Second).RelayPending(context.Background())
 	if err != nil || n != 3 {
 		t.Fatalf("relayed %d, %v; want 3", n, err)
 	}
@@ -112,9 +115,9 @@ func TestKafkaPublisherWaitsForTheBroker(t *testing.T) {
 	proc := kafkatest.StartProcess(t, 1, paidTopic)
 	st := store.New(storetest.NewPool(t))
 	writeEvents(t, st, "evt_d1", "evt_d2")
-	p := newPublisher(t, proc.Addr(), 2*time.Second)
+	relay := newRelay(t, st, proc.Addr(), 2*time.Second)
 	proc.Kill(t)
-	n, err := st.RelayOutbox(context.Background(), 100, p.PublishBatch)
+	n, err := relay.RelayPending(context.Background())
 	if err == nil || n != 0 {
 		t.Fatalf("relay with the broker down: %d marked, error %v; want 0 and an error", n, err)
 	}
@@ -124,7 +127,8 @@ func TestKafkaPublisherWaitsForTheBroker(t *testing.T) {
 	proc.Restart(t)
 	deadline := time.Now().Add(30 * time.Second)
 	for unpublished(t, st) > 0 && time.Now().Before(deadline) {
-		_, _ = st.RelayOutbox(context.Background(), 100, p.PublishBatch)
+		_, _ = relay.RelayPending(context.Background())
+		time.Sleep(time.Second) // the failed rows' lease
 	}
 	if u := unpublished(t, st); u != 0 {
 		t.Fatalf("%d rows unpublished after the broker came back", u)

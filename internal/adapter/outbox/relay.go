@@ -1,19 +1,22 @@
 // Package outbox relays the events written to the transactional outbox to
-// JetStream.
+// a broker, through a Publisher (JetStream's is here; Kafka's and
+// RabbitMQ's plug in beside it).
 //
 // An event (order.paid) is written in the same Postgres transaction as the
 // state change it announces, so it exists exactly when the change does. The
-// Relay claims unpublished rows (FOR UPDATE SKIP LOCKED, so several worker
-// processes share the work without publishing an event twice at once),
-// publishes each with Nats-Msg-Id set to the event ID and waits for the
-// broker's ack, then marks the row published in the same transaction.
+// Relay claims unpublished rows for a lease (FOR UPDATE SKIP LOCKED in a
+// short transaction, so several worker processes share the work without
+// publishing an event twice at once, and no row lock is held while the
+// broker answers), publishes each with its event ID as the broker's dedup
+// key or record key and waits for the broker's confirmation, then marks the
+// confirmed rows published.
 //
-// Delivery is at least once: a crash between the publish and the commit of
-// the mark publishes the event again. Within the stream's duplicate window
-// the broker recognises the repeat by its Nats-Msg-Id and stores it once
-// (the PubAck reports Duplicate); after the window, consumers recognise it
-// by the event ID, which every copy carries in the Nats-Msg-Id header and
-// the payload.
+// Delivery is at least once: a crash between the publish and the mark (or
+// a publish slower than the lease) publishes the event again. JetStream
+// recognises the repeat by its Nats-Msg-Id within the stream's duplicate
+// window and stores it once; past it, and on brokers without publish dedup,
+// consumers recognise it by the event ID, which every copy carries in a
+// header (or the record key) and the payload.
 package outbox
 
 import (
@@ -21,16 +24,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/failpoint"
 )
+
+// Publisher publishes one outbox event to a broker.
+type Publisher interface {
+	// Publish publishes e with e.EventID as the broker's dedup key (or
+	// record key, or message ID) and returns nil only once the broker
+	// confirmed it stored the event. Duplicate reports that the broker
+	// recognised a repeat of an event it already stored.
+	Publish(ctx context.Context, e store.OutboxEvent) (duplicate bool, err error)
+	// Name names the broker in logs and errors ("jetstream", "kafka").
+	Name() string
+}
 
 // Defaults of the relay. internal/config applies them.
 const (
@@ -43,32 +53,21 @@ const (
 
 // Config configures a Relay. Zero values take the defaults noted per field.
 type Config struct {
-	// Stream is the stream the subjects must land in; a publish that no
-	// stream (or another one) captures fails instead of being lost.
-	// Default DefaultStream.
-	Stream string
-	// SubjectPrefix is prepended to each event's topic. Default
-	// DefaultSubjectPrefix.
-	SubjectPrefix string
 	// BatchSize is how many events one transaction claims. Default 100.
 	BatchSize int
 	// Interval between passes when the last one found nothing. Default 500ms.
 	Interval time.Duration
-	// PublishTimeout bounds the wait for each broker ack. Default 5s.
+	// PublishTimeout bounds the wait for each broker confirmation. Default 5s.
 	PublishTimeout time.Duration
+	// Lease is how long a claimed batch is kept from other relays while it
+	// is published; it must outlast BatchSize publishes. Default 1m.
+	Lease time.Duration
 	// Logger receives a line per failed publish and per duplicate the
 	// broker recognised. Default slog.Default().
 	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
-	if c.Stream == "" {
-		c.Stream = DefaultStream
-	}
-	if c.SubjectPrefix == "" {
-		c.SubjectPrefix = DefaultSubjectPrefix
-	}
-	c.SubjectPrefix = strings.TrimSuffix(c.SubjectPrefix, ".")
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
 	}
@@ -77,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 5 * time.Second
+	}
+	if c.Lease <= 0 {
+		c.Lease = time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -88,37 +90,34 @@ func (c Config) withDefaults() Config {
 type Stats struct {
 	// Published counts events the broker stored.
 	Published int64
-	// Duplicates counts publishes the broker recognised by Nats-Msg-Id as
-	// a repeat of an event it already stored (a relay crashed after
+	// Duplicates counts publishes the broker recognised by their event ID
+	// as a repeat of an event it already stored (a relay crashed after
 	// publishing and before marking).
 	Duplicates int64
 	// Failed counts publishes that failed; their rows stay unpublished.
 	Failed int64
 }
 
-// Relay publishes outbox events to JetStream.
+// Relay publishes outbox events through a Publisher.
 type Relay struct {
 	store *store.Store
-	js    jetstream.JetStream
+	pub   Publisher
 	cfg   Config
 	stats struct{ published, duplicates, failed atomic.Int64 }
 }
 
-// New returns a Relay that reads st's outbox and publishes through js.
-func New(st *store.Store, js jetstream.JetStream, cfg Config) (*Relay, error) {
-	if st == nil || js == nil {
-		return nil, errors.New("outbox relay: store and jetstream are required")
+// New returns a Relay that reads st's outbox and publishes through pub.
+func New(st *store.Store, pub Publisher, cfg Config) (*Relay, error) {
+	if st == nil || pub == nil {
+		return nil, errors.New("outbox relay: store and publisher are required")
 	}
-	return &Relay{store: st, js: js, cfg: cfg.withDefaults()}, nil
+	return &Relay{store: st, pub: pub, cfg: cfg.withDefaults()}, nil
 }
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats {
 	return Stats{Published: r.stats.published.Load(), Duplicates: r.stats.duplicates.Load(), Failed: r.stats.failed.Load()}
 }
-
-// Subject is the subject an event of topic is published on.
-func (r *Relay) Subject(topic string) string { return r.cfg.SubjectPrefix + "." + topic }
 
 // Run relays until ctx ends, then returns nil once the batch in flight is
 // settled. A failed pass is logged and retried after a growing pause.
@@ -143,13 +142,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// RelayPending publishes unpublished events, a batch per transaction, until
-// none is left or a publish fails, and returns how many it marked published.
+// RelayPending publishes unpublished events, a claimed batch at a time,
+// until none is left or a publish fails, and returns how many it marked
+// published.
 func (r *Relay) RelayPending(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		var claimed int
-		n, err := r.store.RelayOutbox(ctx, r.cfg.BatchSize, func(ctx context.Context, batch []store.OutboxEvent) ([]string, error) {
+		n, err := r.store.RelayOutbox(ctx, r.cfg.BatchSize, r.cfg.Lease, func(ctx context.Context, batch []store.OutboxEvent) ([]string, error) {
 			claimed = len(batch)
 			return r.publishBatch(ctx, batch)
 		})
@@ -174,25 +174,22 @@ func (r *Relay) publishBatch(ctx context.Context, batch []store.OutboxEvent) ([]
 	return done, nil
 }
 
-// Publish publishes one event and waits for the broker's ack. It is what
-// the relay does for each claimed row; calling it for an event the relay
-// publishes too is a repeat the broker recognises.
-func (r *Relay) Publish(ctx context.Context, e store.OutboxEvent) (*jetstream.PubAck, error) {
+// Publish publishes one event and waits for the broker's confirmation. It
+// is what the relay does for each claimed row; calling it for an event the
+// relay publishes too is a repeat (which JetStream recognises).
+func (r *Relay) Publish(ctx context.Context, e store.OutboxEvent) (duplicate bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	msg := nats.NewMsg(r.Subject(e.Topic))
-	msg.Data = e.Payload
-	msg.Header.Set("Content-Type", "application/json")
-	ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithMsgID(e.EventID), jetstream.WithExpectStream(r.cfg.Stream))
+	duplicate, err = r.pub.Publish(pctx, e)
 	if err != nil {
 		r.stats.failed.Add(1)
-		return nil, fmt.Errorf("publish event %s to %s: %w", e.EventID, msg.Subject, err)
+		return false, fmt.Errorf("publish event %s to %s: %w", e.EventID, r.pub.Name(), err)
 	}
-	if ack.Duplicate {
+	if duplicate {
 		r.stats.duplicates.Add(1)
-		r.cfg.Logger.Info("broker recognised a repeated event", "event_id", e.EventID, "stream_seq", ack.Sequence)
+		r.cfg.Logger.Info("broker recognised a repeated event", "event_id", e.EventID, "broker", r.pub.Name())
 	} else {
 		r.stats.published.Add(1)
 	}
-	return ack, nil
+	return duplicate, nil
 }

@@ -12,12 +12,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/health"
+	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
 
@@ -41,16 +39,20 @@ const (
 	// partition is read again; it doubles from one to the other.
 	DefaultStallFirst   = time.Second
 	DefaultStallLongest = 30 * time.Second
-	// DefaultStarters is how many workflow starts are in flight on the fast
-	// path, right after a record is recorded.
-	DefaultStarters = 32
-	// SourceKafka is the source recorded for messages from Kafka.
-	SourceKafka = "kafka"
+	// DefaultUnknownTypeStalls is how many stalls a record of a type this
+	// worker does not know gets (a rolling deploy adding the type) before
+	// it is quarantined.
+	DefaultUnknownTypeStalls = 5
+	// DefaultName is the source's name: its metrics label, health check
+	// and the source of its inbox and quarantine rows.
+	DefaultName = "kafka"
 )
 
 // Config configures a Consumer. Zero values take the defaults noted per
 // field.
 type Config struct {
+	// Name is the source's name (intake.Source.Name). Default DefaultName.
+	Name string
 	// Brokers are the seed brokers, host:port. Required.
 	Brokers []string
 	// Topic is the topic to consume. Default DefaultTopic.
@@ -69,17 +71,28 @@ type Config struct {
 	// record could not be recorded is read again. Defaults DefaultStallFirst,
 	// DefaultStallLongest.
 	StallFirst, StallLongest time.Duration
+	// UnknownTypeStalls is how many stalls a record of an unknown type gets
+	// before it is quarantined. Default DefaultUnknownTypeStalls.
+	UnknownTypeStalls int
 	// Starters bounds the workflow starts in flight on the fast path.
-	// Default DefaultStarters.
+	// Default intake.DefaultStarters.
 	Starters int
 	// Logger receives a line per stalled partition and failed commit.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Metrics counts the settlements under Name. Nil counts nothing.
+	Metrics *metrics.Metrics
 	// ClientOpts are added to the client's options (TLS, SASL, timeouts).
 	ClientOpts []kgo.Opt
 }
 
 func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.UnknownTypeStalls <= 0 {
+		c.UnknownTypeStalls = DefaultUnknownTypeStalls
+	}
 	if c.Topic == "" {
 		c.Topic = DefaultTopic
 	}
@@ -102,9 +115,6 @@ func (c Config) withDefaults() Config {
 		c.StallLongest = DefaultStallLongest
 	}
 	c.StallLongest = max(c.StallLongest, c.StallFirst)
-	if c.Starters <= 0 {
-		c.Starters = DefaultStarters
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -145,29 +155,10 @@ func validTopic(s string) error {
 	return nil
 }
 
-// Stats counts what a Consumer did since it was created.
-type Stats struct {
-	// Polled counts records handed to the intake, re-reads included.
-	Polled int64
-	// Recorded counts records that created their inbox row.
-	Recorded int64
-	// Duplicates counts copies the inbox recognised.
-	Duplicates int64
-	// Quarantined counts records kept in quarantine (never recordable).
-	Quarantined int64
-	// Failed counts records that could not be recorded; each stalled its
-	// partition.
-	Failed int64
-	// Stalls counts partitions read again from an unrecorded record.
-	Stalls int64
-	// Started counts workflows started on the fast path.
-	Started int64
-}
-
 // Consumer consumes a Kafka topic, as a member of a consumer group, into
 // the inbox.
 type Consumer struct {
-	in    *intake.Intake
+	path  *intake.Path
 	cl    *kgo.Client
 	cfg   Config
 	track *tracker
@@ -176,15 +167,21 @@ type Consumer struct {
 	// callbacks, which run between batches (BlockRebalanceOnPoll).
 	stalls map[partition]*stall
 	mu     sync.Mutex // guards track and stalls against the callbacks
-	stats  struct {
-		polled, recorded, duplicates, quarantined, failed, stalls, started atomic.Int64
-	}
+	nstall atomic.Int64
 }
 
+// stall is a partition rewound to its first unrecorded record and paused.
 type stall struct {
+	// until is when it is read again; zero once resumed.
 	until time.Time
 	pause time.Duration
+	// from is the record it stalled on; unknown counts its stalls for a
+	// type this worker does not know.
+	from    int64
+	unknown int
 }
+
+var _ intake.Source = (*Consumer)(nil)
 
 // NewConsumer returns a Consumer of cfg.Topic recording into in. The client
 // joins the group at Run's first poll.
@@ -196,7 +193,12 @@ func NewConsumer(in *intake.Intake, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("kafka consumer: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	c := &Consumer{in: in, cfg: cfg, track: newTracker(), stalls: make(map[partition]*stall)}
+	path, err := intake.NewPath(in, intake.PathConfig{Source: cfg.Name, Starters: cfg.Starters, StartQueue: cfg.MaxPollRecords,
+		Metrics: cfg.Metrics, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("kafka consumer: %w", err)
+	}
+	c := &Consumer{path: path, cfg: cfg, track: newTracker(), stalls: make(map[partition]*stall)}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
@@ -220,11 +222,24 @@ func NewConsumer(in *intake.Intake, cfg Config) (*Consumer, error) {
 	return c, nil
 }
 
-// Stats returns the consumer's counters.
-func (c *Consumer) Stats() Stats {
-	s := &c.stats
-	return Stats{Polled: s.polled.Load(), Recorded: s.recorded.Load(), Duplicates: s.duplicates.Load(),
-		Quarantined: s.quarantined.Load(), Failed: s.failed.Load(), Stalls: s.stalls.Load(), Started: s.started.Load()}
+// Name is the source's name.
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Stats returns the source's counters; Retries counts records not
+// recorded, each of which stalled its partition.
+func (c *Consumer) Stats() intake.SourceStats { return c.path.Stats() }
+
+// Stalls counts the times a partition was rewound and paused.
+func (c *Consumer) Stalls() int64 { return c.nstall.Load() }
+
+// Check is ready when a broker answers.
+func (c *Consumer) Check() health.Check {
+	return health.Check{Name: "source." + c.cfg.Name, Fn: func(ctx context.Context) error {
+		if err := c.cl.Ping(ctx); err != nil {
+			return fmt.Errorf("kafka brokers %v: %w", c.cfg.Brokers, err)
+		}
+		return nil
+	}}
 }
 
 // Client is the consumer's franz-go client (for the horizon check and
@@ -280,21 +295,8 @@ func (c *Consumer) drop(cl *kgo.Client, parts map[string][]int32) {
 // the group rebalance. On shutdown the batch in hand is settled, the marks
 // are committed and the client leaves the group.
 func (c *Consumer) Run(ctx context.Context) error {
-	starts := make(chan fastStart, c.cfg.MaxPollRecords)
-	var starters sync.WaitGroup
-	for range c.cfg.Starters {
-		starters.Go(func() {
-			for s := range starts {
-				if ctx.Err() == nil {
-					c.startFast(ctx, s)
-				}
-			}
-		})
-	}
-	defer func() {
-		close(starts)
-		starters.Wait()
-	}()
+	c.path.Open(ctx)
+	defer c.path.Close()
 	defer c.shutdown()
 
 	var lastErr string
@@ -315,7 +317,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.cfg.Logger.Warn("kafka fetch failed; retrying", "topic", topic, "partition", p, "error", msg)
 			}
 		})
-		c.settle(ctx, fetches.Records(), starts)
+		c.settle(ctx, fetches.Records())
 		c.cl.AllowRebalance()
 	}
 	return nil
@@ -363,7 +365,7 @@ func (c *Consumer) resumeDue() {
 
 // settle records a batch, marks the settled prefix of each partition and
 // stalls the partitions with a record that could not be recorded.
-func (c *Consumer) settle(ctx context.Context, records []*kgo.Record, starts chan<- fastStart) {
+func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 	c.mu.Lock()
 	kept := records[:0]
 	for _, r := range records {
@@ -390,6 +392,15 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record, starts cha
 	}
 	c.mu.Unlock()
 
+	// A record of a type this worker does not know is handed back (for a
+	// worker that knows it) until it has stalled UnknownTypeStalls times:
+	// then it is the last delivery, and quarantined.
+	last := make(map[partition]int64)
+	for p, s := range c.stalls {
+		if s.unknown >= c.cfg.UnknownTypeStalls {
+			last[p] = s.from
+		}
+	}
 	type result struct {
 		p      partition
 		offset int64
@@ -402,7 +413,9 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record, starts cha
 		wg.Go(func() {
 			for i := range work {
 				r := records[i]
-				results[i] = result{partition{r.Topic, r.Partition}, r.Offset, c.handle(ctx, r, starts)}
+				p := partition{r.Topic, r.Partition}
+				from, ok := last[p]
+				results[i] = result{p, r.Offset, c.handle(ctx, r, ok && from == r.Offset)}
 			}
 		})
 	}
@@ -458,83 +471,48 @@ func (c *Consumer) stallPartition(p partition, cause error) {
 	} else {
 		s.pause = min(2*s.pause, c.cfg.StallLongest)
 	}
+	if s.from != from.Offset {
+		s.from, s.unknown = from.Offset, 0
+	}
+	if errors.Is(cause, intake.ErrUnknownType) {
+		s.unknown++
+	}
 	s.until = time.Now().Add(s.pause)
-	c.stats.stalls.Add(1)
+	c.nstall.Add(1)
 	c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.part: from}})
 	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.part}})
 	c.cfg.Logger.Warn("record not recorded; partition stalled, to be read again from it", "topic", p.topic, "partition", p.part,
 		"offset", from.Offset, "retry_in", s.pause.String(), "error", cause.Error())
 }
 
-// handle records one record. A nil error means it is settled (recorded, a
-// copy, or quarantined); an error means its fate is not, and the record
-// must be read again.
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record, starts chan<- fastStart) error {
-	c.stats.polled.Add(1)
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RecordTimeout)
-	defer cancel()
-	hctx = tracing.Propagator.Extract(hctx, tracing.RecordHeaders{Headers: &r.Headers})
-	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+// handle hands one record to the Path. A nil error means it is settled
+// (recorded, a copy, or quarantined); an error means its fate is not, and
+// the record must be read again. last marks a record the consumer gives up
+// handing back (an unknown type, stalled UnknownTypeStalls times).
+//
+// The verdict is carried out by the poll loop once the batch is handled
+// (marks, stalls), so the Delivery has no Settle of its own.
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, last bool) error {
+	v := c.path.Handle(ctx, intake.Delivery{
+		Raw:      r.Value,
+		Source:   c.cfg.Name,
+		Attempt:  0, // Kafka keeps no delivery count
+		Last:     last,
+		Headers:  tracing.RecordHeaders{Headers: &r.Headers},
+		Position: fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset),
+		Attributes: []attribute.KeyValue{
 			attribute.String("messaging.system", "kafka"),
 			attribute.String("messaging.destination.name", r.Topic),
 			attribute.String("messaging.consumer.group.name", c.cfg.Group),
 			attribute.Int("messaging.destination.partition.id", int(r.Partition)),
 			attribute.Int64("messaging.kafka.offset", r.Offset),
-		))
-	defer span.End()
-	// Record, not RecordKnown: with no delivery count there is no last
-	// delivery to wait for, so an unknown type is quarantined at once
-	// (`starter quarantine retry` runs it once a worker knows the type).
-	rec, err := c.in.Record(hctx, r.Value, SourceKafka)
-	if err != nil {
-		span.SetStatus(codes.Error, "not recorded")
-		c.stats.failed.Add(1)
-		return err
-	}
-	span.SetAttributes(attribute.String("effectively.message_id", rec.MessageID),
-		attribute.String("effectively.intake.status", string(rec.Status)), attribute.Bool("effectively.intake.new", rec.New))
-	failpoint.Hit(failpoint.IntakeAfterInsert)
-	switch {
-	case rec.Status == intake.StatusInvalid:
-		c.stats.quarantined.Add(1)
-	case rec.New:
-		c.stats.recorded.Add(1)
-	default:
-		c.stats.duplicates.Add(1)
-	}
-	// A pending row starts now, a re-read one too: copies are rare in a
-	// group (a re-read after a crash, a rebalance or a stall), and its
-	// first start may have died with the process.
-	if rec.Pending && rec.Message != nil {
-		select {
-		case starts <- fastStart{m: rec.Message, span: span.SpanContext()}:
-		default: // starters busy: the dispatcher picks it up
+		},
+	})
+	if v.Settle == intake.SettleRetry {
+		if v.Cause == nil {
+			return errors.New("not recorded")
 		}
+		return v.Cause
 	}
 	return nil
-}
-
-// fastStart is a message to start on the fast path, with the span of the
-// record that recorded it.
-type fastStart struct {
-	m    *message.Message
-	span trace.SpanContext
-}
-
-// startFast starts the workflow of a recorded message, in the record's
-// trace; a failure leaves the row pending for the dispatcher.
-func (c *Consumer) startFast(ctx context.Context, s fastStart) {
-	m := s.m
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	sctx = trace.ContextWithSpanContext(sctx, s.span)
-	started, err := c.in.Dispatch(sctx, m)
-	if err != nil {
-		c.cfg.Logger.Warn("start after record failed; the dispatcher will retry", "message_id", m.ID, "error", err.Error())
-		return
-	}
-	if started {
-		c.stats.started.Add(1)
-	}
 }

@@ -12,8 +12,9 @@
 // take because Postgres is unreachable is never skipped: its partition is
 // read again from that record after a growing pause, for as long as it
 // takes. A record that can never be recorded (undecodable, over the size
-// limit, an unknown type) is quarantined with its reason, and only then is
-// the commit moved past it.
+// limit, an unknown type after a few stalls) is quarantined with its reason,
+// and only then is the commit moved past it. The decision is the shared
+// intake.Path's; this package turns its verdicts into marks and stalls.
 //
 // Polls block rebalances (BlockRebalanceOnPoll) until the bounded batch is
 // settled and marked; marks are committed when partitions are revoked,

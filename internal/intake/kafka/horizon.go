@@ -2,18 +2,15 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-)
 
-// ErrNoHorizon reports a topic whose records can be read again without a
-// time limit: no retention of inbox rows is safe for it.
-var ErrNoHorizon = errors.New("the topic has no redelivery horizon")
+	"github.com/effectively/effectively/internal/intake/retention"
+)
 
 // TopicLife is what bounds the life of a record in a topic's log, as the
 // broker reports the topic's configuration.
@@ -37,14 +34,14 @@ type TopicLife struct {
 func (l TopicLife) Horizon() (time.Duration, error) {
 	for _, p := range strings.Split(l.CleanupPolicy, ",") {
 		if strings.TrimSpace(p) == "compact" {
-			return 0, fmt.Errorf("%w: cleanup.policy=%s keeps the latest record of every key for as long as the topic exists; use cleanup.policy=delete", ErrNoHorizon, l.CleanupPolicy)
+			return 0, fmt.Errorf("%w: cleanup.policy=%s keeps the latest record of every key for as long as the topic exists; use cleanup.policy=delete", retention.ErrNoHorizon, l.CleanupPolicy)
 		}
 	}
 	if l.Retention < 0 {
-		return 0, fmt.Errorf("%w: retention.ms=-1 keeps every record for as long as the topic exists; set a finite retention.ms", ErrNoHorizon)
+		return 0, fmt.Errorf("%w: retention.ms=-1 keeps every record for as long as the topic exists; set a finite retention.ms", retention.ErrNoHorizon)
 	}
 	if l.Retention == 0 || l.Segment <= 0 {
-		return 0, fmt.Errorf("%w: retention.ms=%d, segment.ms=%d: both must be positive", ErrNoHorizon, l.Retention.Milliseconds(), l.Segment.Milliseconds())
+		return 0, fmt.Errorf("%w: retention.ms=%d, segment.ms=%d: both must be positive", retention.ErrNoHorizon, l.Retention.Milliseconds(), l.Segment.Milliseconds())
 	}
 	return l.Retention + l.Segment, nil
 }
@@ -102,16 +99,20 @@ func ReadTopicLife(ctx context.Context, adm *kadm.Client, topic string) (TopicLi
 }
 
 // Horizon reads the consumed topic's configuration and returns its
-// redelivery horizon (TopicLife.Horizon); a topic without one is an error
-// wrapping ErrNoHorizon that names the setting.
-func (c *Consumer) Horizon(ctx context.Context) (time.Duration, error) {
+// redelivery horizon (TopicLife.Horizon; Kafka has no publish dedup, so no
+// duplicate window); a topic without one is an error wrapping
+// retention.ErrNoHorizon that names the topic and the setting.
+func (c *Consumer) Horizon(ctx context.Context) (retention.SourceHorizon, error) {
 	l, err := ReadTopicLife(ctx, kadm.NewClient(c.cl), c.cfg.Topic)
 	if err != nil {
-		return 0, err
+		return retention.SourceHorizon{}, fmt.Errorf("source %s: %w", c.cfg.Name, err)
 	}
 	h, err := l.Horizon()
 	if err != nil {
-		return 0, fmt.Errorf("topic %s: %w", c.cfg.Topic, err)
+		return retention.SourceHorizon{}, fmt.Errorf("source %s: topic %s: %w", c.cfg.Name, c.cfg.Topic, err)
 	}
-	return h, nil
+	return retention.SourceHorizon{
+		Source: c.cfg.Name, Redelivery: h,
+		Basis: fmt.Sprintf("topic %s: retention.ms %d + segment.ms %d", c.cfg.Topic, l.Retention.Milliseconds(), l.Segment.Milliseconds()),
+	}, nil
 }

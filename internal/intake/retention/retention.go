@@ -33,7 +33,7 @@ const DefaultMargin = time.Hour
 
 // ErrUnbounded reports a consumer that redelivers without limit: no
 // retention is safe for it.
-var ErrUnbounded = errors.New("the consumer redelivers without limit (MaxDeliver unset), so no retention is safe")
+var ErrUnbounded = fmt.Errorf("%w: the consumer redelivers without limit (MaxDeliver unset), so no retention is safe", ErrNoHorizon)
 
 // Redelivery describes how a broker consumer redelivers a message whose ack
 // did not arrive. It mirrors the JetStream consumer configuration.
@@ -77,6 +77,10 @@ type Inputs struct {
 	Redelivery *Redelivery
 	// DuplicateWindow is the stream's publish deduplication window.
 	DuplicateWindow time.Duration
+	// Sources are the horizons of the worker's sources; the longest one's
+	// terms (redelivery plus duplicate window) count, when longer than
+	// Redelivery's and DuplicateWindow's.
+	Sources []SourceHorizon
 	// NamespaceRetention is how long Temporal keeps a closed workflow run.
 	NamespaceRetention time.Duration
 	// Margin is added at the end. Zero means DefaultMargin; use a negative
@@ -86,6 +90,9 @@ type Inputs struct {
 
 // Horizon is the shortest safe retention and the terms it is the sum of.
 type Horizon struct {
+	// Source names the source whose terms count (the longest); empty
+	// without sources.
+	Source             string
 	Redelivery         time.Duration
 	DuplicateWindow    time.Duration
 	NamespaceRetention time.Duration
@@ -96,6 +103,10 @@ type Horizon struct {
 
 // String explains the horizon term by term.
 func (h Horizon) String() string {
+	if h.Source != "" {
+		return fmt.Sprintf("%s (source %s: redelivery window %s + duplicate window %s; + temporal namespace retention %s + margin %s)",
+			h.Total, h.Source, h.Redelivery, h.DuplicateWindow, h.NamespaceRetention, h.Margin)
+	}
 	return fmt.Sprintf("%s (redelivery window %s + duplicate window %s + temporal namespace retention %s + margin %s)",
 		h.Total, h.Redelivery, h.DuplicateWindow, h.NamespaceRetention, h.Margin)
 }
@@ -115,6 +126,14 @@ func Compute(in Inputs) (Horizon, error) {
 			return Horizon{}, fmt.Errorf("redelivery window: %w", err)
 		}
 		h.Redelivery = w
+	}
+	for _, s := range in.Sources {
+		if err := s.Validate(); err != nil {
+			return Horizon{}, err
+		}
+	}
+	if s, ok := Longest(in.Sources); ok && s.Total() > h.Redelivery+h.DuplicateWindow {
+		h.Source, h.Redelivery, h.DuplicateWindow = s.Source, s.Redelivery, s.DuplicateWindow
 	}
 	if h.DuplicateWindow < 0 || h.NamespaceRetention < 0 {
 		return Horizon{}, errors.New("durations must not be negative")

@@ -133,16 +133,16 @@ func NamespaceRetention(ctx context.Context, c client.Client, namespace string) 
 }
 
 // ReadPolicy reads namespace's retention from Temporal, computes the horizon
-// with the broker's redelivery configuration (nil when no broker delivers
-// messages) and its duplicate window, and checks keep against it. The
+// with the longest of the sources' horizons (none when no broker delivers
+// messages), and checks keep against it. The
 // worker calls it before it starts anything: a retention shorter than the
 // horizon is refused with an error naming both.
-func ReadPolicy(ctx context.Context, c client.Client, namespace string, keep time.Duration, redelivery *Redelivery, duplicateWindow time.Duration) (Policy, error) {
+func ReadPolicy(ctx context.Context, c client.Client, namespace string, keep time.Duration, sources ...SourceHorizon) (Policy, error) {
 	nsRetention, err := NamespaceRetention(ctx, c, namespace)
 	if err != nil {
 		return Policy{}, err
 	}
-	h, err := Compute(Inputs{Redelivery: redelivery, DuplicateWindow: duplicateWindow, NamespaceRetention: nsRetention})
+	h, err := Compute(Inputs{Sources: sources, NamespaceRetention: nsRetention})
 	if err != nil {
 		return Policy{}, fmt.Errorf("retention horizon: %w", err)
 	}

@@ -7,18 +7,38 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/intake/route"
+	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
 // oversizedMsg is a message over message.MaxSize whose bytes differ with id.
 func oversizedMsg(id string) string {
 	return `{"id":"` + id + `","type":"order.placed","data":{"pad":"` + strings.Repeat(id, message.MaxSize/len(id)) + `"}}`
+}
+
+// harness is an Intake on a fresh database with a fake Temporal.
+type harness struct {
+	in *intake.Intake
+	tc *testenv.FakeTemporal
+	db *pgxpool.Pool
+}
+
+func newHarness(tb testing.TB) *harness {
+	tb.Helper()
+	db := storetest.NewPool(tb)
+	tc := testenv.NewFakeTemporal()
+	in, err := intake.New(store.New(db), tc, intake.Config{Logger: testenv.Logger(tb)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &harness{in: in, tc: tc, db: db}
 }
 
 // quarantineRow is what an operator sees of one quarantine row.
@@ -84,7 +104,7 @@ func (h *harness) checkOversizedRows(tb testing.TB, msgs []string) {
 // with the decode error): each distinct message is its own too_large row,
 // and a copy counts on its row.
 func TestOversizedLinesStayDistinct(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t)
 	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
 	ctx := context.Background()
 	err := route.Default().DecodeStream(strings.NewReader(strings.Join(msgs, "\n")+"\n"), func(_ int, raw []byte, _ *message.Message, derr error) error {
@@ -103,45 +123,17 @@ func TestOversizedLinesStayDistinct(t *testing.T) {
 	h.checkOversizedRows(t, msgs)
 }
 
-// TestConsumerQuarantinesOversizedMessages publishes oversized messages to
-// a stream without a message size limit of its own, as an operator's may be
-// (the broker takes up to 1 MB): the consumer quarantines each as too_large
-// without keeping the whole, acks it, and starts nothing.
-func TestConsumerQuarantinesOversizedMessages(t *testing.T) {
-	h := newHarness(t, nil)
-	h.j = testenv.NewJetStream(t, testenv.JetStreamOptions{MaxMsgSize: -1})
-	msgs := []string{oversizedMsg("evt_big_a"), oversizedMsg("evt_big_b"), oversizedMsg("evt_big_a")}
-	for _, m := range msgs {
-		h.j.Publish(t, []byte(m), "")
-	}
-	cfg := h.j.ConsumerConfig(t, 30*time.Second, 5)
-	cons, err := intake.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, cons)
-	testenv.Eventually(t, 30*time.Second, "every oversized message quarantined and acked", func() bool {
-		ackPending, pending, _ := h.consumerInfo(t, cfg.Durable)
-		return h.count(t, `SELECT coalesce(sum(copies), 0) FROM quarantine`) == int64(len(msgs)) && ackPending == 0 && pending == 0
-	})
-	stop()
-	h.checkOversizedRows(t, msgs)
-	if n := len(h.tc.starts()); n != 0 {
-		t.Errorf("%d workflows started for oversized messages", n)
-	}
-}
-
 // TestEveryQuarantinePathIsBounded: whatever path quarantines a message
 // that is not too_large by decode — a delivery past max deliver from a
 // stream without a size limit, an inbox row that no longer decodes — a raw
 // over message.MaxSize keeps only its prefix, with its size and the SHA-256
 // of the whole; a bad message within the limit is kept whole.
 func TestEveryQuarantinePathIsBounded(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t)
 	ctx := context.Background()
 	big := oversizedMsg("evt_big_deliver")
 	for reason, raw := range map[string]string{store.ReasonMaxDeliver: big, store.ReasonInvalid: oversizedMsg("evt_big_inbox")} {
-		res, err := intake.Reject(h.in, ctx, []byte(raw), intake.SourceJetStream, "", "", reason, errors.New("test"))
+		res, err := intake.Reject(h.in, ctx, []byte(raw), "jetstream", "", "", reason, errors.New("test"))
 		if err != nil || res.Status != intake.StatusInvalid {
 			t.Fatalf("reject %s: %v, %v", reason, res.Status, err)
 		}

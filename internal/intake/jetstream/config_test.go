@@ -1,4 +1,4 @@
-package intake
+package jetstream
 
 import (
 	"strings"
@@ -56,12 +56,12 @@ func TestMsgIDSeparatesPayloads(t *testing.T) {
 	}
 }
 
-func TestJetStreamConfigValidate(t *testing.T) {
-	ok := JetStreamConfig{}
+func TestConfigValidate(t *testing.T) {
+	ok := Config{}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	tests := map[string]JetStreamConfig{
+	tests := map[string]Config{
 		"unlimited":          {MaxDeliver: -1},
 		"too few deliveries": {MaxDeliver: 3, BackOff: []time.Duration{time.Second, time.Second}},
 		"zero backoff":       {BackOff: []time.Duration{0}},
@@ -79,7 +79,7 @@ func TestJetStreamConfigValidate(t *testing.T) {
 // TestRedeliveryMatchesTheBroker checks that the per-delivery ack waits the
 // consumer uses for its Nak delays are the ones the horizon sums.
 func TestRedeliveryMatchesTheBroker(t *testing.T) {
-	c := JetStreamConfig{AckWait: 30 * time.Second, MaxDeliver: 5, BackOff: []time.Duration{time.Minute, 5 * time.Minute}}.withDefaults()
+	c := Config{AckWait: 30 * time.Second, MaxDeliver: 5, BackOff: []time.Duration{time.Minute, 5 * time.Minute}}.withDefaults()
 	var sum time.Duration
 	for n := 1; n <= c.MaxDeliver; n++ {
 		sum += c.ackWaitOf(uint64(n))
@@ -91,7 +91,7 @@ func TestRedeliveryMatchesTheBroker(t *testing.T) {
 	if sum != w || w != 30*time.Second+time.Minute+3*5*time.Minute {
 		t.Fatalf("consumer waits sum to %s, horizon window %s", sum, w)
 	}
-	none := JetStreamConfig{AckWait: 10 * time.Second, MaxDeliver: 3, BackOff: []time.Duration{}}.withDefaults()
+	none := Config{AckWait: 10 * time.Second, MaxDeliver: 3, BackOff: []time.Duration{}}.withDefaults()
 	if none.ackWaits() != nil || none.ackWaitOf(3) != 10*time.Second {
 		t.Fatalf("without backoff: %v, %s", none.ackWaits(), none.ackWaitOf(3))
 	}

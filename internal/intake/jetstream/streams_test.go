@@ -1,4 +1,4 @@
-package intake_test
+package jetstream_test
 
 import (
 	"bytes"
@@ -11,15 +11,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/adapter/message"
-	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
 // TestCreatedStreamsRefuseOversizedMessages creates the message and events
-// streams as the worker does (testenv uses intake.EnsureStream): both carry
+// streams as the worker does (testenv uses jetstream.EnsureStream): both carry
 // MaxMsgSize, a message of the intake's limit with a long Nats-Msg-Id and a
 // traceparent is stored, and one byte past the stream's limit is refused by
 // the server.
@@ -32,14 +32,14 @@ func TestCreatedStreamsRefuseOversizedMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := st.CachedInfo().Config.MaxMsgSize; got != intake.MaxStreamMsgSize {
-			t.Errorf("stream %s has MaxMsgSize %d, want %d", name, got, intake.MaxStreamMsgSize)
+		if got := st.CachedInfo().Config.MaxMsgSize; got != jetstream.MaxStreamMsgSize {
+			t.Errorf("stream %s has MaxMsgSize %d, want %d", name, got, jetstream.MaxStreamMsgSize)
 		}
-		if intake.LooseMessageLimit(st.CachedInfo().Config) {
+		if jetstream.LooseMessageLimit(st.CachedInfo().Config) {
 			t.Errorf("stream %s counts as loose", name)
 		}
 	}
-	subject, err := intake.PublishSubject(j.Subject, "order.placed")
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,17 +49,17 @@ func TestCreatedStreamsRefuseOversizedMessages(t *testing.T) {
 		msg := nats.NewMsg(subject)
 		msg.Data = bytes.Repeat([]byte("x"), size)
 		msg.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-		_, err := j.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("%s#%016x", bytes.Repeat([]byte("m"), 255), size)),
-			jetstream.WithExpectStream(j.Stream))
+		_, err := j.JS.PublishMsg(ctx, msg, natsjs.WithMsgID(fmt.Sprintf("%s#%016x", bytes.Repeat([]byte("m"), 255), size)),
+			natsjs.WithExpectStream(j.Stream))
 		return err
 	}
 	if err := publish(message.MaxSize); err != nil {
 		t.Fatalf("a message of the intake's limit (%d bytes) with headers was refused: %v", message.MaxSize, err)
 	}
-	err = publish(intake.MaxStreamMsgSize + 1)
-	var apiErr *jetstream.APIError
+	err = publish(jetstream.MaxStreamMsgSize + 1)
+	var apiErr *natsjs.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeMessageTooLarge {
-		t.Fatalf("publish of %d bytes: %v; want the server's refusal (message size exceeds maximum)", intake.MaxStreamMsgSize+1, err)
+		t.Fatalf("publish of %d bytes: %v; want the server's refusal (message size exceeds maximum)", jetstream.MaxStreamMsgSize+1, err)
 	}
 	info, err := j.JS.Stream(ctx, j.Stream)
 	if err != nil {
@@ -77,7 +77,7 @@ func TestEnsureStreamLeavesAnExistingStream(t *testing.T) {
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{MaxMsgSize: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, created, err := intake.EnsureStream(ctx, j.JS, intake.StreamSpec{Name: j.Stream, Subjects: []string{j.Subject}})
+	st, created, err := jetstream.EnsureStream(ctx, j.JS, jetstream.StreamSpec{Name: j.Stream, Subjects: []string{j.Subject}})
 	if err != nil || created {
 		t.Fatalf("EnsureStream = created %v, %v; want the existing stream", created, err)
 	}
@@ -85,15 +85,15 @@ func TestEnsureStreamLeavesAnExistingStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Config.MaxMsgSize != -1 || !intake.LooseMessageLimit(info.Config) {
-		t.Errorf("existing stream: MaxMsgSize %d, loose %v; want -1 (unchanged), loose", info.Config.MaxMsgSize, intake.LooseMessageLimit(info.Config))
+	if info.Config.MaxMsgSize != -1 || !jetstream.LooseMessageLimit(info.Config) {
+		t.Errorf("existing stream: MaxMsgSize %d, loose %v; want -1 (unchanged), loose", info.Config.MaxMsgSize, jetstream.LooseMessageLimit(info.Config))
 	}
-	for _, c := range []jetstream.StreamConfig{{MaxMsgSize: 0}, {MaxMsgSize: intake.MaxStreamMsgSize + 1}, {MaxMsgSize: 1 << 20}} {
-		if !intake.LooseMessageLimit(c) {
+	for _, c := range []natsjs.StreamConfig{{MaxMsgSize: 0}, {MaxMsgSize: jetstream.MaxStreamMsgSize + 1}, {MaxMsgSize: 1 << 20}} {
+		if !jetstream.LooseMessageLimit(c) {
 			t.Errorf("MaxMsgSize %d does not count as loose", c.MaxMsgSize)
 		}
 	}
-	if intake.LooseMessageLimit(jetstream.StreamConfig{MaxMsgSize: 1 << 10}) {
+	if jetstream.LooseMessageLimit(natsjs.StreamConfig{MaxMsgSize: 1 << 10}) {
 		t.Error("a tighter limit counts as loose")
 	}
 }
@@ -108,9 +108,9 @@ func TestEnsureStreamsWarns(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	fresh := j.Stream + "_FRESH"
-	err := intake.EnsureStreams(ctx, j.JS, logger,
-		intake.StreamSpec{Name: j.Stream, Subjects: []string{j.Subject}, MaxAge: 30 * time.Minute}, // it keeps 1h
-		intake.StreamSpec{Name: fresh, Subjects: []string{fresh + ".>"}, MaxAge: time.Hour})
+	err := jetstream.EnsureStreams(ctx, j.JS, logger,
+		jetstream.StreamSpec{Name: j.Stream, Subjects: []string{j.Subject}, MaxAge: 30 * time.Minute}, // it keeps 1h
+		jetstream.StreamSpec{Name: fresh, Subjects: []string{fresh + ".>"}, MaxAge: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package intake_test
+package jetstream_test
 
 import (
 	"context"
@@ -10,44 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )
-
-// fakeTemporal stands in for the Temporal client: the consumer's tests are
-// about the inbox and the broker. Like the server, it starts a workflow ID
-// once and refuses it after that.
-type fakeTemporal struct {
-	client.Client
-	mu      sync.Mutex
-	started map[string]int
-}
-
-func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.started[opts.ID] > 0 {
-		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("workflow execution already started", "", "")
-	}
-	f.started[opts.ID]++
-	return nil, nil
-}
-
-func (f *fakeTemporal) starts() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.started))
-	for k, v := range f.started {
-		out[k] = v
-	}
-	return out
-}
 
 // acquireGate watches the connections of the intake's pool. It holds the
 // first acquirers back until need connections are in use at once or 10s
@@ -129,7 +99,7 @@ func (g *inboxGroups) max() int {
 // JetStream stream of its own.
 type harness struct {
 	in     *intake.Intake
-	tc     *fakeTemporal
+	tc     *testenv.FakeTemporal
 	j      *testenv.JetStream
 	db     *pgxpool.Pool // for the test's own queries, outside the gate
 	groups *inboxGroups  // the intake pool's largest inbox transaction
@@ -159,7 +129,7 @@ func newHarness(tb testing.TB, gate *acquireGate) *harness {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(db.Close)
-	tc := &fakeTemporal{started: map[string]int{}}
+	tc := testenv.NewFakeTemporal()
 	in, err := intake.New(store.New(pool), tc, intake.Config{Logger: testenv.Logger(tb)})
 	if err != nil {
 		tb.Fatal(err)
@@ -248,7 +218,7 @@ func TestConsumerSettlesCopiesConcurrently(t *testing.T) {
 
 	cfg := h.j.ConsumerConfig(t, 30*time.Second, 5) // no redelivery within the test
 	cfg.Handlers, cfg.FetchBatch = handlers, 50
-	cons, err := intake.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
+	cons, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +247,7 @@ func TestConsumerSettlesCopiesConcurrently(t *testing.T) {
 	stop()
 
 	s := cons.Stats()
-	want := intake.ConsumerStats{Delivered: unique * copies, Recorded: unique, Duplicates: unique * (copies - 1), Started: s.Started}
+	want := intake.SourceStats{Delivered: unique * copies, Recorded: unique, Duplicates: unique * (copies - 1), Started: s.Started}
 	if s != want {
 		t.Errorf("consumer stats = %+v, want %+v", s, want)
 	}
@@ -299,7 +269,7 @@ func TestConsumerSettlesCopiesConcurrently(t *testing.T) {
 	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
 		t.Errorf("%d messages quarantined, want none", n)
 	}
-	started := h.tc.starts()
+	started := h.tc.Starts()
 	if len(started) != unique {
 		t.Errorf("workflows started for %d messages, want %d", len(started), unique)
 	}
@@ -324,7 +294,7 @@ func TestConsumerShutdownSettlesFetched(t *testing.T) {
 
 	cfg := h.j.ConsumerConfig(t, 30*time.Second, 5)
 	cfg.Handlers, cfg.FetchBatch = 4, 50
-	cons, err := intake.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
+	cons, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +306,7 @@ func TestConsumerShutdownSettlesFetched(t *testing.T) {
 	if s.Delivered >= unique*copies {
 		t.Fatalf("all %d deliveries were settled before the shutdown; the test needs one in the middle", s.Delivered)
 	}
-	if s.Recorded+s.Duplicates != s.Delivered || s.Naks != 0 || s.Invalid+s.PayloadMismatches+s.MaxDelivered != 0 {
+	if s.Recorded+s.Duplicates != s.Delivered || s.Retries != 0 || s.Invalid+s.PayloadMismatches+s.MaxDelivered != 0 {
 		t.Errorf("stats after shutdown = %+v: every delivery should be recorded or recognised", s)
 	}
 	// The acks were sent before Run returned; the server applies them
@@ -374,7 +344,7 @@ func TestConsumerShutdownSettlesFetched(t *testing.T) {
 // DefaultHandlers handlers. Run it with a fixed count, e.g.
 // go test ./internal/intake/ -run '^$' -bench ConsumerCopies -benchtime 3000x
 func BenchmarkConsumerCopies(b *testing.B) {
-	for _, handlers := range []int{1, intake.DefaultHandlers} {
+	for _, handlers := range []int{1, jetstream.DefaultHandlers} {
 		b.Run(fmt.Sprintf("handlers=%d", handlers), func(b *testing.B) {
 			h := newHarness(b, nil)
 			ctx := context.Background()
@@ -389,7 +359,7 @@ func BenchmarkConsumerCopies(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			subject, err := intake.PublishSubject(h.j.Subject, "order.placed")
+			subject, err := jetstream.PublishSubject(h.j.Subject, "order.placed")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -405,7 +375,7 @@ func BenchmarkConsumerCopies(b *testing.B) {
 			}
 			cfg := h.j.ConsumerConfig(b, 30*time.Second, 5)
 			cfg.Handlers = handlers
-			cons, err := intake.NewConsumer(ctx, h.in, h.j.JS, cfg)
+			cons, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

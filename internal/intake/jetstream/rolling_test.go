@@ -1,12 +1,14 @@
-package intake_test
+package jetstream_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/tools/testenv"
 )
@@ -29,8 +31,8 @@ func TestRollingDeployConsumerHandsBackANewType(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := h.j.ConsumerConfig(t, 300*time.Millisecond, 3)
-	consumer := func(in *intake.Intake) *intake.Consumer {
-		c, err := intake.NewConsumer(ctx, in, h.j.JS, cfg)
+	consumer := func(in *intake.Intake) *jetstream.Consumer {
+		c, err := jetstream.NewConsumer(ctx, in, h.j.JS, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +50,7 @@ func TestRollingDeployConsumerHandsBackANewType(t *testing.T) {
 	stopOld := run(t, old)
 	h.j.Publish(t, refundRequested("evt_roll_js1", 770), "")
 	testenv.Eventually(t, 5*time.Second, "the old worker to hand the new type back", func() bool {
-		return old.Stats().Naks >= 1 || len(quarantined()) > 0
+		return old.Stats().Retries >= 1 || len(quarantined()) > 0
 	})
 	stopOld()
 	if q := quarantined(); len(q) != 0 {
@@ -56,7 +58,7 @@ func TestRollingDeployConsumerHandsBackANewType(t *testing.T) {
 	}
 	stopNew := run(t, consumer(h.in))
 	testenv.Eventually(t, 10*time.Second, "the new worker to start the refund", func() bool {
-		return h.tc.starts()["order-refund/evt_roll_js1"] == 1
+		return h.tc.Starts()["order-refund/evt_roll_js1"] == 1
 	})
 	stopNew()
 
@@ -66,7 +68,11 @@ func TestRollingDeployConsumerHandsBackANewType(t *testing.T) {
 	defer stopOld()
 	h.j.Publish(t, refundRequested("evt_roll_js2", 771), "")
 	testenv.Eventually(t, 10*time.Second, "the last delivery to be quarantined", func() bool { return len(quarantined()) == 1 })
-	if q := quarantined()[0]; q.MessageID != "evt_roll_js2" || q.Reason != store.ReasonInvalid || old.Stats().Naks != 2 {
-		t.Errorf("quarantine = %s (%s), %d naks; want evt_roll_js2 as invalid after 2 naks", q.MessageID, q.Reason, old.Stats().Naks)
+	if q := quarantined()[0]; q.MessageID != "evt_roll_js2" || q.Reason != store.ReasonInvalid || old.Stats().Retries != 2 {
+		t.Errorf("quarantine = %s (%s), %d naks; want evt_roll_js2 as invalid after 2 naks", q.MessageID, q.Reason, old.Stats().Retries)
 	}
+}
+
+func refundRequested(id string, orderID int64) []byte {
+	return fmt.Appendf(nil, `{"id": %q, "type": "order.refund_requested", "data": {"order_id": %d, "amount": 500, "reason": "requested_by_customer"}}`, id, orderID)
 }

@@ -1,0 +1,355 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/internal/leaf/tracing"
+)
+
+// Defaults of a Path.
+const (
+	// DefaultStarters is how many workflow starts a Path has in flight on
+	// its fast path.
+	DefaultStarters = 32
+	// DefaultHandleTimeout bounds the handling of a delivery from a broker
+	// that does not redeliver on a timer (Delivery.AckWait 0).
+	DefaultHandleTimeout = 30 * time.Second
+	// DefaultStartQueue is how many recorded messages wait for a starter
+	// before the next one is left to the Dispatcher.
+	DefaultStartQueue = 1000
+)
+
+// PathConfig configures a Path. Zero values take the defaults noted per
+// field.
+type PathConfig struct {
+	// Source is the source's name (Source.Name): the source label of the
+	// metrics, and the source of the rows it writes. Required.
+	Source string
+	// Starters bounds the workflow starts in flight right after the settle
+	// (the fast path; the Dispatcher is the slow one). Default
+	// DefaultStarters.
+	Starters int
+	// StartQueue is how many recorded messages may wait for a starter; one
+	// that finds no room is left to the Dispatcher. Default
+	// DefaultStartQueue.
+	StartQueue int
+	// RetryBackoff is the delay of a retry from a broker without an ack
+	// wait, by attempt (1-based, the last entry repeating). Default
+	// DefaultRetryBackoff.
+	RetryBackoff []time.Duration
+	// Metrics counts the settlements by source. Nil counts nothing.
+	Metrics *metrics.Metrics
+	// Logger receives a line per quarantined, retried and redelivered
+	// message. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultRetryBackoff is the wait before a broker without an ack wait
+// (Kafka, RabbitMQ) gets a delivery that could not be recorded again.
+var DefaultRetryBackoff = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}
+
+// Path is the broker-neutral way of a delivery: decode → inbox (the group
+// commit) → verdict → settle → fast-path start. Every source has one; it
+// owns the source's counters and its starters.
+//
+// A delivery whose message cannot be recorded (Postgres unreachable) is
+// never acked: it is handed back. On its last delivery it is quarantined
+// with its raw bytes instead (max_deliver), retrying the quarantine while
+// the broker is kept waiting, so a message the inbox cannot take never
+// blocks the source for good nor vanishes. Before its last delivery, a
+// message of a type this worker does not know is handed back for a worker
+// that knows it (a rolling deploy that adds a type).
+type Path struct {
+	in     *Intake
+	cfg    PathConfig
+	mu     sync.Mutex // guards starts against Close
+	starts chan fastStart
+	wg     sync.WaitGroup
+	stats  struct {
+		delivered, recorded, duplicates, invalid, mismatches, maxDelivered, retries, started atomic.Int64
+	}
+}
+
+// NewPath returns the Path of source cfg.Source recording into in.
+func NewPath(in *Intake, cfg PathConfig) (*Path, error) {
+	if in == nil {
+		return nil, errors.New("intake path: intake is required")
+	}
+	if cfg.Source == "" {
+		return nil, errors.New("intake path: the source name is required")
+	}
+	if cfg.Starters <= 0 {
+		cfg.Starters = DefaultStarters
+	}
+	if cfg.StartQueue <= 0 {
+		cfg.StartQueue = DefaultStartQueue
+	}
+	if len(cfg.RetryBackoff) == 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Path{in: in, cfg: cfg}, nil
+}
+
+// Source returns the source name the Path records under.
+func (p *Path) Source() string { return p.cfg.Source }
+
+// Intake returns the Intake the Path records into.
+func (p *Path) Intake() *Intake { return p.in }
+
+// Open starts the fast-path starters; they start workflows with ctx until
+// Close. Handle before Open (or after Close) leaves every start to the
+// Dispatcher.
+func (p *Path) Open(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.starts != nil {
+		return
+	}
+	starts := make(chan fastStart, p.cfg.StartQueue)
+	p.starts = starts
+	for range p.cfg.Starters {
+		p.wg.Go(func() {
+			for s := range starts {
+				if ctx.Err() != nil {
+					continue // left pending: the next dispatcher pass starts it
+				}
+				p.startFast(ctx, s)
+			}
+		})
+	}
+}
+
+// Close lets the starts in flight finish and returns; queued starts whose
+// context ended are left pending for a Dispatcher. Call it once every
+// Handle has returned.
+func (p *Path) Close() {
+	p.mu.Lock()
+	starts := p.starts
+	p.starts = nil
+	p.mu.Unlock()
+	if starts != nil {
+		close(starts)
+		p.wg.Wait()
+	}
+}
+
+// Stats returns the Path's counters.
+func (p *Path) Stats() SourceStats {
+	s := &p.stats
+	return SourceStats{
+		Delivered: s.delivered.Load(), Recorded: s.recorded.Load(), Duplicates: s.duplicates.Load(),
+		Invalid: s.invalid.Load(), PayloadMismatches: s.mismatches.Load(), MaxDelivered: s.maxDelivered.Load(),
+		Retries: s.retries.Load(), Started: s.started.Load(),
+	}
+}
+
+// Handle records one delivery, settles it (d.Settle) as the verdict says,
+// then queues its workflow's start, and returns the verdict. It may be
+// called with a cancelled ctx (a source settling what it fetched before a
+// shutdown): the delivery is handled anyway, within its ack wait.
+//
+// Each delivery is a span ("intake receive") that continues the
+// publisher's trace when d.Headers carry a traceparent; the workflow start
+// and everything after it join that trace.
+func (p *Path) Handle(ctx context.Context, d Delivery) Verdict {
+	p.stats.delivered.Add(1)
+	if d.Received.IsZero() {
+		d.Received = time.Now()
+	}
+	timeout := DefaultHandleTimeout
+	if d.AckWait > 0 {
+		timeout = max(d.AckWait*3/4, time.Second)
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if d.Headers != nil {
+		hctx = tracing.Propagator.Extract(hctx, d.Headers)
+	}
+	attrs := append([]attribute.KeyValue{attribute.String("effectively.source", d.Source)}, d.Attributes...)
+	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	defer span.End()
+
+	v, m := p.decide(ctx, hctx, d)
+	if v.Settle == SettleRetry {
+		span.SetStatus(codes.Error, "not recorded")
+	} else {
+		span.SetAttributes(attribute.String("effectively.message_id", v.Result.MessageID),
+			attribute.String("effectively.intake.status", string(v.Result.Status)))
+		if v.Result.Reason != "" {
+			span.SetAttributes(attribute.String("effectively.quarantine.reason", v.Result.Reason))
+		}
+	}
+	p.cfg.Metrics.SourceSettlement(p.cfg.Source, string(v.Settle))
+	if d.Settle != nil {
+		if err := d.Settle(hctx, v); err != nil {
+			p.cfg.Logger.Warn("settle not sent; the broker will deliver it again and the inbox recognise it",
+				"source", d.Source, "position", d.Position, "settle", string(v.Settle), "message_id", v.Result.MessageID, "error", err.Error())
+		}
+	}
+	if m != nil {
+		p.queueStart(fastStart{m: m, span: span.SpanContext()})
+	}
+	return v
+}
+
+// decide records d and returns its verdict, and the message to start on the
+// fast path (nil for none).
+func (p *Path) decide(ctx, hctx context.Context, d Delivery) (Verdict, *message.Message) {
+	// Before its last delivery, a message of a type this worker does not
+	// know goes back to the broker for a worker that does (a rolling
+	// deploy); the last delivery quarantines it.
+	record := p.in.RecordKnown
+	if d.Last {
+		record = p.in.Record
+	}
+	rec, err := record(hctx, d.Raw, d.Source)
+	if err != nil {
+		return p.fail(ctx, d, err), nil
+	}
+	failpoint.Hit(failpoint.IntakeAfterInsert)
+	v := Verdict{Settle: SettleAck, Result: rec.Result}
+	switch {
+	case rec.Status == StatusInvalid && rec.Reason == store.ReasonPayloadMismatch:
+		p.stats.mismatches.Add(1)
+		v.Settle = SettleQuarantined
+	case rec.Status == StatusInvalid:
+		p.stats.invalid.Add(1)
+		v.Settle = SettleQuarantined
+	case rec.New:
+		p.stats.recorded.Add(1)
+	default:
+		p.stats.duplicates.Add(1)
+		p.cfg.Logger.Info("redelivered or republished copy recognised", "message_id", rec.MessageID,
+			"source", d.Source, "position", d.Position, "delivery", d.Attempt)
+	}
+	// The delivery that created the row starts the workflow, and so does a
+	// redelivery of a row still pending (the delivery before it was not
+	// settled: its process most likely died; a broker without a count says
+	// 0, and any copy of a pending row may then be one). Another copy of a
+	// pending row does not: its first delivery is most likely being
+	// started right now, by this or another process, and a start from the
+	// copy would cost a Temporal call just to be refused. Were that start
+	// lost (a crash after the ack), the Dispatcher starts the row.
+	if rec.Pending && rec.Message != nil && (rec.New || d.Attempt != 1) {
+		return v, rec.Message
+	}
+	return v, nil
+}
+
+// fail hands back a delivery that could not be recorded, or quarantines it
+// when it is the last delivery the broker will make.
+func (p *Path) fail(ctx context.Context, d Delivery, cause error) Verdict {
+	if d.Last {
+		return p.quarantineLast(ctx, d, cause)
+	}
+	var delay time.Duration
+	if d.AckWait > 0 {
+		// Redeliver when the ack wait would have run out anyway: the
+		// redelivery window stays what the broker's configuration says.
+		delay = max(d.AckWait-time.Since(d.Received), 0)
+	} else {
+		b := p.cfg.RetryBackoff
+		delay = b[min(max(d.Attempt-1, 0), len(b)-1)]
+	}
+	p.stats.retries.Add(1)
+	p.cfg.Logger.Warn("message not recorded; it will be delivered again", "source", d.Source, "position", d.Position,
+		"delivery", d.Attempt, "redeliver_in", delay.String(), "error", cause.Error())
+	return Verdict{Settle: SettleRetry, Delay: delay, Cause: cause}
+}
+
+// quarantineLast keeps a message on its last delivery in the quarantine
+// table. If even the quarantine fails (Postgres down), it keeps the
+// delivery alive (d.KeepAlive) and tries again until ctx ends: the broker
+// will not deliver it again, so giving up would lose it. After ctx ended it
+// returns a retry: the source hands it back, which is all it can still do.
+func (p *Path) quarantineLast(ctx context.Context, d Delivery, cause error) Verdict {
+	reason := fmt.Errorf("not recorded on its last delivery (%d), %s: %w", d.Attempt, d.Position, cause)
+	pause := time.Second
+	for {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		res, err := p.in.reject(qctx, d.Raw, d.Source, "", "", store.ReasonMaxDeliver, reason)
+		cancel()
+		if err == nil {
+			p.stats.maxDelivered.Add(1)
+			p.cfg.Logger.Warn("message quarantined after its last delivery", "message_id", res.MessageID,
+				"quarantine_id", res.QuarantineID, "source", d.Source, "position", d.Position)
+			return Verdict{Settle: SettleQuarantined, Result: res}
+		}
+		if ctx.Err() != nil {
+			p.cfg.Logger.Error("message on its last delivery could not be quarantined before shutdown; it is handed back",
+				"source", d.Source, "position", d.Position, "error", err.Error())
+			p.stats.retries.Add(1)
+			return Verdict{Settle: SettleRetry, Cause: errors.Join(cause, err)}
+		}
+		p.cfg.Logger.Error("quarantine failed; holding the message and retrying", "source", d.Source, "position", d.Position,
+			"error", err.Error(), "retry_in", pause.String())
+		if d.KeepAlive != nil {
+			d.KeepAlive()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 15*time.Second)
+	}
+}
+
+// queueStart hands s to a starter, or leaves it to the Dispatcher when the
+// starters are busy or closed.
+func (p *Path) queueStart(s fastStart) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.starts == nil {
+		return
+	}
+	select {
+	case p.starts <- s:
+	default: // starters busy: the dispatcher picks it up
+	}
+}
+
+// startFast starts the workflow of a message just settled, and marks its
+// inbox row dispatched, without holding the row's lock across the start (a
+// Dispatcher only takes rows older than its MinAge, and a start it makes
+// anyway is refused as already started). A failure is only logged: the row
+// stays pending and a Dispatcher pass starts it.
+func (p *Path) startFast(ctx context.Context, s fastStart) {
+	m := s.m
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	// The start continues the delivery's trace: Temporal's tracing
+	// interceptor carries it into the workflow.
+	sctx = trace.ContextWithSpanContext(sctx, s.span)
+	started, err := p.in.Dispatch(sctx, m)
+	if err != nil {
+		p.cfg.Logger.Warn("start after settle failed; the dispatcher will retry", "message_id", m.ID, "source", p.cfg.Source, "error", err.Error())
+		return
+	}
+	if started {
+		p.stats.started.Add(1)
+	}
+}
+
+// fastStart is a message to start on the fast path, with the span of the
+// delivery that recorded it.
+type fastStart struct {
+	m    *message.Message
+	span trace.SpanContext
+}
