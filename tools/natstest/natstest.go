@@ -88,31 +88,53 @@ func (s *Server) Reload(t testing.TB, conf string) {
 // server's directory.
 func Start(t testing.TB, conf string) *Server {
 	t.Helper()
-	bin := Binary(t)
 	dir := t.TempDir()
-	port := freePort(t)
-	s := &Server{Port: port, Dir: dir, log: &syncBuffer{}, done: make(chan struct{})}
-	full := s.fullConfig(conf)
-	path := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+	s := &Server{Port: freePort(t), Dir: dir, log: &syncBuffer{}}
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(s.fullConfig(conf)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Killed when the test ends (t.Context is cancelled), and waited for by
-	// the cleanup below.
+	s.run(t)
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	})
+	return s
+}
+
+// Restart stops the server (SIGTERM, as an operator's restart would) and
+// starts it again on the same port, configuration and JetStream store.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.run(t)
+}
+
+// run starts nats-server with the configuration in s.Dir and waits until it
+// is ready. It is killed when the test ends (t.Context is cancelled).
+func (s *Server) run(t testing.TB) {
+	t.Helper()
+	bin := Binary(t)
+	path := filepath.Join(s.Dir, "nats.conf")
+	s.log.Reset()
+	s.done = make(chan struct{})
 	s.cmd = exec.CommandContext(t.Context(), bin, "-c", path)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("natstest: start %s: %v", bin, err)
 	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	})
+	done := s.done
+	go func() { _ = s.cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(s.Log(), "Server is ready") {
 		select {
-		case <-s.done:
+		case <-done:
+			full, _ := os.ReadFile(path)
 			t.Fatalf("natstest: nats-server exited at start:\n%s\nconfiguration:\n%s", s.Log(), full)
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -120,7 +142,6 @@ func Start(t testing.TB, conf string) *Server {
 			t.Fatalf("natstest: nats-server not ready after 15s:\n%s", s.Log())
 		}
 	}
-	return s
 }
 
 // fullConfig is conf with the listen address and the JetStream store.
@@ -154,6 +175,13 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
+}
+
+// Reset forgets what was written (a restarted server logs anew).
+func (b *syncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b.Reset()
 }
 
 func (b *syncBuffer) String() string {

@@ -60,7 +60,9 @@ type Config struct {
 	// PublishTimeout bounds the wait for each broker confirmation. Default 5s.
 	PublishTimeout time.Duration
 	// Lease is how long a claimed batch is kept from other relays while it
-	// is published; it must outlast BatchSize publishes. Default 1m.
+	// is published, and how long a crashed relay's batch waits. A batch
+	// slower than its lease may be published twice (at least once, by event
+	// ID). Default 10s.
 	Lease time.Duration
 	// Logger receives a line per failed publish and per duplicate the
 	// broker recognised. Default slog.Default().
@@ -78,7 +80,7 @@ func (c Config) withDefaults() Config {
 		c.PublishTimeout = 5 * time.Second
 	}
 	if c.Lease <= 0 {
-		c.Lease = time.Minute
+		c.Lease = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -1,0 +1,152 @@
+package jetstream_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/tools/natstest"
+	"github.com/effectively/effectively/tools/sourcetest"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// TestConformance runs the source conformance suite against JetStream, on
+// a nats-server of its own per case (so that it can be restarted).
+func TestConformance(t *testing.T) { sourcetest.Run(t, jsHarness{}) }
+
+// natsConf has two users: worker, and lossy, whose acks the server drops
+// (publish to $JS.ACK.> denied) while its connection stays up.
+const natsConf = `
+accounts {
+  APP {
+    jetstream: enabled
+    users: [
+      {user: worker, password: worker}
+      {user: lossy, password: lossy, permissions: {publish: {deny: ["$JS.ACK.>"]}}}
+    ]
+  }
+}
+`
+
+type jsHarness struct{}
+
+func (jsHarness) Name() string { return "jetstream" }
+
+func (jsHarness) NA(c sourcetest.Case) string {
+	if c == sourcetest.CaseOrdering {
+		return "the consumer settles up to Handlers deliveries at once, so the inbox does not keep the stream's order; the product does not promise it for JetStream"
+	}
+	return ""
+}
+
+func (jsHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOptions) sourcetest.Subscription {
+	t.Helper()
+	s := &jsSub{srv: natstest.Start(t, natsConf), opts: o}
+	s.nc, s.js = s.connect(t, "worker")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// No size limit of the stream's own: an oversized message reaches the
+	// consumer, as it does on an operator's loose stream (the streams the
+	// worker creates refuse it at publish, TestCreatedStreamsRefuseOversizedMessages).
+	if _, _, err := jetstream.EnsureStream(ctx, s.js, jetstream.StreamSpec{Name: "CONF", Subjects: []string{"conf.messages.>"}, MaxMsgSize: -1}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type jsSub struct {
+	srv  *natstest.Server
+	opts sourcetest.SubscriptionOptions
+	nc   *nats.Conn
+	js   natsjs.JetStream
+}
+
+func (s *jsSub) connect(t testing.TB, user string) (*nats.Conn, natsjs.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.srv.URL("nats", "127.0.0.1"), nats.UserInfo(user, user), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+func (s *jsSub) Publish(_ testing.TB, raw []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.js.Publish(ctx, "conf.messages.order.placed", raw)
+	return err
+}
+
+func (s *jsSub) NewWorker(t testing.TB, in *intake.Intake, o sourcetest.WorkerOptions) sourcetest.Worker {
+	t.Helper()
+	user := "worker"
+	if o.LoseSettles {
+		user = "lossy"
+	}
+	nc, js := s.connect(t, user)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := jetstream.NewConsumer(ctx, in, js, jetstream.Config{
+		Stream: "CONF", Subject: "conf.messages.>", Durable: "worker",
+		AckWait: s.opts.Redelivery, MaxDeliver: s.opts.MaxAttempts, BackOff: []time.Duration{},
+		FetchBatch: 5, FetchWait: time.Second, Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &jsWorker{Consumer: c, nc: nc}
+}
+
+func (s *jsSub) RestartBroker(t testing.TB) { s.srv.Restart(t) }
+
+func (s *jsSub) Unsettled(testing.TB) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := s.js.Consumer(ctx, "CONF", "worker")
+	if err != nil {
+		return -1
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return ci.NumAckPending + int(ci.NumPending) //nolint:gosec // a test's few messages
+}
+
+// jsWorker is a Consumer on a connection of its own, which Crash closes.
+type jsWorker struct {
+	*jetstream.Consumer
+	nc     *nats.Conn
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (w *jsWorker) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.cancel = cancel
+	w.mu.Unlock()
+	return w.Consumer.Run(ctx)
+}
+
+func (w *jsWorker) Crash() {
+	w.nc.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
