@@ -13,6 +13,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 
@@ -121,7 +122,7 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	}
 	// The broker comes before the Temporal worker: the retention check
 	// needs the consumer's configuration, and nothing may run before it.
-	if cfg.NATS.Enabled() {
+	if cfg.NATS.Enabled() || cfg.Kafka.Enabled() {
 		if d.broker, err = connectBroker(ctx, cfg, in, m, logger); err != nil {
 			return d, err
 		}
@@ -270,17 +271,37 @@ func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	return &codecServerConfig{addr: scfg.Addr, h: h}, nil
 }
 
-// broker is the worker's JetStream side: its sources (each an
-// intake.Source run by main) and the outbox relay.
+// broker is the worker's broker side: its sources (each an intake.Source
+// run by main) and the outbox relay.
 type broker struct {
-	nc      *nats.Conn
+	nc      *nats.Conn  // nil with NATS_URL=off
+	kafka   *kgo.Client // the outbox producer; nil unless OUTBOX_BROKER=kafka
 	sources []intake.Source
 	relay   *outbox.Relay
 }
 
-// connectBroker connects to NATS, creates the streams that are missing and
-// creates or updates the durable consumer. Nothing is fetched yet.
+// connectBroker connects to the brokers that are on (NATS, Kafka) and
+// builds their sources and the outbox relay. Nothing is fetched yet.
 func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m *metrics.Metrics, logger *slog.Logger) (*broker, error) {
+	b := &broker{}
+	if cfg.NATS.Enabled() {
+		if err := connectNATS(ctx, cfg, in, m, logger, b); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	if cfg.Kafka.Enabled() {
+		if err := connectKafka(cfg, in, m, logger, b); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// connectNATS connects to NATS, creates the streams that are missing and
+// creates or updates the durable consumer.
+func connectNATS(ctx context.Context, cfg config.Config, in *intake.Intake, m *metrics.Metrics, logger *slog.Logger, b *broker) error {
 	n := cfg.NATS
 	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
 		// Keep reconnecting when the server refuses the credential twice in
@@ -298,16 +319,12 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m 
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { logger.Info("nats reconnected") }))
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable; credential %s, tls %s): %w", n.Auth.Method(), n.Auth.TLS(), err)
+		return fmt.Errorf("connect to nats (NATS_URL, or off to disable; credential %s, tls %s): %w", n.Auth.Method(), n.Auth.TLS(), err)
 	}
-	b := &broker{nc: nc}
-	fail := func(err error) (*broker, error) {
-		b.close()
-		return nil, err
-	}
+	b.nc = nc
 	js, err := natsjs.New(nc)
 	if err != nil {
-		return fail(fmt.Errorf("jetstream: %w", err))
+		return fmt.Errorf("jetstream: %w", err)
 	}
 	// Streams the worker creates drop messages older than the retention, so
 	// that a replay of the stream never meets a message whose record was
@@ -318,24 +335,33 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m 
 		jetstream.StreamSpec{Name: n.JetStream.Stream, Subjects: []string{n.JetStream.Subject}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 		jetstream.StreamSpec{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 	); err != nil {
-		return fail(err)
+		return err
 	}
 	jsCfg := n.JetStream
 	jsCfg.Logger, jsCfg.Metrics = logger, m
 	cons, err := jetstream.NewConsumer(ctx, in, js, jsCfg)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	b.sources = append(b.sources, cons)
+	if cfg.OutboxBroker != config.OutboxNATS {
+		return nil
+	}
 	pub := outbox.NewJetStreamPublisher(js, outbox.JetStreamConfig{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix})
 	if b.relay, err = outbox.New(in.Store(), pub, outbox.Config{Logger: logger}); err != nil {
-		return fail(err)
+		return err
 	}
-	return b, nil
+	return nil
 }
 
-// close flushes what is buffered (acks, publishes) and closes the connection.
+// close flushes what is buffered (acks, publishes) and closes the
+// connections.
 func (b *broker) close() {
-	_ = b.nc.FlushTimeout(5 * time.Second)
-	b.nc.Close()
+	if b.nc != nil {
+		_ = b.nc.FlushTimeout(5 * time.Second)
+		b.nc.Close()
+	}
+	if b.kafka != nil {
+		b.kafka.Close()
+	}
 }

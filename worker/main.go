@@ -211,7 +211,9 @@ func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool,
 		return nil
 	}}}
 	if d.broker != nil {
-		checks = append(checks, health.NATS(d.broker.nc))
+		if d.broker.nc != nil {
+			checks = append(checks, health.NATS(d.broker.nc))
+		}
 		for _, src := range d.broker.sources {
 			checks = append(checks, src.Check())
 		}

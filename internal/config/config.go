@@ -82,6 +82,10 @@ type Config struct {
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
 	NATS NATS
+	// Kafka configures intake from Kafka and its outbox producer.
+	Kafka Kafka
+	// OutboxBroker is where the outbox relay publishes (OUTBOX_BROKER).
+	OutboxBroker string
 	// Retention is how long processed-message, dispatched inbox and published
 	// outbox rows are kept (RETENTION); never less than the redelivery horizon.
 	Retention time.Duration
@@ -284,6 +288,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("SENDGRID_API_KEY is not set"))
 	}
 	errs = append(errs, c.validateBroker()...)
+	errs = append(errs, c.validateKafka()...)
 	if err := c.Webhooks.Validate(); err != nil {
 		errs = append(errs, err)
 	}

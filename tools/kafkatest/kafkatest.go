@@ -147,7 +147,14 @@ func StartProcess(t testing.TB, partitions int, topics ...string) *Process {
 
 func (p *Process) start(t testing.TB, partitions int, topics []string) {
 	t.Helper()
-	args := []string{"-port", strconv.Itoa(p.Port), "-data-dir", p.Dir, "-sync", "-partitions", strconv.Itoa(partitions)}
+	if err := p.run(partitions, topics); err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+}
+
+// run starts the process and waits until it listens.
+func (p *Process) run(partitions int, topics []string) error {
+	args := []string{"-port", strconv.Itoa(p.Port), "-data-dir", p.Dir, "-sync", "-auto-create", "-partitions", strconv.Itoa(partitions)}
 	if len(topics) > 0 {
 		args = append(args, "-topics", strings.Join(topics, ","))
 	}
@@ -158,7 +165,7 @@ func (p *Process) start(t testing.TB, partitions int, topics []string) {
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		p.mu.Unlock()
-		t.Fatalf("kafkatest: start kfakeserver: %v", err)
+		return fmt.Errorf("start kfakeserver: %w", err)
 	}
 	done := make(chan struct{})
 	p.done = done
@@ -169,13 +176,14 @@ func (p *Process) start(t testing.TB, partitions int, topics []string) {
 	for !strings.Contains(p.Output(), "kfake listening on") {
 		select {
 		case <-done:
-			t.Fatalf("kafkatest: kfakeserver exited at start:\n%s", p.Output())
+			return fmt.Errorf("kfakeserver exited at start:\n%s", p.Output())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kafkatest: kfakeserver not listening after 30s:\n%s", p.Output())
+			return fmt.Errorf("kfakeserver not listening after 30s:\n%s", p.Output())
 		}
 	}
+	return nil
 }
 
 // Output is what the current process printed.
@@ -207,12 +215,26 @@ func (p *Process) Kill(t testing.TB) {
 	<-done
 }
 
-// Restart starts the broker again on the same port with the same data,
-// after a Kill.
+// Restart SIGKILLs the broker and starts it again on the same port with
+// the same data.
 func (p *Process) Restart(t testing.TB) {
 	t.Helper()
-	p.Kill(t)
-	p.start(t, 0, nil)
+	if err := p.RestartErr(); err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+}
+
+// RestartErr is Restart for a goroutine other than the test's: it returns
+// the error instead of failing the test.
+func (p *Process) RestartErr() error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	return p.run(0, nil)
 }
 
 // freePort returns a loopback port nothing listens on right now.

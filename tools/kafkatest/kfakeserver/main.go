@@ -26,11 +26,15 @@ func main() {
 	syncWrites := flag.Bool("sync", false, "fsync every write, so a SIGKILL loses nothing acknowledged")
 	topics := flag.String("topics", "", "comma-separated topics to create (with -partitions partitions) if missing")
 	partitions := flag.Int("partitions", 3, "partitions of each topic in -topics")
+	autoCreate := flag.Bool("auto-create", false, "create a topic a client asks for (the outbox relay's event topics)")
 	flag.Parse()
 
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(*port)}
 	if *dataDir != "" {
 		opts = append(opts, kfake.DataDir(*dataDir))
+	}
+	if *autoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
 	if *syncWrites {
 		opts = append(opts, kfake.SyncWrites())
