@@ -49,8 +49,15 @@ type publishResult struct {
 // cmdPublish puts each message of a file or stdin on the JetStream subject
 // the worker consumes, for the worker to record and start.
 func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
+	broker, args, err := brokerFlag(cfg, args)
+	if err != nil {
+		return exitUsage, err
+	}
 	if len(args) != 1 {
 		return exitUsage, fmt.Errorf("%w: publish takes one argument, a file or -", errUsage)
+	}
+	if broker == brokerKafka {
+		return publishKafka(ctx, cfg, args[0], stdin, stdout, stderr)
 	}
 	if !cfg.NATS.Enabled() {
 		return exitUsage, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)

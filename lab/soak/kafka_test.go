@@ -40,7 +40,7 @@ func TestSoakKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	const queue, topic = "effectively-soak-kafka", "soak.messages"
-	broker := kafkatest.StartProcess(t, 6, topic)
+	broker := kafkatest.StartProcess(t, 6, topic, "effectively.events.order.paid")
 	// The producer retries through the broker's restart (kgo retries a
 	// produce until its delivery timeout).
 	prod := kafkatest.Producer(t, broker.Addr(), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),

@@ -120,7 +120,20 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	natsEnv, natsOn := s.broker(ctx, !o.keep)
+	brokerName := "JetStream"
+	var natsEnv []string
+	natsOn := false
+	switch b := os.Getenv(EnvBroker); b {
+	case "", "nats":
+		natsEnv, natsOn = s.broker(ctx, !o.keep)
+	case "kafka":
+		if natsEnv, err = s.kafka(ctx, !o.keep); err != nil {
+			return err
+		}
+		natsOn, brokerName = true, "Kafka"
+	default:
+		return fmt.Errorf("%s=%q: use nats or kafka", EnvBroker, b)
+	}
 	env := append(os.Environ(),
 		"DATABASE_URL="+dbURL,
 		"TEMPORAL_ADDRESS="+tAddr,
@@ -153,7 +166,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	if natsOn {
-		step(out, "publishing %s to JetStream: the worker's consumer recognises every copy in the inbox", o.examples)
+		step(out, "publishing %s to %s: the worker's consumer recognises every copy in the inbox", o.examples, brokerName)
 		if err := s.starter(ctx, env, "publish", examples); err != nil {
 			return err
 		}
