@@ -13,7 +13,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: $(BIN)/temporal ## run the whole local stack, send the examples, keep running until Ctrl-C
+run: $(BIN)/temporal ## run the whole local stack, send the examples, keep running until Ctrl-C (BROKER=kafka: through kfake)
 	go run ./tools/devstack
 
 .PHONY: demo

@@ -31,14 +31,14 @@ const (
 	// DefaultHandlers is how many records of a batch are recorded at once;
 	// the inbox commits their inserts together.
 	DefaultHandlers = 64
-	// DefaultRecordTimeout bounds the recording of one record, so a batch
-	// ends well within the group's rebalance timeout (60s) even while
-	// Postgres does not answer.
-	DefaultRecordTimeout = 10 * time.Second
 	// DefaultStallFirst and DefaultStallLongest bound the pause before a stalled
 	// partition is read again; it doubles from one to the other.
 	DefaultStallFirst   = time.Second
 	DefaultStallLongest = 30 * time.Second
+	// DefaultSessionTimeout is how long the group waits for a member that
+	// stopped heartbeating (a SIGKILLed worker) before its partitions move;
+	// Kafka's own default is 45s.
+	DefaultSessionTimeout = 15 * time.Second
 	// DefaultUnknownTypeStalls is how many stalls a record of a type this
 	// worker does not know gets (a rolling deploy adding the type) before
 	// it is quarantined.
@@ -64,13 +64,13 @@ type Config struct {
 	// Handlers is how many records are recorded at once. Default
 	// DefaultHandlers.
 	Handlers int
-	// RecordTimeout bounds the recording of one record. Default
-	// DefaultRecordTimeout.
-	RecordTimeout time.Duration
 	// StallFirst and StallLongest bound the pause before a partition whose
 	// record could not be recorded is read again. Defaults DefaultStallFirst,
 	// DefaultStallLongest.
 	StallFirst, StallLongest time.Duration
+	// SessionTimeout is how long the group waits for a silent member before
+	// it reassigns its partitions. Default DefaultSessionTimeout.
+	SessionTimeout time.Duration
 	// UnknownTypeStalls is how many stalls a record of an unknown type gets
 	// before it is quarantined. Default DefaultUnknownTypeStalls.
 	UnknownTypeStalls int
@@ -90,6 +90,9 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = DefaultName
 	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
 	if c.UnknownTypeStalls <= 0 {
 		c.UnknownTypeStalls = DefaultUnknownTypeStalls
 	}
@@ -104,9 +107,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Handlers <= 0 {
 		c.Handlers = DefaultHandlers
-	}
-	if c.RecordTimeout <= 0 {
-		c.RecordTimeout = DefaultRecordTimeout
 	}
 	if c.StallFirst <= 0 {
 		c.StallFirst = DefaultStallFirst
@@ -134,9 +134,6 @@ func (c Config) Validate() error {
 	}
 	if err := validTopic(c.withDefaults().Topic); err != nil {
 		errs = append(errs, fmt.Errorf("topic: %w", err))
-	}
-	if c.RecordTimeout >= 45*time.Second {
-		errs = append(errs, fmt.Errorf("record timeout %s: must stay well under the group's rebalance timeout (60s), or a batch that waits on Postgres gets this member kicked", c.RecordTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -208,6 +205,7 @@ func NewConsumer(in *intake.Intake, cfg Config) (*Consumer, error) {
 		// A rebalance waits for the batch in hand to be settled and
 		// marked, so revoke commits what was done and nothing more.
 		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		// A stalled partition is resumed between polls: a poll with
@@ -324,6 +322,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // shutdown commits the marks of the settled records and leaves the group.
+// The leave waits for a join in flight, which the group holds until every
+// member rejoined (up to the rebalance timeout, 60s): after closeTimeout
+// the worker goes on stopping, and the group drops this member after its
+// session timeout. The marks are committed by then; what is not is re-read
+// by the next owner, a copy the inbox recognises.
 func (c *Consumer) shutdown() {
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -331,8 +334,22 @@ func (c *Consumer) shutdown() {
 		c.cfg.Logger.Warn("commit at shutdown failed; the next owner re-reads from the last commit and the inbox recognises the copies",
 			"group", c.cfg.Group, "error", err.Error())
 	}
-	c.cl.CloseAllowingRebalance()
+	closed := make(chan struct{})
+	go func() {
+		c.cl.CloseAllowingRebalance()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(closeTimeout):
+		c.cfg.Logger.Warn("kafka client still leaving the group (a rebalance is in progress); going on with the shutdown",
+			"group", c.cfg.Group, "waited", closeTimeout.String())
+	}
 }
+
+// closeTimeout bounds the wait for the client to leave the group at
+// shutdown.
+const closeTimeout = 5 * time.Second
 
 // pollWait is how long a poll may wait for records: until the next stalled
 // partition is due, at most a second.
@@ -408,14 +425,36 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 	}
 	results := make([]result, len(records))
 	work := make(chan int)
-	var wg sync.WaitGroup
+	var (
+		wg       sync.WaitGroup
+		failedMu sync.Mutex
+		// failedNow holds the partitions with a record not recorded in
+		// this batch: their later records are not handled (they are read
+		// again after it), so a Postgres that hangs costs one handling
+		// timeout per partition, not one per record, and the batch ends
+		// within the group's rebalance timeout.
+		failedNow = make(map[partition]bool)
+	)
 	for range min(c.cfg.Handlers, len(records)) {
 		wg.Go(func() {
 			for i := range work {
 				r := records[i]
 				p := partition{r.Topic, r.Partition}
+				failedMu.Lock()
+				skip := failedNow[p]
+				failedMu.Unlock()
+				if skip {
+					results[i] = result{p, r.Offset, errSkipped}
+					continue
+				}
 				from, ok := last[p]
-				results[i] = result{p, r.Offset, c.handle(ctx, r, ok && from == r.Offset)}
+				err := c.handle(ctx, r, ok && from == r.Offset)
+				if err != nil {
+					failedMu.Lock()
+					failedNow[p] = true
+					failedMu.Unlock()
+				}
+				results[i] = result{p, r.Offset, err}
 			}
 		})
 	}
@@ -430,7 +469,7 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 	failed := make(map[partition]error)
 	for _, res := range results {
 		if res.err != nil {
-			if _, seen := failed[res.p]; !seen {
+			if prev, seen := failed[res.p]; !seen || errors.Is(prev, errSkipped) {
 				failed[res.p] = res.err
 			}
 			continue
@@ -453,6 +492,10 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 		c.stallPartition(p, cause)
 	}
 }
+
+// errSkipped marks a record not handled because an earlier one of its
+// partition failed in the same batch.
+var errSkipped = errors.New("not handled: an earlier record of its partition was not recorded")
 
 // stallPartition rewinds p to its first unrecorded record and pauses it for
 // a growing while: the record is neither skipped nor retried at once. The
