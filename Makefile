@@ -13,7 +13,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: $(BIN)/temporal ## run the whole local stack, send the examples, keep running until Ctrl-C (BROKER=kafka: through kfake)
+run: $(BIN)/temporal ## run the whole local stack, send the examples, keep running until Ctrl-C
 	go run ./tools/devstack
 
 .PHONY: demo
@@ -38,12 +38,12 @@ test-short: ## unit tests only (no Temporal dev server)
 	go test -count=1 ./internal/leaf/identity/ ./internal/adapter/message/ ./internal/config/ ./workflows/ ./sim/... ./internal/adapter/payment/ ./internal/adapter/email/
 
 .PHONY: soak
-soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut (BROKER=kafka: on Kafka, with a broker restart)
-	go test -count=1 -timeout 30m -run '^TestSoak$(if $(filter kafka,$(BROKER)),Kafka)$$' -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true}
+soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut, a broker restart (BROKER=nats|kafka|rabbitmq)
+	go test -count=1 -timeout 30m -run TestSoak -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true} -broker $${BROKER:-nats}
 
 .PHONY: bench
-bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/)
-	go run ./lab/bench/cmd/bench $(BENCH_ARGS)
+bench: $(BIN)/temporal ## benchmark: end to end vs Temporal's floor, a naive layout and a plain consumer (report in results/; BROKER=nats|kafka|rabbitmq)
+	go run ./lab/bench/cmd/bench -broker $${BROKER:-nats} $(BENCH_ARGS)
 
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s

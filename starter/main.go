@@ -4,7 +4,7 @@
 // open cases of docs/runbook.md.
 //
 //	starter send FILE|-              start one workflow per message (a JSON object or JSON lines)
-//	starter publish [--broker nats|kafka] FILE|-   put each message on the broker the worker consumes
+//	starter publish [-broker B] FILE|-  put each message on the broker the worker consumes (default nats)
 //	starter status MESSAGE_ID        print the recorded outcome of a message as JSON
 //	starter quarantine list          list quarantined messages as JSON lines
 //	starter quarantine retry ID      send a quarantined message again
@@ -61,7 +61,8 @@ import (
 
 const usage = `usage:
   starter send FILE|-              start one workflow per message (JSON object or JSON lines)
-  starter publish [--broker nats|kafka] FILE|-   put each message on the broker the worker consumes
+  starter publish [-broker nats|kafka|rabbitmq] FILE|-
+                                   put each message on the broker the worker consumes (default nats)
   starter status [-consumer NAME] MESSAGE_ID
                                    print the recorded outcome of a message as JSON
   starter quarantine list [-limit N]
@@ -78,7 +79,7 @@ const usage = `usage:
                                    mark an anomaly resolved, keeping the reason
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
-publish: NATS_URL, NATS_STREAM, NATS_SUBJECT (or KAFKA_BROKERS, KAFKA_TOPIC); resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
+publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
 The starter never changes the schema: run "worker migrate" first (exit code 5 says so).
 `
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,10 +35,14 @@ const (
 type publishResult struct {
 	Line      int    `json:"line"`
 	MessageID string `json:"message_id,omitempty"`
-	Subject   string `json:"subject"`
+	Subject   string `json:"subject,omitempty"`
 	MsgID     string `json:"nats_msg_id,omitempty"`
-	Stream    string `json:"stream"`
-	Sequence  uint64 `json:"seq"`
+	Stream    string `json:"stream,omitempty"`
+	Sequence  uint64 `json:"seq,omitempty"`
+	// Topic, Partition and Offset say where Kafka stored the record.
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
 	// Status is published (stored by the stream) or duplicate (dropped by
 	// the broker's duplicate window: an identical copy was published before).
 	Status string `json:"status"`
@@ -46,45 +51,68 @@ type publishResult struct {
 	Invalid string `json:"invalid,omitempty"`
 }
 
-// cmdPublish puts each message of a file or stdin on the JetStream subject
-// the worker consumes, for the worker to record and start.
-func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
-	broker, args, err := brokerFlag(cfg, args)
-	if err != nil {
-		return exitUsage, err
+// Brokers `starter publish --broker` names.
+const (
+	brokerNATS     = "nats"
+	brokerKafka    = "kafka"
+	brokerRabbitMQ = "rabbitmq"
+)
+
+// brokerPublisher puts one message on the broker a source consumes.
+type brokerPublisher interface {
+	// Publish publishes raw (m is nil when it does not decode; typ names
+	// its type or "invalid") with ctx's trace context in the headers, and
+	// fills in where it went and whether the broker dropped it as a copy.
+	Publish(ctx context.Context, raw []byte, m *message.Message, typ string, res *publishResult) error
+	// Where names the destination in the summary line ("stream EFFECTIVELY").
+	Where() string
+	Close()
+}
+
+// newPublisher connects to broker. A broker this build cannot publish to
+// yet is a usage error.
+func newPublisher(ctx context.Context, cfg config.Config, broker string) (brokerPublisher, error) {
+	switch broker {
+	case brokerNATS:
+		return newNATSPublisher(ctx, cfg)
+	case brokerKafka:
+		return newKafkaPublisher(ctx, cfg)
+	case brokerRabbitMQ:
+		return nil, fmt.Errorf("%w: --broker %s: not built into this starter yet (use nats)", errUsage, broker)
 	}
-	if len(args) != 1 {
+	return nil, fmt.Errorf("%w: --broker %q: use nats, kafka or rabbitmq", errUsage, broker)
+}
+
+// cmdPublish puts each message of a file or stdin on the broker the worker
+// consumes (--broker, default nats: the JetStream subject), for the worker
+// to record and start.
+func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) (int, error) {
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	broker := fs.String("broker", brokerNATS, "broker to publish to: nats, kafka or rabbitmq")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
 		return exitUsage, fmt.Errorf("%w: publish takes one argument, a file or -", errUsage)
 	}
-	if broker == brokerKafka {
-		return publishKafka(ctx, cfg, args[0], stdin, stdout, stderr)
+	pub, err := newPublisher(ctx, cfg, *broker)
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			return exitUsage, err
+		}
+		return exitError, err
 	}
-	if !cfg.NATS.Enabled() {
-		return exitUsage, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)
-	}
-	r, size, closeInput, err := openInput(args[0], stdin)
+	defer pub.Close()
+	r, size, closeInput, err := openInput(fs.Arg(0), stdin)
 	if err != nil {
 		return exitError, err
 	}
 	defer closeInput()
 
-	nc, err := cfg.NATS.Connect("effectively-starter")
-	if err != nil {
-		return exitError, fmt.Errorf("connect to nats (NATS_URL; credential %s, tls %s): %w", cfg.NATS.Auth.Method(), cfg.NATS.Auth.TLS(), err)
-	}
-	defer nc.Close()
-	js, err := natsjs.New(nc)
-	if err != nil {
-		return exitError, fmt.Errorf("jetstream: %w", err)
-	}
-	stream := cfg.NATS.JetStream.Stream
-	if _, err := js.Stream(ctx, stream); err != nil {
-		return exitError, fmt.Errorf("stream %s (NATS_STREAM; the worker creates it at its first start): %w", stream, err)
-	}
-
 	// Each message is published in a span of its own, whose traceparent
-	// goes in the NATS headers: the worker continues that trace. Off unless
-	// the OTEL_* variables turn it on (internal/leaf/tracing).
+	// goes in the message's headers: the worker continues that trace. Off
+	// unless the OTEL_* variables turn it on (internal/leaf/tracing).
 	shutdownTracing, _, err := tracing.Setup(ctx, config.OTelLookup, "effectively-starter")
 	if err != nil {
 		return exitUsage, err
@@ -100,8 +128,7 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	invalid := 0
 	enc := json.NewEncoder(stdout)
 	err = route.Default().DecodeStream(r, func(line int, raw []byte, m *message.Message, derr error) error {
-		res := publishResult{Line: line, Stream: stream}
-		var opts []natsjs.PublishOpt
+		res := publishResult{Line: line}
 		typ := "invalid"
 		if derr != nil {
 			res.Invalid = derr.Error()
@@ -112,31 +139,18 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 				counts[res.Status]++
 				return enc.Encode(res)
 			}
+			m = nil
 		} else {
-			res.MessageID, res.MsgID, typ = m.ID, jetstream.MsgID(m), m.Type
-			opts = append(opts, natsjs.WithMsgID(res.MsgID), natsjs.WithExpectStream(stream))
+			res.MessageID, typ = m.ID, m.Type
 		}
-		subject, err := jetstream.PublishSubject(cfg.NATS.JetStream.Subject, typ)
-		if err != nil {
-			return fmt.Errorf("NATS_SUBJECT: %w", err)
-		}
-		res.Subject = subject
 		sctx, span := tracing.Tracer().Start(ctx, "publish "+typ, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject),
-				attribute.String("effectively.message_id", res.MessageID)))
-		msg := nats.NewMsg(subject)
-		msg.Data = raw
-		tracing.Propagator.Inject(sctx, tracing.HeaderCarrier(msg.Header))
-		pctx, cancel := context.WithTimeout(sctx, 10*time.Second)
-		ack, err := js.PublishMsg(pctx, msg, opts...)
-		cancel()
+			trace.WithAttributes(attribute.String("effectively.message_id", res.MessageID)))
+		err := pub.Publish(sctx, raw, m, typ, &res)
 		span.End()
 		if err != nil {
-			return fmt.Errorf("message at line %d: publish to %s: %w", line, subject, err)
+			return fmt.Errorf("message at line %d: %w", line, err)
 		}
-		res.Sequence, res.Status = ack.Sequence, pubStored
-		if ack.Duplicate {
-			res.Status = pubDuplicate
+		if res.Status == pubDuplicate {
 			logger.Info("the broker dropped an identical copy", "message_id", res.MessageID, "nats_msg_id", res.MsgID)
 		}
 		counts[res.Status]++
@@ -145,8 +159,8 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	fmt.Fprintf(stderr, "published %d messages to stream %s: %d stored, %d duplicate (dropped by the broker), %d invalid (the worker quarantines them), %d skipped (too large)\n",
-		counts[pubStored]+counts[pubDuplicate]+counts["skipped"], stream, counts[pubStored], counts[pubDuplicate], invalid, counts["skipped"])
+	fmt.Fprintf(stderr, "published %d messages to %s: %d stored, %d duplicate (dropped by the broker), %d invalid (the worker quarantines them), %d skipped (too large)\n",
+		counts[pubStored]+counts[pubDuplicate]+counts["skipped"], pub.Where(), counts[pubStored], counts[pubDuplicate], invalid, counts["skipped"])
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return exitError, fmt.Errorf("interrupted: %w", err)
@@ -157,6 +171,70 @@ func cmdPublish(ctx context.Context, cfg config.Config, args []string, stdin io.
 		return exitInvalid, nil
 	}
 	return exitOK, nil
+}
+
+// natsPublisher publishes to the JetStream subject the worker's jetstream
+// source consumes, with Nats-Msg-Id (jetstream.MsgID) so that the broker
+// drops an identical copy within its duplicate window.
+type natsPublisher struct {
+	cfg    config.Config
+	nc     *nats.Conn
+	js     natsjs.JetStream
+	stream string
+}
+
+func newNATSPublisher(ctx context.Context, cfg config.Config) (*natsPublisher, error) {
+	if !cfg.NATS.Enabled() {
+		return nil, fmt.Errorf("%w: NATS_URL is off; publish needs a broker", errUsage)
+	}
+	nc, err := cfg.NATS.Connect("effectively-starter")
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats (NATS_URL; credential %s, tls %s): %w", cfg.NATS.Auth.Method(), cfg.NATS.Auth.TLS(), err)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	stream := cfg.NATS.JetStream.Stream
+	if _, err := js.Stream(ctx, stream); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("stream %s (NATS_STREAM; the worker creates it at its first start): %w", stream, err)
+	}
+	return &natsPublisher{cfg: cfg, nc: nc, js: js, stream: stream}, nil
+}
+
+func (p *natsPublisher) Where() string { return "stream " + p.stream }
+
+func (p *natsPublisher) Close() { p.nc.Close() }
+
+func (p *natsPublisher) Publish(ctx context.Context, raw []byte, m *message.Message, typ string, res *publishResult) error {
+	res.Stream = p.stream
+	var opts []natsjs.PublishOpt
+	if m != nil {
+		res.MsgID = jetstream.MsgID(m)
+		opts = append(opts, natsjs.WithMsgID(res.MsgID), natsjs.WithExpectStream(p.stream))
+	}
+	subject, err := jetstream.PublishSubject(p.cfg.NATS.JetStream.Subject, typ)
+	if err != nil {
+		return fmt.Errorf("NATS_SUBJECT: %w", err)
+	}
+	res.Subject = subject
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject))
+	msg := nats.NewMsg(subject)
+	msg.Data = raw
+	tracing.Propagator.Inject(ctx, tracing.HeaderCarrier(msg.Header))
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ack, err := p.js.PublishMsg(pctx, msg, opts...)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	res.Sequence, res.Status = ack.Sequence, pubStored
+	if ack.Duplicate {
+		res.Status = pubDuplicate
+	}
+	return nil
 }
 
 // openInput opens name ("-" is stdin) and returns its size when known

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,5 +159,17 @@ func TestPublishRefusesConflictingNATSCredentials(t *testing.T) {
 	code := run(context.Background(), []string{"publish", "-"}, strings.NewReader(""), &stdout, &stderr)
 	if code != exitUsage || !strings.Contains(stderr.String(), "NATS_USER/NATS_PASSWORD and NATS_TOKEN") || strings.Contains(stderr.String(), "secret") {
 		t.Fatalf("exit %d, want %d naming NATS_USER/NATS_PASSWORD and NATS_TOKEN without their values: %s", code, exitUsage, stderr.String())
+	}
+}
+
+// TestPublishBrokerFlag: --broker names the broker; one this build cannot
+// publish to yet, or an unknown one, is a usage error (exit 2) naming it,
+// before anything is read or connected.
+func TestPublishBrokerFlag(t *testing.T) {
+	for broker, want := range map[string]string{"kafka": "not built into this starter yet", "sqs": `use nats, kafka or rabbitmq`} {
+		code, err := cmdPublish(context.Background(), config.Config{}, []string{"--broker", broker, "-"}, strings.NewReader(""), io.Discard, io.Discard, slog.New(slog.DiscardHandler))
+		if code != exitUsage || err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--broker %s: exit %d, %v; want %d and %q", broker, code, err, exitUsage, want)
+		}
 	}
 }

@@ -63,13 +63,13 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 	}
 
 	cfg := load("")
-	b, err := connectBroker(t.Context(), cfg, in, nil, testenv.Logger(t))
+	b, err := connectBroker(t.Context(), cfg, in, testenv.Logger(t))
 	if err != nil {
 		t.Fatalf("connectBroker: %v", err)
 	}
 	defer b.close()
-	if len(b.sources) != 1 || b.relay == nil || !b.nc.TLSRequired() {
-		t.Fatalf("broker: %d sources, relay %v, tls %v", len(b.sources), b.relay != nil, b.nc.TLSRequired())
+	if b.js == nil || b.relay == nil || !b.nc.TLSRequired() {
+		t.Fatalf("broker: jetstream %v, relay %v, tls %v", b.js != nil, b.relay != nil, b.nc.TLSRequired())
 	}
 	js, err := jetstream.New(b.nc)
 	if err != nil {
@@ -80,8 +80,15 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 			t.Errorf("stream %s on the TLS server: %v", name, err)
 		}
 	}
+	sources, err := buildSources(t.Context(), cfg, in, b, nil, testenv.Logger(t))
+	if err != nil || len(sources) != 1 || sources[0].Name() != "jetstream" {
+		t.Fatalf("sources %v, %v; want the jetstream source", sources, err)
+	}
+	if _, err := js.Consumer(t.Context(), cfg.NATS.JetStream.Stream, cfg.NATS.JetStream.Durable); err != nil {
+		t.Errorf("durable consumer on the TLS server: %v", err)
+	}
 
-	_, err = connectBroker(t.Context(), load("wrong_pw_1234"), in, nil, testenv.Logger(t))
+	_, err = connectBroker(t.Context(), load("wrong_pw_1234"), in, testenv.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "credential user, tls ca") || !strings.Contains(err.Error(), "Authorization Violation") ||
 		strings.Contains(err.Error(), "wrong_pw") {
 		t.Fatalf("with a wrong password: %v", err)

@@ -13,7 +13,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 
@@ -45,6 +44,8 @@ type deps struct {
 	activities  *activities.Activities
 	dispatcher  *intake.Dispatcher
 	broker      *broker            // nil with NATS_URL=off
+	sources     []intake.Source    // EFFECTIVELY_SOURCES, built by buildSources
+	relay       *outbox.Relay      // OUTBOX_BROKER's; nil without a broker
 	webhooks    http.Handler       // nil without a webhook secret or key
 	codecServer *codecServerConfig // nil without EFFECTIVELY_CODEC_SERVER_ADDR
 	closers     []func()
@@ -122,13 +123,22 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	}
 	// The broker comes before the Temporal worker: the retention check
 	// needs the consumer's configuration, and nothing may run before it.
-	if cfg.NATS.Enabled() || cfg.Kafka.Enabled() {
-		if d.broker, err = connectBroker(ctx, cfg, in, m, logger); err != nil {
+	if cfg.NATS.Enabled() {
+		if d.broker, err = connectBroker(ctx, cfg, in, logger); err != nil {
 			return d, err
 		}
 		d.onClose(d.broker.close)
+		d.relay = d.broker.relay
 	}
-	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.broker)
+	if cfg.OutboxBroker == config.OutboxKafka {
+		if d.relay, err = kafkaRelay(cfg, in, logger, d.onClose); err != nil {
+			return d, err
+		}
+	}
+	if d.sources, err = buildSources(ctx, cfg, in, d.broker, m, logger); err != nil {
+		return d, err
+	}
+	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.sources)
 	if err != nil {
 		return d, err
 	}
@@ -210,19 +220,17 @@ func setupTracing(ctx context.Context, d *deps, logger *slog.Logger) ([]intercep
 // redelivery horizon (the longest of the sources', when there are any); a
 // retention that is too short, or a source without a horizon, is bad
 // configuration.
-func retentionPolicy(ctx context.Context, cfg config.Config, tc client.Client, namespace string, b *broker) (retention.Policy, error) {
+func retentionPolicy(ctx context.Context, cfg config.Config, tc client.Client, namespace string, sources []intake.Source) (retention.Policy, error) {
 	var horizons []retention.SourceHorizon
-	if b != nil {
-		for _, s := range b.sources {
-			h, err := s.Horizon(ctx)
-			if errors.Is(err, retention.ErrNoHorizon) {
-				return retention.Policy{}, fmt.Errorf("%w: source %s: %w", errBadConfig, s.Name(), err)
-			}
-			if err != nil {
-				return retention.Policy{}, fmt.Errorf("source %s: %w", s.Name(), err)
-			}
-			horizons = append(horizons, h)
+	for _, s := range sources {
+		h, err := s.Horizon(ctx)
+		if errors.Is(err, retention.ErrNoHorizon) {
+			return retention.Policy{}, fmt.Errorf("%w: source %s: %w", errBadConfig, s.Name(), err)
 		}
+		if err != nil {
+			return retention.Policy{}, fmt.Errorf("source %s: %w", s.Name(), err)
+		}
+		horizons = append(horizons, h)
 	}
 	policy, err := retention.ReadPolicy(ctx, tc, namespace, cfg.Retention, horizons...)
 	if err != nil {
@@ -271,37 +279,17 @@ func newCodecServer(cfg config.Config) (*codecServerConfig, error) {
 	return &codecServerConfig{addr: scfg.Addr, h: h}, nil
 }
 
-// broker is the worker's broker side: its sources (each an intake.Source
-// run by main) and the outbox relay.
+// broker is the worker's NATS side: the connection, JetStream (the
+// jetstream source's, when configured) and the outbox relay.
 type broker struct {
-	nc      *nats.Conn  // nil with NATS_URL=off
-	kafka   *kgo.Client // the outbox producer; nil unless OUTBOX_BROKER=kafka
-	sources []intake.Source
-	relay   *outbox.Relay
+	nc    *nats.Conn
+	js    natsjs.JetStream
+	relay *outbox.Relay
 }
 
-// connectBroker connects to the brokers that are on (NATS, Kafka) and
-// builds their sources and the outbox relay. Nothing is fetched yet.
-func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, m *metrics.Metrics, logger *slog.Logger) (*broker, error) {
-	b := &broker{}
-	if cfg.NATS.Enabled() {
-		if err := connectNATS(ctx, cfg, in, m, logger, b); err != nil {
-			b.close()
-			return nil, err
-		}
-	}
-	if cfg.Kafka.Enabled() {
-		if err := connectKafka(cfg, in, m, logger, b); err != nil {
-			b.close()
-			return nil, err
-		}
-	}
-	return b, nil
-}
-
-// connectNATS connects to NATS, creates the streams that are missing and
-// creates or updates the durable consumer.
-func connectNATS(ctx context.Context, cfg config.Config, in *intake.Intake, m *metrics.Metrics, logger *slog.Logger, b *broker) error {
+// connectBroker connects to NATS, creates the streams that are missing and
+// builds the outbox relay. Nothing is fetched or relayed yet.
+func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, logger *slog.Logger) (*broker, error) {
 	n := cfg.NATS
 	nc, err := n.Connect("effectively-worker", nats.MaxReconnects(-1),
 		// Keep reconnecting when the server refuses the credential twice in
@@ -319,13 +307,18 @@ func connectNATS(ctx context.Context, cfg config.Config, in *intake.Intake, m *m
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { logger.Info("nats reconnected") }))
 	if err != nil {
-		return fmt.Errorf("connect to nats (NATS_URL, or off to disable; credential %s, tls %s): %w", n.Auth.Method(), n.Auth.TLS(), err)
+		return nil, fmt.Errorf("connect to nats (NATS_URL, or off to disable; credential %s, tls %s): %w", n.Auth.Method(), n.Auth.TLS(), err)
 	}
-	b.nc = nc
+	b := &broker{nc: nc}
+	fail := func(err error) (*broker, error) {
+		b.close()
+		return nil, err
+	}
 	js, err := natsjs.New(nc)
 	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+		return fail(fmt.Errorf("jetstream: %w", err))
 	}
+	b.js = js
 	// Streams the worker creates drop messages older than the retention, so
 	// that a replay of the stream never meets a message whose record was
 	// pruned, and refuse a message larger than the intake accepts
@@ -335,33 +328,20 @@ func connectNATS(ctx context.Context, cfg config.Config, in *intake.Intake, m *m
 		jetstream.StreamSpec{Name: n.JetStream.Stream, Subjects: []string{n.JetStream.Subject}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 		jetstream.StreamSpec{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 	); err != nil {
-		return err
+		return fail(err)
 	}
-	jsCfg := n.JetStream
-	jsCfg.Logger, jsCfg.Metrics = logger, m
-	cons, err := jetstream.NewConsumer(ctx, in, js, jsCfg)
-	if err != nil {
-		return err
-	}
-	b.sources = append(b.sources, cons)
 	if cfg.OutboxBroker != config.OutboxNATS {
-		return nil
+		return b, nil // the relay produces to Kafka
 	}
 	pub := outbox.NewJetStreamPublisher(js, outbox.JetStreamConfig{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix})
 	if b.relay, err = outbox.New(in.Store(), pub, outbox.Config{Logger: logger}); err != nil {
-		return err
+		return fail(err)
 	}
-	return nil
+	return b, nil
 }
 
-// close flushes what is buffered (acks, publishes) and closes the
-// connections.
+// close flushes what is buffered (acks, publishes) and closes the connection.
 func (b *broker) close() {
-	if b.nc != nil {
-		_ = b.nc.FlushTimeout(5 * time.Second)
-		b.nc.Close()
-	}
-	if b.kafka != nil {
-		b.kafka.Close()
-	}
+	_ = b.nc.FlushTimeout(5 * time.Second)
+	b.nc.Close()
 }

@@ -170,11 +170,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer context.AfterFunc(ctx, func() { draining.Store(true) })()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.dispatcher.Run(gctx) })
-	if d.broker != nil {
-		for _, src := range d.broker.sources {
-			g.Go(func() error { return src.Run(gctx) })
-		}
-		g.Go(func() error { return d.broker.relay.Run(gctx) })
+	for _, src := range d.sources {
+		g.Go(func() error { return src.Run(gctx) })
+	}
+	if d.relay != nil {
+		g.Go(func() error { return d.relay.Run(gctx) })
 	}
 	if d.webhooks != nil {
 		g.Go(func() error { return serveWebhooks(gctx, cfg.WebhookAddr, d.webhooks, logger) })
@@ -190,11 +190,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		err = cause // the health listener failed
 	}
 	logger.Info("intake stopped", "dispatcher", d.dispatcher.Stats())
-	if d.broker != nil {
-		for _, src := range d.broker.sources {
-			logger.Info("source stopped", "source", src.Name(), "stats", src.Stats())
-		}
-		logger.Info("outbox relay stopped", "outbox", d.broker.relay.Stats())
+	for _, src := range d.sources {
+		logger.Info("source stopped", "source", src.Name(), "stats", src.Stats())
+	}
+	if d.relay != nil {
+		logger.Info("outbox relay stopped", "outbox", d.relay.Stats())
 	}
 	shutdown(w, d.activities.Drain, effectsTimeout, logger)
 	return err
@@ -211,12 +211,10 @@ func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool,
 		return nil
 	}}}
 	if d.broker != nil {
-		if d.broker.nc != nil {
-			checks = append(checks, health.NATS(d.broker.nc))
-		}
-		for _, src := range d.broker.sources {
-			checks = append(checks, src.Check())
-		}
+		checks = append(checks, health.NATS(d.broker.nc))
+	}
+	for _, src := range d.sources {
+		checks = append(checks, src.Check())
 	}
 	hctx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
 	herr := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ type Lookup func(name string) (string, bool)
 
 // EnvKeyNamespace names the key namespace's variable (Config.KeyNamespace).
 const EnvKeyNamespace = "EFFECTIVELY_KEY_NAMESPACE"
+
+// EnvSources names the kinds of source the worker runs.
+const EnvSources = "EFFECTIVELY_SOURCES"
 
 // Env is an environment Load reads: LookupEnv reads one variable, Environ
 // lists them all (Temporal's envconfig scans it for TEMPORAL_GRPC_META_*).
@@ -82,6 +86,9 @@ type Config struct {
 	LogLevel slog.Level
 	// NATS configures intake from JetStream and the outbox relay.
 	NATS NATS
+	// Sources are the kinds of source the worker runs, each once
+	// (EFFECTIVELY_SOURCES; SourceJetStream unless NATS_URL is off).
+	Sources []string
 	// Kafka configures intake from Kafka and its outbox producer.
 	Kafka Kafka
 	// OutboxBroker is where the outbox relay publishes (OUTBOX_BROKER).
@@ -170,6 +177,26 @@ type NATS struct {
 
 // Enabled reports whether the broker side runs at all.
 func (n NATS) Enabled() bool { return n.URL != "" }
+
+// Source kinds of EFFECTIVELY_SOURCES.
+const (
+	// SourceJetStream consumes the NATS_* durable consumer.
+	SourceJetStream = "jetstream"
+	// SourceKafka consumes a Kafka consumer group (KAFKA_*).
+	SourceKafka = "kafka"
+	// SourceRabbitMQ consumes a RabbitMQ quorum queue (RABBITMQ_*).
+	SourceRabbitMQ = "rabbitmq"
+)
+
+// SourceKinds are the kinds EFFECTIVELY_SOURCES names; AvailableSources
+// those this build runs.
+var (
+	SourceKinds      = []string{SourceJetStream, SourceKafka, SourceRabbitMQ}
+	AvailableSources = []string{SourceJetStream}
+)
+
+// HasSource reports whether kind is among the configured sources.
+func (c Config) HasSource(kind string) bool { return slices.Contains(c.Sources, kind) }
 
 // DefaultNATSURL is the NATS server used when NATS_URL is not set.
 const DefaultNATSURL = "nats://127.0.0.1:4222"

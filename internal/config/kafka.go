@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/effectively/effectively/internal/adapter/outbox"
 	"github.com/effectively/effectively/internal/intake/kafka"
@@ -44,7 +45,7 @@ var kafkaVariables = []variable{
 			c.Kafka.Consumer.Brokers = c.Kafka.Brokers
 			return nil
 		},
-		doc: "comma-separated `host:port` seed brokers of a Kafka source (plaintext); `make run KAFKA=1` runs kfake on 127.0.0.1:9092. Off: no Kafka source"},
+		doc: "comma-separated `host:port` seed brokers (plaintext) of the `kafka` source (`EFFECTIVELY_SOURCES`) and of `OUTBOX_BROKER=kafka`; `BROKER=kafka make run` runs kfake on 127.0.0.1:9092"},
 	str("KAFKA_TOPIC", kafka.DefaultTopic, "Kafka.Consumer.Topic",
 		"topic the Kafka source consumes; its `retention.ms` + `segment.ms` is its redelivery horizon (`retention.ms=-1` and compacted topics are refused at start)",
 		func(c *Config) *string { return &c.Kafka.Consumer.Topic }),
@@ -83,7 +84,10 @@ var kafkaVariables = []variable{
 		doc: "the broker the outbox relay publishes to: `nats` (JetStream) or `kafka`"},
 }
 
-func init() { variables = append(variables, kafkaVariables...) }
+func init() {
+	variables = append(variables, kafkaVariables...)
+	AvailableSources = append(AvailableSources, SourceKafka)
+}
 
 // ifKafka runs check only when the Kafka side is on.
 func ifKafka(check func(Config) error) func(Config) error {
@@ -95,10 +99,14 @@ func ifKafka(check func(Config) error) func(Config) error {
 	}
 }
 
-// validateKafka checks the consumer with kafka.Config.Validate.
+// validateKafka checks the consumer with kafka.Config.Validate when
+// EFFECTIVELY_SOURCES has kafka.
 func (c Config) validateKafka() []error {
-	if !c.Kafka.Enabled() {
+	if !c.HasSource(SourceKafka) {
 		return nil
+	}
+	if !c.Kafka.Enabled() {
+		return []error{fmt.Errorf("%s=%s: the kafka source needs KAFKA_BROKERS", EnvSources, strings.Join(c.Sources, ","))}
 	}
 	if err := c.Kafka.Consumer.Validate(); err != nil {
 		return []error{fmt.Errorf("KAFKA_BROKERS, KAFKA_TOPIC: %w", err)}

@@ -58,8 +58,8 @@ func TestKafkaRefusals(t *testing.T) {
 	}{
 		"outbox to kafka without brokers": {map[string]string{"OUTBOX_BROKER": "kafka"}, "OUTBOX_BROKER=kafka: KAFKA_BROKERS is off"},
 		"unknown outbox broker":           {map[string]string{"OUTBOX_BROKER": "amqp"}, `OUTBOX_BROKER="amqp": use nats or kafka`},
-		"broker without port":             {map[string]string{"KAFKA_BROKERS": "kafka"}, `"kafka" is not host:port`},
-		"bad topic":                       {map[string]string{"KAFKA_BROKERS": "k:9092", "KAFKA_TOPIC": "a/b"}, "only letters"},
+		"broker without port":             {map[string]string{"EFFECTIVELY_SOURCES": "kafka", "KAFKA_BROKERS": "kafka"}, `"kafka" is not host:port`},
+		"bad topic":                       {map[string]string{"EFFECTIVELY_SOURCES": "kafka", "KAFKA_BROKERS": "k:9092", "KAFKA_TOPIC": "a/b"}, "only letters"},
 		"zero batch":                      {map[string]string{"KAFKA_BROKERS": "k:9092", "KAFKA_MAX_POLL_RECORDS": "0"}, "KAFKA_MAX_POLL_RECORDS"},
 	} {
 		t.Run(name, func(t *testing.T) {

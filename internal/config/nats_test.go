@@ -178,3 +178,44 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestSources: jetstream by default, none with NATS_URL=off alone; a kind
+// that is unknown, repeated, not built in, or jetstream without a broker is
+// refused, naming the variable.
+func TestSources(t *testing.T) {
+	keys := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k"}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(keys)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		env  map[string]string
+		want []string
+		err  string
+	}{
+		{env: keys, want: []string{SourceJetStream}},
+		{env: with("NATS_URL", "off"), want: nil},
+		{env: with(EnvSources, "jetstream"), want: []string{SourceJetStream}},
+		{env: with(EnvSources, "jetstream", "NATS_URL", "off"), err: "source jetstream needs NATS_URL"},
+		{env: with(EnvSources, "jetstream,jetstream"), err: "listed twice"},
+		{env: with(EnvSources, "sqs"), err: `unknown source "sqs"`},
+		{env: with(EnvSources, "kafka"), err: "the kafka source needs KAFKA_BROKERS"},
+		{env: with(EnvSources, "jetstream,kafka", "KAFKA_BROKERS", "127.0.0.1:9092"), want: []string{SourceJetStream, SourceKafka}},
+	} {
+		c, err := Load(env(tt.env))
+		if err == nil {
+			err = c.Validate()
+		}
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%v: %v", tt.env, err)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), EnvSources) || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%v: err = %v, want %s … %s", tt.env, err, EnvSources, tt.err)
+		case tt.err == "" && !reflect.DeepEqual(c.Sources, tt.want):
+			t.Errorf("%v: sources %v, want %v", tt.env, c.Sources, tt.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,6 +153,16 @@ var variables = []variable{
 		doc: "`debug`, `info`, `warn`, `error`; the worker logs JSON on stderr, the starter text"},
 	addr("NATS_URL", DefaultNATSURL, "NATS.URL",
 		"the broker; `off` disables the consumer and the relay (the dispatcher and the pruning schedule still run; `starter publish` refuses)", func(c *Config) *string { return &c.NATS.URL }),
+	{name: EnvSources, def: SourceJetStream, field: "Sources", docDefault: "`jetstream` (none with `NATS_URL=off`)",
+		load: func(c *Config, v string, given bool) error {
+			c.Sources = list(v)
+			if !given && !c.NATS.Enabled() {
+				c.Sources = nil // NATS_URL=off alone keeps meaning: no broker
+			}
+			return nil
+		},
+		check: checkSources,
+		doc:   "comma-separated kinds of source the worker runs, each once, each with its own variables, readiness check `source.<kind>` and metrics label: `jetstream` (the `NATS_*` consumer), `kafka`, `rabbitmq` (docs/sources.md)"},
 	str("NATS_STREAM", jetstream.DefaultStream, "NATS.JetStream.Stream",
 		"stream to consume; created (file storage, `MaxAge = RETENTION`, `MaxMsgSize` = 64 KiB message limit + 4 KiB for headers, so the broker refuses a larger publish) when missing; an existing stream is left as it is, with a warning when it keeps messages longer than `RETENTION` or larger than that size",
 		func(c *Config) *string { return &c.NATS.JetStream.Stream }),
@@ -317,6 +328,26 @@ func flag(name, field, doc string, f func(*Config) *bool) variable {
 // codec server, NATS authentication); shown is its default column.
 func external(name, shown, doc string) variable {
 	return variable{name: name, docDefault: shown, doc: doc}
+}
+
+// checkSources refuses an unknown, repeated or unavailable kind, and
+// jetstream without a broker.
+func checkSources(c Config) error {
+	seen := map[string]bool{}
+	for _, k := range c.Sources {
+		switch {
+		case !slices.Contains(SourceKinds, k):
+			return fmt.Errorf("%q: unknown source %q; use %s", strings.Join(c.Sources, ","), k, strings.Join(SourceKinds, ", "))
+		case seen[k]:
+			return fmt.Errorf("%q: source %q is listed twice", strings.Join(c.Sources, ","), k)
+		case !slices.Contains(AvailableSources, k):
+			return fmt.Errorf("%q: source %q is not built into this worker yet (available: %s)", strings.Join(c.Sources, ","), k, strings.Join(AvailableSources, ", "))
+		case k == SourceJetStream && !c.NATS.Enabled():
+			return fmt.Errorf("%q: source jetstream needs NATS_URL (it is off)", strings.Join(c.Sources, ","))
+		}
+		seen[k] = true
+	}
+	return nil
 }
 
 // ifNATS runs check only when the broker side is on (NATS_URL not off).

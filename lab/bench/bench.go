@@ -116,7 +116,11 @@ type Config struct {
 	// PostgresURL is the maintenance database a fresh database is created
 	// from. Default $TEST_DATABASE_URL, else the local server.
 	PostgresURL string `json:"-"`
-	// NATSURL is the JetStream server. Default $TEST_NATS_URL, else local.
+	// Broker is the broker the e2e path and the duplicate burst go through:
+	// nats (JetStream), kafka or rabbitmq (lab/bench/broker.go). Default nats.
+	Broker string `json:"broker"`
+	// NATSURL is the NATS server (JetStream, and the outbox relay's).
+	// Default $TEST_NATS_URL, else local.
 	NATSURL string `json:"-"`
 	// RepoRoot is where ./worker is built from. Default this repository.
 	RepoRoot string `json:"-"`
@@ -207,6 +211,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.NATSURL == "" {
 		c.NATSURL = testenv.NATSURL()
+	}
+	if c.Broker == "" {
+		c.Broker = "nats"
 	}
 	if c.RepoRoot == "" {
 		c.RepoRoot = testenv.RepoRoot()

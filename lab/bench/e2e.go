@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/effectively/effectively/internal/adapter/message"
@@ -141,14 +140,10 @@ func (s *stack) duplicatesCounted(ctx context.Context, pattern string) (int, err
 }
 
 func (s *stack) publish(ctx context.Context, raw []byte, msgID string) error {
-	var opts []jetstream.PublishOpt
-	if msgID != "" {
-		opts = append(opts, jetstream.WithMsgID(msgID))
-	}
 	var err error
 	for try := range 5 {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = s.js.Publish(pctx, s.subject, raw, opts...)
+		err = s.broker.Publish(pctx, raw, msgID)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -403,27 +398,12 @@ func (s *stack) runBurst(ctx context.Context, cfg Config, p plan, copies int) (B
 	}
 	before := s.sample()
 	t0 := time.Now()
-	var firstErr error
+	raws := make([][]byte, copies)
 	for i := range copies {
-		m := p.msgs[i%len(p.msgs)]
-		if _, err := s.js.PublishAsync(s.subject, m.raw); err != nil {
-			// The async window is full: wait for acks, then go on.
-			select {
-			case <-s.js.PublishAsyncComplete():
-			case <-time.After(10 * time.Second):
-			}
-			if _, err := s.js.PublishAsync(s.subject, m.raw); err != nil && firstErr == nil {
-				firstErr = err
-			}
-		}
+		raws[i] = p.msgs[i%len(p.msgs)].raw
 	}
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		return b, errors.New("duplicate burst: publish acks did not arrive within 30s")
-	}
-	if firstErr != nil {
-		return b, fmt.Errorf("duplicate burst: publish: %w", firstErr)
+	if err := s.broker.PublishBurst(ctx, raws); err != nil {
+		return b, fmt.Errorf("duplicate burst: publish: %w", err)
 	}
 	// Poll more often than the completion poller: the whole burst takes
 	// about a second, and the poll interval bounds the measurement's error.
@@ -488,16 +468,15 @@ func summarize(lat []time.Duration) Latency {
 }
 
 // versions names the components' versions for the report.
-func (s *stack) versions(ctx context.Context) (pg, nats, temporal string) {
+func (s *stack) versions(ctx context.Context) (pg, broker, temporal string) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_ = s.pool.QueryRow(qctx, `SHOW server_version`).Scan(&pg)
-	nats = s.nc.ConnectedServerVersion()
 	if info, err := s.temporal.WorkflowService().GetSystemInfo(qctx, &workflowservice.GetSystemInfoRequest{}); err == nil {
 		temporal = info.GetServerVersion()
 	}
 	if s.devServer != nil {
 		temporal += " (dev server, in memory)"
 	}
-	return pg, "nats-server " + nats, "temporal " + temporal
+	return pg, s.broker.Version(), "temporal " + temporal
 }

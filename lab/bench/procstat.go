@@ -223,8 +223,9 @@ type Environment struct {
 	CPUs      int    `json:"cpus"`
 	MemoryMB  int64  `json:"memory_mb"`
 	Postgres  string `json:"postgres"`
-	NATS      string `json:"nats"`
-	Temporal  string `json:"temporal"`
+	// NATS is the broker of the run, server and version ("nats-server 2.10.x").
+	NATS     string `json:"nats"`
+	Temporal string `json:"temporal"`
 	// BackgroundBusy is the share of all CPUs busy during the 2 s before the
 	// run started anything: load that was not the benchmark's.
 	BackgroundBusy float64 `json:"background_busy"`

@@ -20,8 +20,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/api/enums/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -30,7 +28,6 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
-	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -78,13 +75,9 @@ type stack struct {
 	// the worker's and the reference points' alike.
 	compression string
 
-	nc           *nats.Conn
-	js           natsjs.JetStream
-	stream       string
-	subject      string // the publish subject of order.placed
-	filter       string
-	eventsStream string
-	eventsPrefix string
+	// broker is the run's broker (Config.Broker) and its stream, topic
+	// or queue.
+	broker Broker
 
 	stripe      *stripesim.Server
 	sendgrid    *sendgridsim.Server
@@ -248,39 +241,12 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	}
 	s.onClose(s.pool.Close)
 
-	// JetStream: a uniquely named stream pair, deleted at the end.
-	if s.nc, err = nats.Connect(cfg.NATSURL, nats.Name("effectively-bench")); err != nil {
-		return nil, fmt.Errorf("NATS with JetStream is required at %s: %w", cfg.NATSURL, err)
-	}
-	s.onClose(s.nc.Close)
-	if s.js, err = natsjs.New(s.nc); err != nil {
+	// The broker: a stream, topic or queue of the run's own, removed at
+	// the end.
+	if s.broker, err = newBroker(ctx, cfg); err != nil {
 		return nil, err
 	}
-	tag := "b" + randomTag(5)
-	s.stream, s.filter = "BENCH_"+strings.ToUpper(tag), tag+".messages.>"
-	s.eventsStream, s.eventsPrefix = s.stream+"_EVENTS", tag+".events"
-	for _, spec := range []jetstream.StreamSpec{
-		{Name: s.stream, Subjects: []string{s.filter}, MaxAge: time.Hour},
-		{Name: s.eventsStream, Subjects: []string{s.eventsPrefix + ".>"}, MaxAge: time.Hour},
-	} {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, created, err := jetstream.EnsureStream(sctx, s.js, spec)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("create stream %s: %w", spec.Name, err)
-		}
-		if !created {
-			return nil, fmt.Errorf("stream %s already existed", spec.Name)
-		}
-		s.onClose(func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = s.js.DeleteStream(dctx, spec.Name)
-		})
-	}
-	if s.subject, err = jetstream.PublishSubject(s.filter, "order.placed"); err != nil {
-		return nil, err
-	}
+	s.onClose(s.broker.Close)
 
 	// The provider simulators, in this process, with their latency.
 	s.stripe = stripesim.New(stripesim.Options{Latency: cfg.Latency})
@@ -317,7 +283,7 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	s.workerEnv = func(pprofAddr string, extra ...string) []string {
 		return workerproc.Env(workerproc.Config{
 			DatabaseURL: s.proxyURL, TemporalAddress: s.temporalAddr, TaskQueue: s.taskQueue,
-			StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: cfg.NATSURL,
+			StripeURL: s.stripeURL, SendGridURL: s.sendgridURL, NATSURL: s.broker.NATSURL(),
 			Extra: append([]string{
 				"LOG_LEVEL=warn",
 				// The worker's default pool, not workerproc's small one.
@@ -328,11 +294,9 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 				// The pruning schedule fires on the hour by default; its
 				// workflow's actions would land in whichever phase spans it.
 				"PRUNE_EVERY=8760h",
-				"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
-				"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
 				"EFFECTIVELY_PPROF_ADDR=" + pprofAddr,
 				temporalclient.EnvCompression + "=" + cfg.GrpcCompression,
-			}, append(extra, cfg.WorkerEnv...)...),
+			}, append(append(s.broker.WorkerEnv(), extra...), cfg.WorkerEnv...)...),
 		})
 	}
 	if s.worker, err = workerproc.Start(s.workerBin, s.workerEnv(s.pprofAddr, "EFFECTIVELY_HEALTH_ADDR="+healthAddr)); err != nil {
@@ -435,7 +399,7 @@ func (s *stack) waitWorkerReady(ctx context.Context, timeout time.Duration) erro
 			return fmt.Errorf("the worker exited during start: %w\n%s", s.worker.Err(), tail(s.worker.Logs(), 4000))
 		default:
 		}
-		if s.workerPolling(ctx) && s.consumerExists(ctx) {
+		if s.workerPolling(ctx) && s.broker.Subscribed(ctx) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -456,13 +420,6 @@ func (s *stack) workerPolling(ctx context.Context) bool {
 		TaskQueueType: enums.TASK_QUEUE_TYPE_WORKFLOW,
 	})
 	return err == nil && len(resp.GetPollers()) > 0
-}
-
-func (s *stack) consumerExists(ctx context.Context) bool {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := s.js.Consumer(cctx, s.stream, "bench")
-	return err == nil
 }
 
 // newDatabase creates an empty, migrated database on the server of admin,

@@ -54,6 +54,9 @@ type Config struct {
 	// DatabaseCuts is how often every worker connection to Postgres is
 	// terminated. Default 1.
 	DatabaseCuts int
+	// BrokerRestarts is how often the broker is restarted while messages
+	// flow (Stack.RestartBroker). Default 0.
+	BrokerRestarts int
 	// Concurrency is how many sends are in flight. Default 16.
 	Concurrency int
 	// Seed makes the run repeatable. Default: the time.
@@ -127,6 +130,11 @@ type Stack struct {
 	// Send delivers one raw message to the system (through the broker, or
 	// the intake directly).
 	Send func(ctx context.Context, raw []byte) error
+	// Broker names the broker the messages go through, for the report.
+	Broker string
+	// RestartBroker stops and starts the broker; nil when it cannot be
+	// restarted (Config.BrokerRestarts must then be 0).
+	RestartBroker func(ctx context.Context) error
 }
 
 // Report is what a run found.
@@ -141,16 +149,18 @@ type Report struct {
 	Lost            int `json:"lost"`
 	// OpenPayments counts payments left open, by state (unknown,
 	// processing, unexpected): an unknown one is a violation.
-	OpenPayments map[store.PaymentState]int `json:"open_payments"`
-	Quarantined  int                        `json:"quarantined"`
-	Paid         int                        `json:"paid"`
-	Declined     int                        `json:"declined"`
-	Kills        int                        `json:"kills"`
-	Restarts     int                        `json:"restarts"`
-	DatabaseCuts int                        `json:"database_cuts"`
-	Faults       int                        `json:"faults"`
-	Elapsed      time.Duration              `json:"elapsed"`
-	Violations   []string                   `json:"violations"`
+	OpenPayments   map[store.PaymentState]int `json:"open_payments"`
+	Quarantined    int                        `json:"quarantined"`
+	Paid           int                        `json:"paid"`
+	Declined       int                        `json:"declined"`
+	Broker         string                     `json:"broker,omitempty"`
+	BrokerRestarts int                        `json:"broker_restarts"`
+	Kills          int                        `json:"kills"`
+	Restarts       int                        `json:"restarts"`
+	DatabaseCuts   int                        `json:"database_cuts"`
+	Faults         int                        `json:"faults"`
+	Elapsed        time.Duration              `json:"elapsed"`
+	Violations     []string                   `json:"violations"`
 	// OrderReceipts are the order receipts' figures: duplicates against
 	// the sends whose answer was lost (the refund receipts' are in
 	// Refunds.Receipts).
@@ -212,7 +222,8 @@ func (r Report) String() string {
 	b.WriteString(r.Refunds.String())
 	b.WriteString(r.Refunds.Receipts.line("refund receipts"))
 	b.WriteString(r.webhookLine())
-	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d provider faults\n", r.Kills, r.Restarts, r.DatabaseCuts, r.Faults)
+	fmt.Fprintf(&b, "chaos: %d worker kills, %d SIGTERM restarts, %d database cuts, %d broker restarts (%s), %d provider faults\n",
+		r.Kills, r.Restarts, r.DatabaseCuts, r.BrokerRestarts, r.Broker, r.Faults)
 	if len(r.Violations) == 0 {
 		b.WriteString("violations: none\n")
 	} else {
@@ -288,6 +299,9 @@ func indexOf(s []int, v int) int {
 // for a run that could not be carried out; violations are in the report.
 func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	cfg.setDefaults()
+	if cfg.BrokerRestarts > 0 && st.RestartBroker == nil {
+		return Report{}, fmt.Errorf("soak: %d broker restarts asked, but the broker %q cannot be restarted here", cfg.BrokerRestarts, st.Broker)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)) //nolint:gosec // seeded on purpose: a soak must be reproducible from its seed; nothing secret
@@ -346,7 +360,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	}
 
 	// Chaos: kills and database cuts spread over the sending phase.
-	var kills, cuts, restarts atomic.Int32
+	var kills, cuts, restarts, brokerRestarts atomic.Int32
 	var unclean []string // written by the chaos goroutine only, read after chaosDone
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	chaosDone := make(chan struct{})
@@ -361,6 +375,9 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 		}
 		for range max(cfg.Restarts, 0) {
 			events = append(events, "restart")
+		}
+		for range max(cfg.BrokerRestarts, 0) {
+			events = append(events, "broker")
 		}
 		rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
 		for _, ev := range events {
@@ -382,6 +399,12 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 				}
 				restarts.Add(1)
 				cfg.Logf("soak: replaced a worker with SIGTERM (%d/%d)", restarts.Load(), cfg.Restarts)
+			case "broker":
+				if err := st.RestartBroker(chaosCtx); err != nil {
+					unclean = append(unclean, fmt.Sprintf("broker restart: %v", err))
+				}
+				brokerRestarts.Add(1)
+				cfg.Logf("soak: restarted the broker %s (%d/%d)", st.Broker, brokerRestarts.Load(), cfg.BrokerRestarts)
 			case "cut":
 				n, err := cutConnections(chaosCtx, st.Pool)
 				if err != nil {
@@ -418,6 +441,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	}
 
 	rep.Kills, rep.DatabaseCuts, rep.Restarts = int(kills.Load()), int(cuts.Load()), int(restarts.Load())
+	rep.Broker, rep.BrokerRestarts = st.Broker, int(brokerRestarts.Load())
 	if cfg.Webhooks {
 		rep.Webhooks = &WebhookReport{Stripe: st.Stripe.WebhookStats(), SendGrid: st.SendGrid.WebhookStats()}
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/store"
-	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -24,6 +23,8 @@ var (
 	seed     = flag.Uint64("seed", 0, "random seed (0: the time)")
 	lostSend = flag.Float64("lost-sends", 0.1, "share of receipts of each kind whose first send's answer SendGrid loses")
 	hooksOn  = flag.Bool("webhooks", true, "simulators deliver signed webhooks to a worker; receipts wait for SendGrid's events before a resend")
+	brokerF  = flag.String("broker", "nats", "broker the messages go through: nats, kafka or rabbitmq (make soak BROKER=…)")
+	brokerRs = flag.Int("broker-restarts", 1, "restarts of the broker while messages flow")
 )
 
 // TestSoak is the chaos soak: `make soak`, or in CI at the default size.
@@ -44,33 +45,22 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	const queue = "effectively-soak"
-	// Messages go through the broker. They are published without a
-	// Nats-Msg-Id, so every duplicate reaches the consumer, as a producer's
-	// retry after the duplicate window or a redelivery would.
-	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
-	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Messages go through the broker, without publish dedup (no
+	// Nats-Msg-Id), so that every duplicate reaches the source, as a
+	// producer's retry after the duplicate window or a redelivery would.
+	b := newBroker(t, *brokerF)
 	st := Stack{
 		Temporal: tsrv.Client(), Pool: pool, Stripe: sims.Stripe, SendGrid: sims.SendGrid, WorkerBin: bin,
 		Worker: workerproc.Config{
 			DatabaseURL: dbURL, TemporalAddress: tsrv.FrontendHostPort(), TaskQueue: queue,
-			StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
-			Extra: []string{
-				"LOG_LEVEL=info",
-				"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=soak",
-				"NATS_ACK_WAIT=5s", "NATS_BACKOFF=none", "NATS_MAX_DELIVER=20",
-				"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
-			},
+			StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: b.natsURL,
+			Extra: append([]string{"LOG_LEVEL=info"}, b.env...),
 		},
-		Send: func(ctx context.Context, raw []byte) error {
-			_, err := j.JS.Publish(ctx, subject, raw)
-			return err
-		},
+		Send: b.send, Broker: *brokerF, RestartBroker: b.restart,
 	}
 	rep, err := Run(ctx, Config{
-		Messages: *messages, Workers: *workersN, Kills: *kills, Restarts: *restarts, Seed: *seed, Timeout: 15 * time.Minute, Settle: 90 * time.Second,
+		Messages: *messages, Workers: *workersN, Kills: *kills, Restarts: *restarts, BrokerRestarts: *brokerRs,
+		Seed: *seed, Timeout: 15 * time.Minute, Settle: 90 * time.Second,
 		Logf: t.Logf, Webhooks: *hooksOn, LostSendRatio: *lostSend,
 	}, st)
 	if err != nil {
@@ -91,7 +81,7 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s: %d duplicates for %d lost sends (%.0f%%), want at most 20%%", kind, f.Duplicates, f.LostSends, 100*f.Ratio())
 		}
 	}
-	if rep.Kills < *kills || rep.DatabaseCuts < 1 || rep.Restarts < *restarts {
-		t.Errorf("the chaos did not happen: %d kills, %d SIGTERM restarts, %d database cuts", rep.Kills, rep.Restarts, rep.DatabaseCuts)
+	if rep.Kills < *kills || rep.DatabaseCuts < 1 || rep.Restarts < *restarts || rep.BrokerRestarts < *brokerRs {
+		t.Errorf("the chaos did not happen: %d kills, %d SIGTERM restarts, %d database cuts, %d broker restarts", rep.Kills, rep.Restarts, rep.DatabaseCuts, rep.BrokerRestarts)
 	}
 }

@@ -58,9 +58,16 @@ type JetStreamOptions struct {
 // A server that does not answer fails the test: it is never skipped.
 func NewJetStream(t testing.TB, o JetStreamOptions) *JetStream {
 	t.Helper()
-	nc, err := nats.Connect(NATSURL(), nats.Name("effectively-test "+t.Name()))
+	return NewJetStreamAt(t, NATSURL(), o)
+}
+
+// NewJetStreamAt is NewJetStream on the server at url (one of the test's
+// own, say, that it restarts); the connection reconnects for ever.
+func NewJetStreamAt(t testing.TB, url string, o JetStreamOptions) *JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name("effectively-test "+t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
-		t.Fatalf("testenv: NATS with JetStream is required for this test and did not answer at TEST_NATS_URL (%s): %v", NATSURL(), err)
+		t.Fatalf("testenv: NATS with JetStream is required for this test and did not answer at %s (TEST_NATS_URL): %v", url, err)
 	}
 	t.Cleanup(nc.Close)
 	js, err := natsjs.New(nc)
@@ -83,12 +90,15 @@ func NewJetStream(t testing.TB, o JetStreamOptions) *JetStream {
 	} {
 		_, created, err := jetstream.EnsureStream(ctx, js, spec)
 		if err != nil {
-			t.Fatalf("testenv: create stream %s (is JetStream enabled on %s?): %v", spec.Name, NATSURL(), err)
+			t.Fatalf("testenv: create stream %s (is JetStream enabled on %s?): %v", spec.Name, url, err)
 		}
 		if !created {
 			t.Fatalf("testenv: stream %s already existed", spec.Name)
 		}
 		t.Cleanup(func() {
+			if nc.Status() != nats.CONNECTED {
+				return // a test's own server, already stopped: nothing to delete
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := js.DeleteStream(ctx, spec.Name); err != nil {

@@ -54,6 +54,12 @@ func TestCompute(t *testing.T) {
 		{"no broker", Inputs{NamespaceRetention: 72 * time.Hour, Margin: -1}, 72 * time.Hour, false},
 		{"unbounded broker", Inputs{Redelivery: &Redelivery{AckWait: time.Second}}, 0, true},
 		{"negative retention", Inputs{NamespaceRetention: -time.Hour}, 0, true},
+		{"longest source counts", Inputs{Margin: -1, Sources: []SourceHorizon{
+			{Source: "jetstream", Redelivery: 36 * time.Minute, DuplicateWindow: 2 * time.Minute},
+			{Source: "kafka", Redelivery: 14 * 24 * time.Hour},
+			{Source: "rabbitmq", Redelivery: 24 * time.Hour},
+		}}, 14 * 24 * time.Hour, false},
+		{"negative source term", Inputs{Sources: []SourceHorizon{{Source: "x", Redelivery: -time.Second}}}, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,4 +148,23 @@ func ExamplePolicy_Check() {
 	fmt.Println(Policy{Keep: 12 * time.Hour, Horizon: h}.Check())
 	// Output:
 	// retention 12h0m0s is shorter than the safe horizon 25h38m30s (redelivery window 36m30s + duplicate window 2m0s + temporal namespace retention 24h0m0s + margin 1h0m0s): a redelivered copy could arrive after its record was pruned and run again
+}
+
+// TestSourceHorizons: the horizon names the source whose copies can arrive
+// latest, and a JetStream consumer without a delivery limit has no horizon
+// (ErrNoHorizon), so the worker refuses to start with it.
+func TestSourceHorizons(t *testing.T) {
+	h, err := Compute(Inputs{NamespaceRetention: time.Hour, Sources: []SourceHorizon{
+		{Source: "a", Redelivery: time.Minute}, {Source: "b", Redelivery: time.Minute, DuplicateWindow: time.Minute},
+	}})
+	if err != nil || h.Source != "b" || h.Redelivery+h.DuplicateWindow != 2*time.Minute || !strings.Contains(h.String(), "source b") {
+		t.Fatalf("horizon %s, %v; want source b's 2m", h, err)
+	}
+	if _, err := JetStreamHorizon("jetstream", Redelivery{AckWait: time.Second, MaxDeliver: -1}, time.Minute); !errors.Is(err, ErrNoHorizon) || !errors.Is(err, ErrUnbounded) {
+		t.Fatalf("unbounded consumer: err = %v, want ErrNoHorizon", err)
+	}
+	js, err := JetStreamHorizon("jetstream", Redelivery{AckWait: 30 * time.Second, MaxDeliver: 4}, 2*time.Minute)
+	if err != nil || js.Total() != 4*time.Minute {
+		t.Fatalf("jetstream horizon %+v, %v; want 4m", js, err)
+	}
 }

@@ -60,6 +60,7 @@ func run() int {
 		seed      = fs.Uint64("seed", 0, "seed of the message plan (default: the time)")
 		quiet     = fs.Bool("q", false, "no progress lines on stderr")
 		fromJSON  = fs.String("from-json", "", "render the table, report and chart again from a run's JSON, without running anything")
+		broker    = fs.String("broker", "nats", "broker of the e2e path and the duplicate burst: nats, kafka or rabbitmq (make bench BROKER=…)")
 		workerEnv multiFlag
 	)
 	fs.Var(&workerEnv, "worker-env", "NAME=value added to the worker's environment (repeatable)")
@@ -120,6 +121,13 @@ func run() int {
 		cfg.Settle = *settle
 	}
 	cfg.TemporalMetricsURL = *metrics
+	switch *broker {
+	case "nats", "kafka", "rabbitmq":
+		cfg.Broker = *broker
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -broker %q: use nats, kafka or rabbitmq\n", *broker)
+		return 2
+	}
 	switch *compress {
 	case "", "gzip", "none":
 		cfg.GrpcCompression = *compress

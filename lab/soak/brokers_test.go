@@ -1,0 +1,94 @@
+package soak
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/tools/kafkatest"
+	"github.com/effectively/effectively/tools/natstest"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// soakBroker is one broker's hooks for the soak: the worker processes'
+// environment, the soak's publish, and a restart while messages flow.
+type soakBroker struct {
+	// natsURL is the workers' NATS_URL: the outbox relay publishes there
+	// whatever the source (empty: off).
+	natsURL string
+	// env selects the source (EFFECTIVELY_SOURCES) and its variables.
+	env     []string
+	send    func(ctx context.Context, raw []byte) error
+	restart func(ctx context.Context) error
+}
+
+// newBroker returns the hooks of broker (-broker, make soak BROKER=…). A
+// broker without hooks here fails the soak; it is never skipped.
+func newBroker(t *testing.T, broker string) soakBroker {
+	t.Helper()
+	switch broker {
+	case "nats":
+		return natsBroker(t)
+	case "kafka":
+		return kafkaBroker(t)
+	case "rabbitmq":
+		t.Fatalf("soak: broker %s has no soak hooks yet (lab/soak/brokers_test.go newBroker): publish, restart and the workers' EFFECTIVELY_SOURCES", broker)
+	default:
+		t.Fatalf("soak: unknown broker %q: use nats, kafka or rabbitmq", broker)
+	}
+	return soakBroker{}
+}
+
+// natsBroker is a nats-server of the soak's own (so that it can be
+// restarted) with the worker's streams on it.
+func natsBroker(t *testing.T) soakBroker {
+	srv := natstest.Start(t, "")
+	j := testenv.NewJetStreamAt(t, srv.URL("nats", "127.0.0.1"), testenv.JetStreamOptions{})
+	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return soakBroker{
+		natsURL: srv.URL("nats", "127.0.0.1"),
+		env: []string{
+			"EFFECTIVELY_SOURCES=jetstream",
+			"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=soak",
+			"NATS_ACK_WAIT=5s", "NATS_BACKOFF=none", "NATS_MAX_DELIVER=20",
+			"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+		},
+		send: func(ctx context.Context, raw []byte) error {
+			_, err := j.JS.Publish(ctx, subject, raw)
+			return err
+		},
+		restart: func(context.Context) error {
+			srv.Restart(t)
+			return nil
+		},
+	}
+}
+
+// kafkaBroker is kfake as a separate process of the soak's own, persisting
+// with fsync, so that a restart is a SIGKILL and a start on the same port
+// and data. The workers consume it alone (NATS off) and their outbox relay
+// produces to it.
+func kafkaBroker(t *testing.T) soakBroker {
+	const topic = "soak.messages"
+	p := kafkatest.StartProcess(t, 6, topic, "effectively.events.order.paid")
+	// The producer retries through a restart (kgo retries a produce until
+	// its delivery timeout).
+	prod := kafkatest.Producer(t, p.Addr(), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		kgo.RecordDeliveryTimeout(60*time.Second))
+	return soakBroker{
+		env: []string{
+			"EFFECTIVELY_SOURCES=kafka",
+			"KAFKA_BROKERS=" + p.Addr(), "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=soak", "OUTBOX_BROKER=kafka",
+		},
+		send: func(ctx context.Context, raw []byte) error {
+			return prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: raw}).FirstErr()
+		},
+		restart: func(context.Context) error { return p.RestartErr() },
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/internal/intake/kafka"
+)
+
+// buildSources builds the sources EFFECTIVELY_SOURCES names, in its order;
+// nothing is fetched before main runs them. A new kind of source adds its
+// case here (docs/sources.md).
+func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *broker, m *metrics.Metrics, logger *slog.Logger) ([]intake.Source, error) {
+	var sources []intake.Source
+	for _, kind := range cfg.Sources {
+		switch kind {
+		case config.SourceJetStream:
+			if b == nil {
+				return nil, fmt.Errorf("%w: %s=%s needs NATS_URL", errBadConfig, config.EnvSources, kind)
+			}
+			jsCfg := cfg.NATS.JetStream
+			jsCfg.Name, jsCfg.Logger, jsCfg.Metrics = config.SourceJetStream, logger, m
+			c, err := jetstream.NewConsumer(ctx, in, b.js, jsCfg)
+			if err != nil {
+				return nil, err
+			}
+			sources = append(sources, c)
+		case config.SourceKafka:
+			kcfg := cfg.Kafka.Consumer
+			kcfg.Name, kcfg.Logger, kcfg.Metrics = config.SourceKafka, logger, m
+			c, err := kafka.NewConsumer(in, kcfg)
+			if err != nil {
+				return nil, err
+			}
+			sources = append(sources, c)
+		default:
+			// config.Validate refuses a kind this build does not run.
+			return nil, fmt.Errorf("%w: %s: source %q is not built into this worker", errBadConfig, config.EnvSources, kind)
+		}
+	}
+	return sources, nil
+}
