@@ -53,6 +53,9 @@ func TestComposeKafka(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		if name == "worker" && !cfg.HasSource(config.SourceKafka) {
+			t.Errorf("the worker's EFFECTIVELY_SOURCES=%v does not run the kafka source", cfg.Sources)
+		}
 		if len(cfg.Kafka.Brokers) != 1 || cfg.Kafka.Brokers[0] != "kafka:29092" {
 			t.Errorf("%s: KAFKA_BROKERS=%v, want the kafka service's internal listener kafka:29092", name, cfg.Kafka.Brokers)
 		}

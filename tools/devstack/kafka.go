@@ -50,7 +50,7 @@ func (s *stack) kafka(ctx context.Context, fresh bool) ([]string, error) {
 	}
 	step(s.out, "using Kafka (kfake, an in-memory Kafka persisting in %s) at %s, topic %s", dir, addr, topic)
 	return []string{
-		"NATS_URL=off", "KAFKA_BROKERS=" + addr, "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=devstack",
+		"NATS_URL=off", "EFFECTIVELY_SOURCES=kafka", "KAFKA_BROKERS=" + addr, "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=devstack",
 		"OUTBOX_BROKER=kafka", "KAFKA_EVENTS_PREFIX=effectively-" + s.instance + ".events",
 	}, nil
 }
