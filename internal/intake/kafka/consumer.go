@@ -400,11 +400,16 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 		return
 	}
 	for _, r := range records {
-		if err := c.track.add(partition{r.Topic, r.Partition}, r.Offset, r.LeaderEpoch); err != nil {
-			// kgo hands a partition's records out in order; anything
-			// else is a bug, and committing past it could skip a record.
-			c.mu.Unlock()
-			panic(fmt.Sprintf("kafka consumer: %v", err))
+		p := partition{r.Topic, r.Partition}
+		if err := c.track.add(p, r.Offset, r.LeaderEpoch); err != nil {
+			// kgo hands a partition's records out in order; a record
+			// out of it (the client reset the partition's position)
+			// starts the partition's tracking again from it. A mark
+			// never moves back, so nothing is committed past a record
+			// that is not settled.
+			c.cfg.Logger.Error("kafka record out of order; tracking the partition again from it", "partition", p.String(), "error", err.Error())
+			c.track.forget(p)
+			_ = c.track.add(p, r.Offset, r.LeaderEpoch)
 		}
 	}
 	c.mu.Unlock()
@@ -475,7 +480,7 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 			continue
 		}
 		if err := c.track.done(res.p, res.offset); err != nil {
-			panic(fmt.Sprintf("kafka consumer: %v", err))
+			c.cfg.Logger.Error("kafka record settled but not tracked; its mark is left to the next record", "error", err.Error())
 		}
 	}
 	if marks := c.track.marks(); len(marks) > 0 {
