@@ -35,13 +35,17 @@ const (
 type publishResult struct {
 	Line      int    `json:"line"`
 	MessageID string `json:"message_id,omitempty"`
-	Subject   string `json:"subject"`
+	Subject   string `json:"subject,omitempty"`
 	MsgID     string `json:"nats_msg_id,omitempty"`
-	Stream    string `json:"stream"`
-	Sequence  uint64 `json:"seq"`
+	Stream    string `json:"stream,omitempty"`
+	Sequence  uint64 `json:"seq,omitempty"`
 	// Exchange is RabbitMQ's (--broker rabbitmq); Subject is then the
 	// routing key, the message type.
 	Exchange string `json:"exchange,omitempty"`
+	// Topic, Partition and Offset say where Kafka stored the record.
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
 	// Status is published (stored by the stream) or duplicate (dropped by
 	// the broker's duplicate window: an identical copy was published before).
 	Status string `json:"status"`
@@ -77,7 +81,7 @@ func newPublisher(ctx context.Context, cfg config.Config, broker string) (broker
 	case brokerRabbitMQ:
 		return newRabbitMQPublisher(cfg)
 	case brokerKafka:
-		return nil, fmt.Errorf("%w: --broker %s: not built into this starter yet (use nats)", errUsage, broker)
+		return newKafkaPublisher(ctx, cfg)
 	}
 	return nil, fmt.Errorf("%w: --broker %q: use nats, kafka or rabbitmq", errUsage, broker)
 }

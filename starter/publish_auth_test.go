@@ -162,11 +162,11 @@ func TestPublishRefusesConflictingNATSCredentials(t *testing.T) {
 	}
 }
 
-// TestPublishBrokerFlag: --broker names the broker; one this build cannot
-// publish to yet, or an unknown one, is a usage error (exit 2) naming it,
-// before anything is read or connected.
+// TestPublishBrokerFlag: --broker names the broker; one without its
+// connection configured, or an unknown one, is a usage error (exit 2)
+// naming it, before anything is read or connected.
 func TestPublishBrokerFlag(t *testing.T) {
-	for broker, want := range map[string]string{"kafka": "not built into this starter yet", "sqs": `use nats, kafka or rabbitmq`} {
+	for broker, want := range map[string]string{"rabbitmq": "needs RABBITMQ_URL", "kafka": "needs KAFKA_BROKERS", "sqs": `use nats, kafka or rabbitmq`} {
 		code, err := cmdPublish(context.Background(), config.Config{}, []string{"--broker", broker, "-"}, strings.NewReader(""), io.Discard, io.Discard, slog.New(slog.DiscardHandler))
 		if code != exitUsage || err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--broker %s: exit %d, %v; want %d and %q", broker, code, err, exitUsage, want)

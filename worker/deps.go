@@ -48,7 +48,7 @@ type deps struct {
 	dispatcher  *intake.Dispatcher
 	broker      *broker            // nil with NATS_URL=off
 	sources     []intake.Source    // EFFECTIVELY_SOURCES, built by buildSources
-	relay       *outbox.Relay      // the broker's, or RabbitMQ's with NATS_URL=off; nil for none
+	relay       *outbox.Relay      // OUTBOX_BROKER's; nil without a broker
 	webhooks    http.Handler       // nil without a webhook secret or key
 	api         *httpapi.API       // nil without EFFECTIVELY_API_ADDR
 	codecServer *codecServerConfig // nil without EFFECTIVELY_CODEC_SERVER_ADDR
@@ -137,17 +137,20 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 			return d, err
 		}
 		d.onClose(d.broker.close)
-	}
-	if d.sources, err = buildSources(ctx, cfg, in, d.broker, m, logger); err != nil {
-		return d, err
-	}
-	switch {
-	case d.broker != nil:
 		d.relay = d.broker.relay
-	case cfg.HasSource(config.SourceRabbitMQ):
+	}
+	switch cfg.OutboxBroker {
+	case config.OutboxKafka:
+		if d.relay, err = kafkaRelay(cfg, in, logger, d.onClose); err != nil {
+			return d, err
+		}
+	case config.OutboxRabbitMQ:
 		if d.relay, err = rabbitMQRelay(cfg, in, logger, d.onClose); err != nil {
 			return d, err
 		}
+	}
+	if d.sources, err = buildSources(ctx, cfg, in, d.broker, m, logger); err != nil {
+		return d, err
 	}
 	policy, err := retentionPolicy(ctx, cfg, tc, namespace, d.sources)
 	if err != nil {
@@ -347,6 +350,9 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 		jetstream.StreamSpec{Name: n.EventsStream, Subjects: []string{n.EventsPrefix + ".>"}, Duplicates: n.DuplicateWindow, MaxAge: cfg.Retention},
 	); err != nil {
 		return fail(err)
+	}
+	if cfg.OutboxBroker != config.OutboxNATS {
+		return b, nil // the relay publishes to Kafka or RabbitMQ (OUTBOX_BROKER)
 	}
 	pub := outbox.NewJetStreamPublisher(js, outbox.JetStreamConfig{Stream: n.EventsStream, SubjectPrefix: n.EventsPrefix})
 	if b.relay, err = outbox.New(in.Store(), pub, outbox.Config{Logger: logger}); err != nil {

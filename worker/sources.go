@@ -9,6 +9,7 @@ import (
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/internal/intake/kafka"
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
 )
 
@@ -36,6 +37,14 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 			c, err := rabbitmq.NewConsumer(in, rcfg)
 			if err != nil {
 				return nil, fmt.Errorf("%w: RABBITMQ_*: %w", errBadConfig, err)
+			}
+			sources = append(sources, c)
+		case config.SourceKafka:
+			kcfg := cfg.Kafka.Consumer
+			kcfg.Name, kcfg.Logger, kcfg.Metrics = config.SourceKafka, logger, m
+			c, err := kafka.NewConsumer(in, kcfg)
+			if err != nil {
+				return nil, err
 			}
 			sources = append(sources, c)
 		default:

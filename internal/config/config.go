@@ -92,6 +92,10 @@ type Config struct {
 	// Sources are the kinds of source the worker runs, each once
 	// (EFFECTIVELY_SOURCES; SourceJetStream unless NATS_URL is off).
 	Sources []string
+	// Kafka configures intake from Kafka and its outbox producer.
+	Kafka Kafka
+	// OutboxBroker is where the outbox relay publishes (OUTBOX_BROKER).
+	OutboxBroker string
 	// Retention is how long processed-message, dispatched inbox and published
 	// outbox rows are kept (RETENTION); never less than the redelivery horizon.
 	Retention time.Duration
@@ -316,6 +320,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("SENDGRID_API_KEY is not set"))
 	}
 	errs = append(errs, c.validateBroker()...)
+	errs = append(errs, c.validateKafka()...)
 	if err := c.Webhooks.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -202,9 +202,10 @@ func TestSources(t *testing.T) {
 		{env: with(EnvSources, "jetstream", "NATS_URL", "off"), err: "source jetstream needs NATS_URL"},
 		{env: with(EnvSources, "jetstream,jetstream"), err: "listed twice"},
 		{env: with(EnvSources, "sqs"), err: `unknown source "sqs"`},
-		{env: with(EnvSources, "kafka"), err: "not built into this worker yet"},
 		{env: with(EnvSources, "rabbitmq", "NATS_URL", "off"), want: []string{SourceRabbitMQ}},
 		{env: with(EnvSources, "jetstream,rabbitmq"), want: []string{SourceJetStream, SourceRabbitMQ}},
+		{env: with(EnvSources, "kafka"), err: "the kafka source needs KAFKA_BROKERS"},
+		{env: with(EnvSources, "jetstream,kafka", "KAFKA_BROKERS", "127.0.0.1:9092"), want: []string{SourceJetStream, SourceKafka}},
 	} {
 		c, err := Load(env(tt.env))
 		if err == nil {

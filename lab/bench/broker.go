@@ -51,7 +51,7 @@ func newBroker(ctx context.Context, cfg Config) (Broker, error) {
 	case "rabbitmq":
 		return newRabbitBroker(ctx)
 	case "kafka":
-		return nil, fmt.Errorf("bench: broker %s has no bench hooks yet (lab/bench/broker.go newBroker)", cfg.Broker)
+		return newKafkaBroker(ctx)
 	}
 	return nil, fmt.Errorf("bench: unknown broker %q: use nats, kafka or rabbitmq", cfg.Broker)
 }

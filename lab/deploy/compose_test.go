@@ -31,6 +31,7 @@ import (
 var core = map[string]uint32{
 	"postgres": 5432, "temporal": 7233, "setup": 0, "temporal-ui": 8080,
 	"nats": 4222, "rabbitmq": 5672, "simulators": 0, "worker": 8081, "starter": 0,
+	"kafka": 9092, "kafka-setup": 0,
 }
 
 // published is every port the stack publishes on the host, as
@@ -38,7 +39,7 @@ var core = map[string]uint32{
 // more. The simulators (whose /_sim/ control API lists customer emails) and
 // NATS monitoring stay on the compose network.
 var published = []string{
-	"postgres:5432", "temporal:7233", "temporal-ui:8080", "nats:4222",
+	"postgres:5432", "temporal:7233", "temporal-ui:8080", "nats:4222", "kafka:9092",
 	"rabbitmq:5672", "rabbitmq:15672", // AMQP; the management UI
 	"worker:8081", "worker:8234", // health and metrics; the codec server
 	"prometheus:9090", "grafana:3000", "jaeger:16686",
@@ -229,7 +230,7 @@ func TestComposeHealthAndDependencies(t *testing.T) {
 	healthy := func(s types.ServiceConfig) bool {
 		return s.HealthCheck != nil && !s.HealthCheck.Disable && len(s.HealthCheck.Test) > 1
 	}
-	for _, name := range []string{"postgres", "temporal", "temporal-ui", "nats", "rabbitmq", "simulators", "worker"} {
+	for _, name := range []string{"postgres", "temporal", "temporal-ui", "nats", "rabbitmq", "kafka", "simulators", "worker"} {
 		if !healthy(p.Services[name]) {
 			t.Errorf("service %s has no health check", name)
 		}
@@ -261,7 +262,7 @@ func TestComposeHealthAndDependencies(t *testing.T) {
 			}
 		}
 	}
-	for _, dep := range []string{"postgres", "temporal", "setup", "nats", "simulators"} {
+	for _, dep := range []string{"postgres", "temporal", "setup", "nats", "rabbitmq", "kafka-setup", "simulators"} {
 		if _, ok := w.DependsOn[dep]; !ok {
 			t.Errorf("the worker does not wait for %s", dep)
 		}

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
+	"github.com/effectively/effectively/tools/kafkatest"
 	"github.com/effectively/effectively/tools/natstest"
 	"github.com/effectively/effectively/tools/rabbittest"
 	"github.com/effectively/effectively/tools/testenv"
@@ -35,7 +38,7 @@ func newBroker(t *testing.T, broker string) soakBroker {
 	case "rabbitmq":
 		return rabbitBroker(t)
 	case "kafka":
-		t.Fatalf("soak: broker %s has no soak hooks yet (lab/soak/brokers_test.go newBroker): publish, restart and the workers' EFFECTIVELY_SOURCES", broker)
+		return kafkaBroker(t)
 	default:
 		t.Fatalf("soak: unknown broker %q: use nats, kafka or rabbitmq", broker)
 	}
@@ -107,5 +110,28 @@ func rabbitBroker(t *testing.T) soakBroker {
 			node.Restart()
 			return nil
 		},
+	}
+}
+
+// kafkaBroker is kfake as a separate process of the soak's own, persisting
+// with fsync, so that a restart is a SIGKILL and a start on the same port
+// and data. The workers consume it alone (NATS off) and their outbox relay
+// produces to it.
+func kafkaBroker(t *testing.T) soakBroker {
+	const topic = "soak.messages"
+	p := kafkatest.StartProcess(t, 6, topic, "effectively.events.order.paid")
+	// The producer retries through a restart (kgo retries a produce until
+	// its delivery timeout).
+	prod := kafkatest.Producer(t, p.Addr(), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		kgo.RecordDeliveryTimeout(60*time.Second))
+	return soakBroker{
+		env: []string{
+			"EFFECTIVELY_SOURCES=kafka",
+			"KAFKA_BROKERS=" + p.Addr(), "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=soak", "OUTBOX_BROKER=kafka",
+		},
+		send: func(ctx context.Context, raw []byte) error {
+			return prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: raw}).FirstErr()
+		},
+		restart: func(context.Context) error { return p.RestartErr() },
 	}
 }

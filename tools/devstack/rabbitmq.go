@@ -8,10 +8,6 @@ import (
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
 )
 
-// EnvRunBroker switches `make run` from JetStream to RabbitMQ
-// (EFFECTIVELY_RUN_BROKER=rabbitmq).
-const EnvRunBroker = "EFFECTIVELY_RUN_BROKER"
-
 // rabbitBroker returns the worker's settings for devstack's own queue on
 // the RabbitMQ server at $RABBITMQ_URL (default the local one, guest/guest):
 // the rabbitmq source alone, NATS off, so that the outbox relay publishes
@@ -23,7 +19,7 @@ func (s *stack) rabbitBroker(fresh bool) ([]string, error) {
 	}
 	conn, err := rabbitmq.Dial(url, "effectively devstack")
 	if err != nil {
-		return nil, fmt.Errorf("%s=rabbitmq: %w (start it with `rabbitmq-server -detached`)", EnvRunBroker, err)
+		return nil, fmt.Errorf("%s=rabbitmq: %w (start it with `rabbitmq-server -detached`)", EnvBroker, err)
 	}
 	defer conn.Close()
 	name := "effectively-" + strings.ToLower(s.instance)

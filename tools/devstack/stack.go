@@ -127,23 +127,29 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// EFFECTIVELY_RUN_BROKER picks the broker the examples are published
-	// to: nats (JetStream, the default) or rabbitmq (the local server).
+	// BROKER picks the broker the examples are published to: nats
+	// (JetStream, the default), kafka (kfake as a process) or rabbitmq
+	// (the local server).
 	var (
 		natsEnv []string
 		natsOn  bool
 	)
 	publish, via := []string{"publish"}, "JetStream"
-	switch b := os.Getenv(EnvRunBroker); b {
+	switch b := os.Getenv(EnvBroker); b {
 	case "", "nats":
 		natsEnv, natsOn = s.broker(ctx, !o.keep)
+	case "kafka":
+		if natsEnv, err = s.kafka(ctx, !o.keep); err != nil {
+			return err
+		}
+		natsOn, publish, via = true, []string{"publish", "--broker", "kafka"}, "Kafka"
 	case "rabbitmq":
 		if natsEnv, err = s.rabbitBroker(!o.keep); err != nil {
 			return err
 		}
 		natsOn, publish, via = true, []string{"publish", "--broker", "rabbitmq"}, "RabbitMQ"
 	default:
-		return fmt.Errorf("%s=%q: use nats or rabbitmq", EnvRunBroker, b)
+		return fmt.Errorf("%s=%q: use nats, kafka or rabbitmq", EnvBroker, b)
 	}
 	env := append(os.Environ(),
 		"DATABASE_URL="+dbURL,

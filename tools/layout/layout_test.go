@@ -61,6 +61,7 @@ var sameFloor = map[string][]string{
 	"internal/intake/jetstream":  {"internal/intake", "internal/intake/retention"},
 	"internal/intake/httpapi":    {"internal/intake"},
 	"internal/intake/rabbitmq":   {"internal/intake", "internal/intake/retention"},
+	"internal/intake/kafka":      {"internal/intake", "internal/intake/retention"},
 	"starter":                    {"internal/config"},
 	"worker":                     {"internal/config"},
 }
