@@ -167,6 +167,39 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 			}
 		}
 	}
+	// 429 from an API with a tiny rate.
+	slow, err := httpapi.New(s.Intake, s.Client, nil, httpapi.Config{Addr: "127.0.0.1:0", TokensFile: apiTokensFile(t), TokenRate: 0.5, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdone := make(chan error, 1)
+	go func() { sdone <- slow.ServeOn(ctx, sln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-sdone; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	var limited exchange
+	for range 3 {
+		if limited, err = apiCall(t, "http://"+sln.Addr().String(), "GET", "/v1/messages/order-placed/evt_oa1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if limited.resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third request at 0.5/s: %d", limited.resp.StatusCode)
+	}
+	limited.req.Body, limited.resp.Body = io.NopCloser(bytes.NewReader(nil)), io.NopCloser(bytes.NewReader(limited.body))
+	if ok, verrs := v.ValidateHttpRequestResponse(limited.req, limited.resp); !ok {
+		for _, e := range verrs {
+			t.Errorf("429: %s: %s", e.Message, e.Reason)
+		}
+	}
+
 	// The validator is not lenient: an answer with a field the schema does
 	// not have fails.
 	x, _ := apiCall(t, base, "GET", "/v1/messages/order-placed/evt_oa1", nil)

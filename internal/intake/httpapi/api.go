@@ -38,6 +38,10 @@ const (
 	// recordTimeout bounds the inbox commit and the start of one request:
 	// past it the answer is 503 and the client retries with the same key.
 	recordTimeout = 10 * time.Second
+	// startTimeout bounds the workflow start after the commit: with
+	// Temporal unreachable the answer is still 202, and the dispatcher
+	// starts the recorded row once Temporal answers.
+	startTimeout = 3 * time.Second
 )
 
 // Config configures the API.
@@ -270,7 +274,11 @@ func (a *API) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rec.Pending {
-		if _, err := a.in.Dispatch(ctx, m); err != nil {
+		// Recorded: a start that does not come soon is the dispatcher's.
+		sctx, scancel := context.WithTimeout(ctx, startTimeout)
+		_, err := a.in.Dispatch(sctx, m)
+		scancel()
+		if err != nil {
 			// Recorded: the dispatcher starts it, so the answer stands.
 			a.cfg.Logger.Warn("api: start failed, left to the dispatcher", "message_id", m.ID, "consumer", m.Consumer, "error", err.Error())
 		}
