@@ -120,7 +120,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	brokerName := "JetStream"
+	brokerName, publishBroker := "JetStream", "nats"
 	var natsEnv []string
 	natsOn := false
 	switch b := os.Getenv(EnvBroker); b {
@@ -130,7 +130,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		if natsEnv, err = s.kafka(ctx, !o.keep); err != nil {
 			return err
 		}
-		natsOn, brokerName = true, "Kafka"
+		natsOn, brokerName, publishBroker = true, "Kafka", "kafka"
 	default:
 		return fmt.Errorf("%s=%q: use nats or kafka", EnvBroker, b)
 	}
@@ -167,7 +167,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	if natsOn {
 		step(out, "publishing %s to %s: the worker's consumer recognises every copy in the inbox", o.examples, brokerName)
-		if err := s.starter(ctx, env, "publish", examples); err != nil {
+		if err := s.starter(ctx, env, "publish", "-broker", publishBroker, examples); err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second) // let the consumer record them
