@@ -34,7 +34,10 @@ func (s *stack) kafka(ctx context.Context, fresh bool) ([]string, error) {
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	topic := "effectively-" + s.instance + ".messages"
-	if _, err := s.spawn("kfake", os.Environ(), bin, "-port", port, "-data-dir", dir, "-sync", "-auto-create", "-topics", topic); err != nil {
+	events := "effectively-" + s.instance + ".events"
+	// The relay's topic exists beforehand, as on a cluster that creates
+	// no topic on demand.
+	if _, err := s.spawn("kfake", os.Environ(), bin, "-port", port, "-data-dir", dir, "-sync", "-topics", topic+","+events+".order.paid"); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -52,6 +55,6 @@ func (s *stack) kafka(ctx context.Context, fresh bool) ([]string, error) {
 	step(s.out, "using Kafka (kfake, an in-memory Kafka persisting in %s) at %s, topic %s", dir, addr, topic)
 	return []string{
 		"NATS_URL=off", "EFFECTIVELY_SOURCES=kafka", "KAFKA_BROKERS=" + addr, "KAFKA_TOPIC=" + topic, "KAFKA_GROUP=devstack",
-		"OUTBOX_BROKER=kafka", "KAFKA_EVENTS_PREFIX=effectively-" + s.instance + ".events",
+		"OUTBOX_BROKER=kafka", "KAFKA_EVENTS_PREFIX=" + events,
 	}, nil
 }
