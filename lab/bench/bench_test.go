@@ -27,7 +27,7 @@ func TestTinyRun(t *testing.T) {
 		FloorWorkflows: 50, NaiveWorkflows: 30, PlainMessages: 300, PlainClients: 4,
 		DuplicateBurst: 100, Warmup: 5, Stall: 30 * time.Second, Timeout: 5 * time.Minute,
 		PaidMessages: 30, Workers: []int{1, 2}, ScaleMessages: 40, HistorySample: 10,
-		HTTPMessages: 20, HTTPWaiters: 50,
+		HTTPMessages: 20, HTTPWaiters: 50, ClusterMessages: 40,
 		Logf: t.Logf,
 	}
 	rep, err := Run(ctx, cfg)
@@ -36,6 +36,9 @@ func TestTinyRun(t *testing.T) {
 	}
 	if rep.DoubleCharges != 0 {
 		t.Errorf("%d messages charged more than once", rep.DoubleCharges)
+	}
+	if c := rep.Cluster; c == nil || c.Result.Unique == 0 || c.CPUms["history"] <= 0 || c.TemporalCommits <= 0 || c.EffectivelyCommits <= 0 {
+		t.Errorf("the cluster phase measured nothing: %+v", c)
 	}
 	if rep.E2E.Unique != 70 || rep.E2E.Duplicates != 30 || rep.E2E.Messages != 100 {
 		t.Errorf("e2e sent %d (%d unique, %d copies), want 100 (70, 30)", rep.E2E.Messages, rep.E2E.Unique, rep.E2E.Duplicates)

@@ -79,6 +79,10 @@ type Options struct {
 	Logs io.Writer
 	// TLS makes the frontend require mutual TLS, as Temporal Cloud does.
 	TLS *TLS
+	// MaxConns bounds each process's pool to the persistence database;
+	// visibility gets a quarter of it. Default 10: four processes then
+	// hold at most 50 connections, half of a default max_connections.
+	MaxConns int
 }
 
 // TLS names the PEM files of a frontend that requires mutual TLS: a CA,
@@ -129,6 +133,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 10
 	}
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
@@ -185,7 +192,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		DynamicConfig: filepath.Join(o.Dir, "dynamicconfig.yaml"),
 		FrontendGRPC:  ports[0], FrontendHTTP: ports[1], FrontendMember: ports[2],
 		HistoryGRPC: ports[3], HistoryMember: ports[4], MatchingGRPC: ports[5], MatchingMember: ports[6],
-		WorkerGRPC: ports[7], WorkerMember: ports[8], MaxConns: 20, VisibilityConns: 4, TLS: o.TLS,
+		WorkerGRPC: ports[7], WorkerMember: ports[8], MaxConns: o.MaxConns, VisibilityConns: max(1, o.MaxConns/4), TLS: o.TLS,
 	}
 	if err := os.WriteFile(c.data.DynamicConfig, []byte(dynamicConfig), 0o600); err != nil {
 		return nil, err
