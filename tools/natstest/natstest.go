@@ -93,12 +93,21 @@ func Start(t testing.TB, conf string) *Server {
 	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(s.fullConfig(conf)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Registered before the first start, so that it runs after every
+	// cleanup the test adds later, and also kills a server that never got
+	// ready.
+	t.Cleanup(s.kill)
 	s.run(t)
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	})
 	return s
+}
+
+// kill stops the running server, if any, and waits for it.
+func (s *Server) kill() {
+	if s.cmd == nil || s.done == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
 }
 
 // Restart stops the server (SIGTERM, as an operator's restart would) and
@@ -116,20 +125,22 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 // run starts nats-server with the configuration in s.Dir and waits until it
-// is ready. It is killed when the test ends (t.Context is cancelled).
+// is ready. Start's cleanup kills it, after the test's later cleanups (which
+// may still use the server: deleting a stream) have run.
 func (s *Server) run(t testing.TB) {
 	t.Helper()
 	bin := Binary(t)
 	path := filepath.Join(s.Dir, "nats.conf")
 	s.log.Reset()
-	s.done = make(chan struct{})
-	s.cmd = exec.CommandContext(t.Context(), bin, "-c", path)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
+	cmd := exec.Command(bin, "-c", path) //nolint:noctx // killed by Start's cleanup, after the cleanups that still use it
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	if err := cmd.Start(); err != nil {
+		s.cmd, s.done = nil, nil
 		t.Fatalf("natstest: start %s: %v", bin, err)
 	}
-	done := s.done
-	go func() { _ = s.cmd.Wait(); close(done) }()
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
+	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(s.Log(), "Server is ready") {
 		select {
