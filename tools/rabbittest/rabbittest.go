@@ -111,6 +111,7 @@ type Node struct {
 	Port int
 	dir  string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd exited
 	t    testing.TB
 }
 
@@ -137,15 +138,9 @@ func StartNode(t testing.TB) *Node {
 		}
 		_ = os.RemoveAll(dir)
 	})
-	port := freePortPair(t)
 	var b [3]byte
 	_, _ = rand.Read(b[:])
-	n := &Node{Name: "rt" + hex.EncodeToString(b[:]) + "@localhost", Port: port, dir: dir, t: t,
-		URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", port)}
-	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users.guest = true\n", port)
-	if err := os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n := &Node{Name: "rt" + hex.EncodeToString(b[:]) + "@localhost", dir: dir, t: t}
 	if err := os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -155,15 +150,37 @@ func StartNode(t testing.TB) *Node {
 	if err := os.WriteFile(filepath.Join(dir, "advanced.config"), []byte(advanced), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n.Start()
 	t.Cleanup(n.Stop)
-	return n
+	// A free port can be taken by another process before the node binds
+	// it (a shared machine): try another pair then.
+	for try := 1; ; try++ {
+		n.Port = freePortPair(t)
+		n.URL = fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.Port)
+		conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users.guest = true\n", n.Port)
+		if err := os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := n.start()
+		if err == nil {
+			return n
+		}
+		if try == 3 || !strings.Contains(err.Error(), "eaddrinuse") {
+			t.Fatal(err)
+		}
+		t.Logf("rabbittest: port %d was taken meanwhile; trying another", n.Port)
+	}
 }
 
 // Start starts the node (again, keeping its queues and messages) and
 // waits until it accepts AMQP connections.
 func (n *Node) Start() {
 	n.t.Helper()
+	if err := n.start(); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *Node) start() error {
 	cmd := exec.CommandContext(context.Background(), serverBin) // stopped by signal (Stop, Kill), not by a context
 	cmd.Dir = n.dir
 	cmd.Env = append(os.Environ(),
@@ -183,28 +200,37 @@ func (n *Node) Start() {
 		// here; loopback is enough for one node.
 		"ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}",
 	)
-	out, err := os.OpenFile(filepath.Join(n.dir, "server.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile := filepath.Join(n.dir, "server.out")
+	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		n.t.Fatal(err)
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		n.t.Fatalf("rabbittest: start node: %v", err)
+		_ = out.Close()
+		return fmt.Errorf("rabbittest: start node: %w", err)
 	}
 	_ = out.Close()
-	n.cmd = cmd
+	n.cmd, n.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(n.done)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		conn, err := amqp.Dial(n.URL)
 		if err == nil {
 			_ = conn.Close()
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(filepath.Join(n.dir, "server.out"))
+		exited := false
+		select {
+		case <-n.done:
+			exited = true
+		default:
+		}
+		if exited || time.Now().After(deadline) {
 			n.Stop()
-			n.t.Fatalf("rabbittest: node %s did not accept connections within 90s: %v\n%s", n.Name, err, tail(logs, 3000))
+			logs, _ := os.ReadFile(logFile)
+			return fmt.Errorf("rabbittest: node %s did not accept connections (exited: %v): %w\n%s", n.Name, exited, err, tail(logs, 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -222,13 +248,11 @@ func (n *Node) signal(sig syscall.Signal) {
 		return
 	}
 	_ = syscall.Kill(-n.cmd.Process.Pid, sig)
-	done := make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-n.done:
 	case <-time.After(30 * time.Second):
 		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-n.done
 	}
 	n.cmd = nil
 }
