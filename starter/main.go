@@ -14,6 +14,8 @@
 //	starter anomalies list           list open payment anomalies as JSON lines (-all: resolved too)
 //	starter anomalies resolve EVENT_ID -reason TEXT
 //	                                 mark an anomaly resolved, keeping the operator's reason
+//	starter audit --since T --until T
+//	                                 compare the ledger with Stripe's and SendGrid's records
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -39,6 +41,7 @@
 //	7  resolve: still open: Stripe still reports the payment processing or
 //	   unexpected, a refund found differs from the request, or SendGrid has
 //	   reported no event for the receipt; the ledger records what was said
+//	8  audit: at least one finding (each a JSON line; kept in audit_findings)
 //
 // Configuration comes from the environment, read by internal/config; see
 // docs/configuration.md. See docs/runbook.md for the open cases payments,
@@ -76,6 +79,9 @@ const usage = `usage:
                                    payment anomalies (contradictions kept for an operator) as JSON lines
   starter anomalies resolve EVENT_ID -reason TEXT
                                    mark an anomaly resolved, keeping the reason
+  starter audit [--since T] [--until T] [--max-requests N] [--receipts]
+                                   compare the ledger with Stripe and SendGrid over a window (T: RFC 3339
+                                   or a duration before now; default the last 24h); findings as JSON lines
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
 publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
@@ -134,6 +140,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
 	case "anomalies":
 		code, err = cmdAnomalies(ctx, cfg, args[1:], stdout, logger)
+	case "audit":
+		code, err = cmdAudit(ctx, cfg, args[1:], stdout, stderr, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -168,7 +168,13 @@ func (r *run) report(ctx context.Context, f store.Finding) error {
 // audit`). When the budget is spent it returns the report so far and an
 // error wrapping ErrBudget: AuditedUntil is where to go on from.
 func (a *Auditor) Window(ctx context.Context, from, to time.Time) (Report, error) {
-	from, to = from.Truncate(time.Second).UTC(), to.Truncate(time.Second).UTC()
+	// Whole seconds, as Stripe's created times are: to is rounded up, so a
+	// window ending now holds what was created this second.
+	from = from.Truncate(time.Second).UTC()
+	if t := to.Truncate(time.Second); t.Before(to) {
+		to = t.Add(time.Second)
+	}
+	to = to.UTC()
 	rep := Report{From: from, To: to, AuditedUntil: from}
 	if !to.After(from) {
 		return rep, fmt.Errorf("audit: the window ends (%s) before it starts (%s)", to.Format(time.RFC3339), from.Format(time.RFC3339))
