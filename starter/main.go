@@ -75,6 +75,12 @@ const usage = `usage:
                                    settle the message's payment, refund and receipt from the providers
   starter redrive [-consumer NAME] MESSAGE_ID
                                    run a failed workflow again (refused while any effect may exist)
+  starter redrive|resolve FILTER [--dry-run] [--rate N] [--max N] [--after CURSOR]
+  starter quarantine retry FILTER [--dry-run] [--rate N] [--max N] [--after CURSOR]
+                                   the same for every row a filter selects, one by one, with the same
+                                   refusals: --state S[,S] (payment states), --consumer C, --since T,
+                                   --until T, --finding KIND (redrive, resolve), --reason R (quarantine);
+                                   one JSON line per row, a summary last
   starter anomalies list [-all] [-limit N]
                                    payment anomalies (contradictions kept for an operator) as JSON lines
   starter anomalies resolve EVENT_ID -reason TEXT
@@ -131,13 +137,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "status":
 		code, err = cmdStatus(ctx, cfg, args[1:], stdout, logger)
 	case "quarantine":
+		if len(args) > 2 && args[1] == "retry" && isBulk(args[2:]) {
+			code, err = cmdBulk(ctx, cfg, "retry", args[2:], stdout, stderr, logger)
+			break
+		}
 		code, err = cmdQuarantine(ctx, cfg, args[1:], stdout, logger)
 	case "payments":
 		code, err = cmdPayments(ctx, cfg, args[1:], stdout, logger)
-	case "resolve":
-		code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
-	case "redrive":
-		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
+	case "resolve", "redrive":
+		switch {
+		case isBulk(args[1:]):
+			code, err = cmdBulk(ctx, cfg, args[0], args[1:], stdout, stderr, logger)
+		case args[0] == "resolve":
+			code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
+		default:
+			code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
+		}
 	case "anomalies":
 		code, err = cmdAnomalies(ctx, cfg, args[1:], stdout, logger)
 	case "audit":
