@@ -29,6 +29,74 @@ CREATE TABLE audit_checkpoints (
     updated_at     timestamptz NOT NULL DEFAULT now()
 );
 
+-- Outcome events: every terminal outcome of a message goes through the
+-- outbox, in the transaction that records it, whichever path records it
+-- (an activity, a webhook, `starter resolve`). order.paid keeps its own
+-- insert (payments.go); the rest are written here, one per message, with
+-- the event ID <topic>:<message ID>, so a repeat never emits a second.
+-- +goose StatementBegin
+CREATE FUNCTION outcome_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    topic text;
+    payload jsonb;
+BEGIN
+    topic := CASE NEW.outcome
+        WHEN 'payment_failed'         THEN 'order.payment_failed'
+        WHEN 'business_duplicate'     THEN 'order.business_duplicate'
+        WHEN 'refunded'               THEN 'refund.refunded'
+        WHEN 'refund_failed'          THEN 'refund.failed'
+        WHEN 'refund_exceeds_payment' THEN 'refund.refused'
+        WHEN 'order_not_paid'         THEN 'refund.refused'
+    END;
+    IF topic IS NULL THEN
+        RETURN NULL; -- paid: order.paid is written with the charge
+    END IF;
+    payload := jsonb_build_object('type', topic, 'consumer', NEW.consumer, 'message_id', NEW.message_id,
+                                  'order_id', NEW.order_id, 'outcome', NEW.outcome);
+    IF topic = 'order.payment_failed' THEN
+        payload := payload || coalesce((SELECT jsonb_strip_nulls(jsonb_build_object('payment_intent_id', p.payment_intent_id,
+                   'failure_code', p.failure_code, 'decline_code', p.decline_code))
+              FROM payments p WHERE p.consumer = NEW.consumer AND p.message_id = NEW.message_id), '{}');
+    ELSIF topic LIKE 'refund.%' THEN
+        payload := payload || coalesce((SELECT jsonb_strip_nulls(jsonb_build_object('refund_id', r.refund_id,
+                   'payment_intent_id', r.payment_intent_id, 'amount', r.amount, 'currency', r.currency))
+              FROM refunds r WHERE r.consumer = NEW.consumer AND r.message_id = NEW.message_id), '{}');
+    END IF;
+    INSERT INTO outbox (event_id, topic, payload) VALUES (topic || ':' || NEW.message_id, topic, payload)
+    ON CONFLICT (event_id) DO NOTHING;
+    RETURN NULL;
+END $$;
+-- +goose StatementEnd
+CREATE TRIGGER processed_messages_outcome_event AFTER INSERT ON processed_messages
+    FOR EACH ROW EXECUTE FUNCTION outcome_event();
+
+-- Receipt outcomes (an order's receipt and a refund receipt alike): the
+-- mail's ledger row reaching succeeded or failed.
+-- +goose StatementBegin
+CREATE FUNCTION receipt_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    topic text;
+BEGIN
+    IF NEW.kind <> 'email' OR NEW.state NOT IN ('succeeded', 'failed')
+       OR (TG_OP = 'UPDATE' AND OLD.state = NEW.state) THEN
+        RETURN NULL;
+    END IF;
+    topic := CASE NEW.state WHEN 'succeeded' THEN 'receipt.sent' ELSE 'receipt.failed' END;
+    INSERT INTO outbox (event_id, topic, payload)
+    VALUES (topic || ':' || NEW.message_id, topic, jsonb_strip_nulls(jsonb_build_object('type', topic,
+            'consumer', NEW.consumer, 'message_id', NEW.message_id, 'idempotency_key', NEW.key,
+            'x_message_id', NEW.provider_ref, 'error', NEW.error)))
+    ON CONFLICT (event_id) DO NOTHING;
+    RETURN NULL;
+END $$;
+-- +goose StatementEnd
+CREATE TRIGGER effects_receipt_event AFTER INSERT OR UPDATE OF state ON effects
+    FOR EACH ROW EXECUTE FUNCTION receipt_event();
+
 -- +goose Down
+DROP TRIGGER effects_receipt_event ON effects;
+DROP FUNCTION receipt_event();
+DROP TRIGGER processed_messages_outcome_event ON processed_messages;
+DROP FUNCTION outcome_event();
 DROP TABLE audit_checkpoints;
 DROP TABLE audit_findings;
