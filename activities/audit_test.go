@@ -311,3 +311,39 @@ func TestAuditStopsAtItsBudgetAndResumes(t *testing.T) {
 		t.Fatalf("after the resumed runs: %d money_without_record findings, want 1", n)
 	}
 }
+
+// TestAuditCost measures what an audit costs in Stripe requests: over n
+// messages of which every tenth was refunded, one list request per 100
+// PaymentIntents, one per 100 refunds, and one list of each refunded
+// PaymentIntent's refunds; nothing else (no retrieve, no search). It logs
+// the figure per 10,000 messages that docs/operations.md gives.
+func TestAuditCost(t *testing.T) {
+	const n, refunded = 250, 25
+	e := newAuditEnv(t, audit.Config{Slice: 24 * time.Hour})
+	ctx := context.Background()
+	for i := range n {
+		id := fmt.Sprintf("evt_cost_%d", i)
+		e.pay(id, int64(1000+i))
+		if i%(n/refunded) == 0 {
+			if r, err := confExecute(ctx, e.confEnv, e.acts.RefundOrder, confRefundInput(confMsg{ID: "evt_cost_refund_" + id, Order: int64(1000 + i), Amount: 100})); err != nil {
+				t.Fatalf("refund: %+v, %v", r, err)
+			}
+		}
+	}
+	before := e.stripe.Stats().RequestsByOperation
+	rep := e.window()
+	after := e.stripe.Stats().RequestsByOperation
+	ops := map[string]int{}
+	total := 0
+	for op, k := range after {
+		if d := k - before[op]; d > 0 {
+			ops[op], total = d, total+d
+		}
+	}
+	want := (n+99)/100 + (refunded+99)/100 + refunded
+	if rep.Found != 0 || rep.Listed != n || total != rep.Requests || total != want || ops["list"] != (n+99)/100 || ops["retrieve"] != 0 || ops["search"] != 0 {
+		t.Fatalf("audit of %d messages (%d refunded): report %+v, requests at Stripe %v (%d); want %d, counted by the report, lists only", n, refunded, rep, ops, total, want)
+	}
+	t.Logf("audit of %d messages, %d refunded: %d Stripe requests %v = %.0f per 10,000 messages (10%% refunded); %d per 10,000 without refunds",
+		n, refunded, total, ops, float64(total)*10000/n, 10000/100)
+}
