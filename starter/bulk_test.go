@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/workflows"
 )
 
 // bulkLines splits a bulk command's stdout into its row lines and its
@@ -161,5 +164,60 @@ func TestBulkQuarantineRetryDryRunByReason(t *testing.T) {
 	}
 	if code, _, _ := runStarter(t, "quarantine", "retry", "--state", "failed"); code != exitUsage {
 		t.Errorf("quarantine retry --state: exit %d, want 2", code)
+	}
+}
+
+// TestBulkRedriveAfterAnOutage: Stripe is down, the runs are terminated with
+// their payments claimed and nothing charged; once it is back, one bulk
+// redrive runs them all again: each charged once, one receipt each, keys
+// derived as for one redrive. It logs the rows per second.
+func TestBulkRedriveAfterAnOutage(t *testing.T) {
+	s := operatorStack(t)
+	ctx := context.Background()
+	const n = 20
+	// 429s: answered before anything is executed, so nothing is ambiguous.
+	s.Sims.Stripe.AddFault(stripesim.Fault{Kind: stripesim.FaultRateLimit, Times: 1 << 20})
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("evt_outage_%02d", i)
+		placeOrder(t, s, id, int64(300+i), "pm_card_visa")
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		waitPayment(t, s, id, store.PaymentClaimed)
+		if err := s.Client.TerminateWorkflow(ctx, "order-placed/"+id, "", "test: stopped during the outage"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Attempts already running when their run was terminated end on the
+	// next 429; only then does Stripe come back.
+	time.Sleep(3 * time.Second)
+	s.Sims.Stripe.ClearFaults()
+	code, out, errOut := runStarter(t, "redrive", "--state", "claimed", "--dry-run")
+	if _, sum := bulkLines(t, out); code != exitOK || sum.Selected != n {
+		t.Fatalf("dry run: exit %d, %+v, %s", code, sum, errOut)
+	}
+	code, out, errOut = runStarter(t, "redrive", "--state", "claimed", "--rate", "100")
+	rows, sum := bulkLines(t, out)
+	if code != exitOK || sum.Done != n || sum.ByResult["done"] != n {
+		t.Fatalf("bulk redrive: exit %d, rows %+v, summary %+v, stderr %s", code, rows, sum, errOut)
+	}
+	t.Logf("bulk redrive of %d terminated runs at --rate 100: %.1f rows/s (%s)", n, sum.Rate, sum.Elapsed)
+	for _, id := range ids {
+		st, err := workflowResult(t, s, id)
+		if err != nil || st.Outcome != workflows.OutcomeCompleted {
+			t.Errorf("%s: %+v, %v", id, st, err)
+		}
+		if c := s.Sims.Stripe.Stats().ChargesByMessage[id]; c != 1 {
+			t.Errorf("%s charged %d times, want 1", id, c)
+		}
+		if m := s.Sims.SendGrid.Stats().DeliveriesByKey["email:"+id]; m != 1 {
+			t.Errorf("%s: %d receipts, want 1", id, m)
+		}
+	}
+	// Again: every run is completed now, each row refused.
+	code, out, _ = runStarter(t, "redrive", "--state", "succeeded", "--rate", "100")
+	if _, sum := bulkLines(t, out); code != exitRefused || sum.ByResult["refused"] != n {
+		t.Errorf("second bulk redrive: exit %d, %+v; want every row refused", code, sum)
 	}
 }
