@@ -48,6 +48,14 @@ func TestAuditCommand(t *testing.T) {
 	if fs, err := f.db.Findings(context.Background(), store.FindingFilter{}); err != nil || len(fs) != 1 {
 		t.Errorf("audit_findings: %+v, %v; want one row", fs, err)
 	}
+	// The bulk commands select the finding's message by its kind.
+	code, out, errOut := runStarter(t, "resolve", "--finding", string(store.FindingDuplicateCharge), "--dry-run")
+	if _, sum := bulkLines(t, out); code != exitOK || sum.Selected != 1 || sum.First[0].MessageID != "evt_audit_paid" {
+		t.Errorf("resolve --finding duplicate_charge --dry-run: exit %d, %+v, %s; want evt_audit_paid", code, sum, errOut)
+	}
+	if code, out, _ := runStarter(t, "resolve", "--finding", string(store.FindingAmountMismatch), "--dry-run"); !strings.Contains(out, `"selected":0`) || code != exitOK {
+		t.Errorf("resolve --finding amount_mismatch --dry-run: exit %d, %s; want nothing selected", code, out)
+	}
 	if code, _, _ := runStarter(t, "audit", "--since", "yesterday"); code != exitUsage {
 		t.Errorf("bad --since: exit %d, want 2", code)
 	}

@@ -29,6 +29,14 @@ CREATE TABLE audit_checkpoints (
     updated_at     timestamptz NOT NULL DEFAULT now()
 );
 
+-- What the audit reads by time and by message: a slice's payments, refunds,
+-- mails and SendGrid events, and the payments of the listed messages.
+CREATE INDEX payments_created_at_idx ON payments (created_at);
+CREATE INDEX payments_message_idx ON payments (message_id);
+CREATE INDEX refunds_created_at_idx ON refunds (created_at);
+CREATE INDEX effects_email_created_at_idx ON effects (created_at) WHERE kind = 'email';
+CREATE INDEX email_events_received_at_idx ON email_events (received_at);
+
 -- Outcome events: every terminal outcome of a message goes through the
 -- outbox, in the transaction that records it, whichever path records it
 -- (an activity, a webhook, `starter resolve`). order.paid keeps its own
@@ -94,6 +102,11 @@ CREATE TRIGGER effects_receipt_event AFTER INSERT OR UPDATE OF state ON effects
     FOR EACH ROW EXECUTE FUNCTION receipt_event();
 
 -- +goose Down
+DROP INDEX email_events_received_at_idx;
+DROP INDEX effects_email_created_at_idx;
+DROP INDEX refunds_created_at_idx;
+DROP INDEX payments_message_idx;
+DROP INDEX payments_created_at_idx;
 DROP TRIGGER effects_receipt_event ON effects;
 DROP FUNCTION receipt_event();
 DROP TRIGGER processed_messages_outcome_event ON processed_messages;
