@@ -221,3 +221,24 @@ func TestBulkRedriveAfterAnOutage(t *testing.T) {
 		t.Errorf("second bulk redrive: exit %d, %+v; want every row refused", code, sum)
 	}
 }
+
+// TestBulkStopsBetweenRowsOnSignal: a cancelled context (SIGINT) stops a
+// bulk run between rows; it names the cursor, and the run given it goes on
+// with the rows not done, none twice.
+func TestBulkStopsBetweenRowsOnSignal(t *testing.T) {
+	f := newOpsFixture(t)
+	ids := f.processing(t, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(1200*time.Millisecond, cancel) // during the wait after the second row
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"resolve", "--state", "processing", "--rate", "1"}, nil, &stdout, &stderr)
+	rows, sum := bulkLines(t, stdout.String())
+	if code != exitError || !sum.Stopped || len(rows) != 2 || sum.GoOn != "--after order-placed/"+ids[1] {
+		t.Fatalf("interrupted run: exit %d, rows %+v, summary %+v, stderr %s; want 2 rows and --after order-placed/%s", code, rows, sum, stderr.String(), ids[1])
+	}
+	code, out, errOut := runStarter(t, "resolve", "--state", "processing", "--rate", "50", "--after", "order-placed/"+ids[1])
+	rows, sum = bulkLines(t, out)
+	if len(rows) != 2 || rows[0].MessageID != ids[2] || rows[1].MessageID != ids[3] || sum.Stopped {
+		t.Fatalf("resumed run: exit %d, rows %+v, summary %+v, stderr %s; want %s and %s", code, rows, sum, errOut, ids[2], ids[3])
+	}
+}
