@@ -56,6 +56,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -137,7 +138,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "status":
 		code, err = cmdStatus(ctx, cfg, args[1:], stdout, logger)
 	case "quarantine":
-		if len(args) > 2 && args[1] == "retry" && isBulk(args[2:]) {
+		// quarantine retry has no flag of its own: any flag is a filter.
+		if len(args) > 2 && args[1] == "retry" && strings.HasPrefix(args[2], "-") {
 			code, err = cmdBulk(ctx, cfg, "retry", args[2:], stdout, stderr, logger)
 			break
 		}
