@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/email"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
@@ -56,6 +57,8 @@ type Activities struct {
 	ResendGrace time.Duration
 	// EventPoll is how often that wait reads the event table. Default 250ms.
 	EventPoll time.Duration
+	// Auditor runs AuditLedger. Nil: AuditLedger refuses.
+	Auditor *audit.Auditor
 }
 
 func (a *Activities) keyTrust() time.Duration {

@@ -14,6 +14,8 @@
 //	starter anomalies list           list open payment anomalies as JSON lines (-all: resolved too)
 //	starter anomalies resolve EVENT_ID -reason TEXT
 //	                                 mark an anomaly resolved, keeping the operator's reason
+//	starter audit --since T --until T
+//	                                 compare the ledger with Stripe's and SendGrid's records
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -39,6 +41,7 @@
 //	7  resolve: still open: Stripe still reports the payment processing or
 //	   unexpected, a refund found differs from the request, or SendGrid has
 //	   reported no event for the receipt; the ledger records what was said
+//	8  audit: at least one finding (each a JSON line; kept in audit_findings)
 //
 // Configuration comes from the environment, read by internal/config; see
 // docs/configuration.md. See docs/runbook.md for the open cases payments,
@@ -53,6 +56,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -73,10 +77,19 @@ const usage = `usage:
                                    settle the message's payment, refund and receipt from the providers
   starter redrive [-consumer NAME] MESSAGE_ID
                                    run a failed workflow again (refused while any effect may exist)
+  starter redrive|resolve FILTER [--dry-run] [--rate N] [--max N] [--after CURSOR]
+  starter quarantine retry FILTER [--dry-run] [--rate N] [--max N] [--after CURSOR]
+                                   the same for every row a filter selects, one by one, with the same
+                                   refusals: --state S[,S] (payment states), --consumer C, --since T,
+                                   --until T, --finding KIND (redrive, resolve), --reason R (quarantine);
+                                   one JSON line per row, a summary last
   starter anomalies list [-all] [-limit N]
                                    payment anomalies (contradictions kept for an operator) as JSON lines
   starter anomalies resolve EVENT_ID -reason TEXT
                                    mark an anomaly resolved, keeping the reason
+  starter audit [--since T] [--until T] [--max-requests N] [--receipts]
+                                   compare the ledger with Stripe and SendGrid over a window (T: RFC 3339
+                                   or a duration before now; default the last 24h); findings as JSON lines
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
 publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)
@@ -126,15 +139,27 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "status":
 		code, err = cmdStatus(ctx, cfg, args[1:], stdout, logger)
 	case "quarantine":
+		// quarantine retry has no flag of its own: any flag is a filter.
+		if len(args) > 2 && args[1] == "retry" && strings.HasPrefix(args[2], "-") {
+			code, err = cmdBulk(ctx, cfg, "retry", args[2:], stdout, stderr, logger)
+			break
+		}
 		code, err = cmdQuarantine(ctx, cfg, args[1:], stdout, logger)
 	case "payments":
 		code, err = cmdPayments(ctx, cfg, args[1:], stdout, logger)
-	case "resolve":
-		code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
-	case "redrive":
-		code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
+	case "resolve", "redrive":
+		switch {
+		case isBulk(args[1:]):
+			code, err = cmdBulk(ctx, cfg, args[0], args[1:], stdout, stderr, logger)
+		case args[0] == "resolve":
+			code, err = cmdResolve(ctx, cfg, args[1:], stdout, logger)
+		default:
+			code, err = cmdRedrive(ctx, cfg, args[1:], stdout, logger)
+		}
 	case "anomalies":
 		code, err = cmdAnomalies(ctx, cfg, args[1:], stdout, logger)
+	case "audit":
+		code, err = cmdAudit(ctx, cfg, args[1:], stdout, stderr, logger)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

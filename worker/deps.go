@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/email"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/outbox"
@@ -168,6 +169,13 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 		Drain:       &activities.Drainer{},
 		Metrics:     m,
 		ResendGrace: cfg.EmailResendGrace,
+	}
+	// The audit reads Stripe's lists with the same client; receipts are
+	// compared with SendGrid's events only when the Event Webhook brings them.
+	if d.activities.Auditor, err = audit.New(d.store, payments, audit.Config{
+		MaxRequests: cfg.AuditMaxRequests, Receipts: cfg.Webhooks.SendGridPublicKey != "",
+	}); err != nil {
+		return d, err
 	}
 	if d.dispatcher, err = intake.NewDispatcher(in, intake.DispatcherConfig{Logger: logger}); err != nil {
 		return d, err

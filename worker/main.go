@@ -52,6 +52,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/health"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
+	"github.com/effectively/effectively/internal/intake/auditschedule"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/leaf/codec"
 	"github.com/effectively/effectively/internal/leaf/listener"
@@ -173,6 +174,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// no reason to stop taking messages. The next worker start tries again.
 	if _, err := retention.EnsureSchedule(ctx, d.tc, retention.ScheduleConfig{Every: cfg.PruneEvery, TaskQueue: cfg.TaskQueue}); err != nil {
 		logger.Error("pruning schedule could not be created or updated; records are not pruned until a worker start succeeds", "error", err.Error())
+	}
+	if _, err := auditschedule.Ensure(ctx, d.tc, auditschedule.Config{Every: cfg.AuditEvery, TaskQueue: cfg.TaskQueue}); err != nil {
+		logger.Error("audit schedule could not be created or updated; the ledger is not audited until a worker start succeeds", "error", err.Error())
 	}
 
 	// The health listener outlives the intake: during the drain /readyz

@@ -104,6 +104,11 @@ type Config struct {
 	QuarantineRetention time.Duration
 	// PruneEvery is the interval of the pruning schedule (PRUNE_EVERY).
 	PruneEvery time.Duration
+	// AuditEvery is the interval of the audit schedule (AUDIT_EVERY).
+	AuditEvery time.Duration
+	// AuditMaxRequests bounds the Stripe requests of one audit run
+	// (AUDIT_MAX_REQUESTS).
+	AuditMaxRequests int
 	// WebhookAddr serves /webhooks/stripe and /webhooks/sendgrid
 	// (EFFECTIVELY_WEBHOOK_ADDR) when Webhooks has a secret or a key; "" is off.
 	WebhookAddr string

@@ -49,6 +49,13 @@ func TestKafkaDefaults(t *testing.T) {
 	if c.OutboxBroker != OutboxKafka {
 		t.Fatalf("with NATS off and Kafka on the relay publishes to %s, want kafka", c.OutboxBroker)
 	}
+	c, err = loadKafka(t, map[string]string{"NATS_URL": "off", EnvSources: "rabbitmq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.OutboxBroker != OutboxRabbitMQ {
+		t.Fatalf("with NATS off and only the rabbitmq source the relay publishes to %s, want rabbitmq", c.OutboxBroker)
+	}
 }
 
 func TestKafkaRefusals(t *testing.T) {
@@ -57,7 +64,7 @@ func TestKafkaRefusals(t *testing.T) {
 		want string
 	}{
 		"outbox to kafka without brokers": {map[string]string{"OUTBOX_BROKER": "kafka"}, "OUTBOX_BROKER=kafka: KAFKA_BROKERS is off"},
-		"unknown outbox broker":           {map[string]string{"OUTBOX_BROKER": "amqp"}, `OUTBOX_BROKER="amqp": use nats or kafka`},
+		"unknown outbox broker":           {map[string]string{"OUTBOX_BROKER": "amqp"}, `OUTBOX_BROKER="amqp": use nats, kafka or rabbitmq`},
 		"broker without port":             {map[string]string{"EFFECTIVELY_SOURCES": "kafka", "KAFKA_BROKERS": "kafka"}, `"kafka" is not host:port`},
 		"bad topic":                       {map[string]string{"EFFECTIVELY_SOURCES": "kafka", "KAFKA_BROKERS": "k:9092", "KAFKA_TOPIC": "a/b"}, "only letters"},
 		"zero batch":                      {map[string]string{"KAFKA_BROKERS": "k:9092", "KAFKA_MAX_POLL_RECORDS": "0"}, "KAFKA_MAX_POLL_RECORDS"},

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/outbox"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/auditschedule"
 	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/retention"
@@ -257,6 +259,12 @@ var variables = []variable{
 		func(c *Config) *time.Duration { return &c.Retention }).checked(func(c Config) error { return positive(c.Retention) }),
 	dur("PRUNE_EVERY", retention.DefaultEvery, "PruneEvery", "", func(c *Config) *time.Duration { return &c.PruneEvery }).
 		checked(func(c Config) error { return positive(c.PruneEvery) }),
+	dur("AUDIT_EVERY", auditschedule.DefaultEvery, "AuditEvery",
+		"how often the audit schedule compares the ledger with Stripe's PaymentIntents and Refunds and SendGrid's events; see [operations](operations.md#the-audit)",
+		func(c *Config) *time.Duration { return &c.AuditEvery }).checked(func(c Config) error { return positive(c.AuditEvery) }),
+	num("AUDIT_MAX_REQUESTS", audit.DefaultMaxRequests, "AuditMaxRequests",
+		"Stripe requests one audit run may make (≥ 1); a run that spends them stops and the next goes on from its checkpoint",
+		func(c *Config) *int { return &c.AuditMaxRequests }).checked(func(c Config) error { return atLeast(c.AuditMaxRequests, 1) }),
 	{name: "QUARANTINE_RETENTION", field: "QuarantineRetention", docDefault: "`" + short(DefaultQuarantineRetention) + "`, or `RETENTION` when longer",
 		load: func(c *Config, v string, _ bool) error {
 			if err := parseInto(&c.QuarantineRetention, v, 0); err != nil {

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -62,23 +65,25 @@ func TestCrashWindowsAtBroker(t *testing.T) {
 			if point == failpoint.IntakeAfterInsert && ms.Inbox.Duplicates < 1 {
 				t.Errorf("the redelivery was not seen by the inbox (duplicates = %d)", ms.Inbox.Duplicates)
 			}
-			// Exactly one order.paid event in the events stream, and the
-			// outbox row marked.
-			testenv.Eventually(t, 30*time.Second, "outbox row published", func() bool {
+			// Exactly one order.paid event in the events stream, one
+			// receipt.sent (the outcome events), and the outbox rows marked.
+			testenv.Eventually(t, 30*time.Second, "outbox rows published", func() bool {
 				var published bool
 				err := s.store.Pool().QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox WHERE event_id = $1`, store.OrderPaidEventID(id)).Scan(&published)
-				return err == nil && published
+				n, uerr := s.store.OutboxUnpublished(ctx)
+				return err == nil && published && uerr == nil && n == 0
 			})
 			stream, err := j.JS.Stream(ctx, j.EventsStream)
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := stream.Info(ctx)
+			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(j.EventsPrefix+".>"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if info.State.Msgs != 1 {
-				t.Errorf("order.paid events in the stream = %d, want 1", info.State.Msgs)
+			want := map[string]uint64{j.EventsPrefix + ".order.paid": 1, j.EventsPrefix + ".receipt.sent": 1}
+			if info.State.Msgs != 2 || !maps.Equal(info.State.Subjects, want) {
+				t.Errorf("events in the stream = %d by subject %v, want %v", info.State.Msgs, info.State.Subjects, want)
 			}
 		})
 	}

@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/identity"
@@ -185,6 +186,8 @@ type Report struct {
 	Refunds RefundReport `json:"refunds"`
 	// Webhooks is set when the run had webhooks on.
 	Webhooks *WebhookReport `json:"webhooks,omitempty"`
+	// Audit is the end-of-run audit's report (audit.go).
+	Audit *audit.Report `json:"audit,omitempty"`
 }
 
 // ReceiptFigures are one receipt kind's figures.
@@ -230,6 +233,9 @@ func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "messages %d (unique %d, invalid %d), time %s\n", r.Messages, r.Unique, r.Invalid, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
+	if r.Audit != nil {
+		fmt.Fprintf(&b, "audit: %d payment intents listed, %d Stripe requests, %d findings (must be 0)\n", r.Audit.Listed, r.Audit.Requests, r.Audit.Found)
+	}
 	fmt.Fprintf(&b, "emails %d, duplicate emails %d (at most one per message, only from the send-then-record window)\n", r.Emails, r.DuplicateEmails)
 	fmt.Fprintf(&b, "paid %d, declined %d, lost %d (must be 0), quarantined %d\n", r.Paid, r.Declined, r.Lost, r.Quarantined)
 	fmt.Fprintf(&b, "open payments: unknown %d (must be 0), processing %d, unexpected %d\n",
@@ -493,6 +499,10 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	rep.Refunds = refunds
 	rep.Violations = append(rep.Violations, violations...)
 	if err != nil {
+		return rep, err
+	}
+	// The audit of the whole run finds nothing (audit.go).
+	if err := auditRun(ctx, st, start, &rep); err != nil {
 		return rep, err
 	}
 	rep.Elapsed = time.Since(start)

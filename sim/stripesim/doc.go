@@ -14,6 +14,7 @@
 //	POST /v1/payment_intents/{id}/confirm  confirm
 //	GET  /v1/payment_intents/{id}          retrieve
 //	GET  /v1/payment_intents               list, newest first: created[gte|gt|lte|lt], limit, starting_after
+//	GET  /v1/refunds                       list refunds, newest first: payment_intent, created[gte|gt|lte|lt], limit, starting_after
 //	GET  /v1/payment_intents/search        search, e.g. query=metadata['message_id']:'evt_1'
 //
 // Search is eventually consistent, as Stripe documents it: a new

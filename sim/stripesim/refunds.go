@@ -39,7 +39,10 @@ var (
 
 	refundParams   = map[string]bool{"payment_intent": true, "amount": true, "reason": true}
 	refundPrefixes = []string{"metadata[", "expand["}
-	listParams     = map[string]bool{"payment_intent": true, "limit": true}
+	listParams     = map[string]bool{
+		"payment_intent": true, "limit": true, "starting_after": true,
+		"created[gt]": true, "created[gte]": true, "created[lt]": true, "created[lte]": true,
+	}
 )
 
 // routeRefunds returns the operation of a Refunds API request, and false
@@ -146,9 +149,10 @@ func (s *Server) retrieveRefund(id string, form url.Values) (operation, *apiErro
 	}, nil
 }
 
-// listRefunds lists refunds, newest first, optionally of one PaymentIntent.
-// Unlike search, the list is strongly consistent: a refund is listed as
-// soon as it is created.
+// listRefunds lists refunds, newest first, optionally of one PaymentIntent
+// and within a created range (gt/gte/lt/lte, Unix seconds), paged with
+// limit and starting_after. Unlike search, the list is strongly
+// consistent: a refund is listed as soon as it is created.
 func (s *Server) listRefunds(form url.Values) (operation, *apiError) {
 	if e := checkKnown(form, listParams, readPrefixes); e != nil {
 		return nil, e
@@ -161,17 +165,41 @@ func (s *Server) listRefunds(form url.Values) (operation, *apiError) {
 		}
 		limit = n
 	}
-	piID := form.Get("payment_intent")
-	return func(string) response {
+	var created []clause
+	for _, op := range []string{"gt", "gte", "lt", "lte"} {
+		name := "created[" + op + "]"
+		if !form.Has(name) {
+			continue
+		}
+		n, err := strconv.ParseInt(form.Get(name), 10, 64)
+		if err != nil {
+			return nil, invalidRequest(name, codeParameterInvalidInteger, "Invalid integer: %s", form.Get(name))
+		}
+		created = append(created, clause{field: "created", op: map[string]string{"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op], numValue: n})
+	}
+	piID, after := form.Get("payment_intent"), form.Get("starting_after")
+	return func(requestID string) response {
 		res := struct {
 			Object  string    `json:"object"`
 			Data    []*refund `json:"data"`
 			HasMore bool      `json:"has_more"`
 			URL     string    `json:"url"`
 		}{Object: "list", Data: []*refund{}, URL: "/v1/refunds"}
+		skipping := after != ""
+		if skipping {
+			if _, ok := s.refunds[after]; !ok {
+				e := invalidRequest("starting_after", codeResourceMissing, "No such refund: '%s'", after)
+				e.status = http.StatusNotFound
+				return errorResponse(e, requestID)
+			}
+		}
 		for i := len(s.refundOrder) - 1; i >= 0; i-- {
 			r := s.refundOrder[i]
-			if piID != "" && r.PaymentIntent != piID {
+			if skipping {
+				skipping = r.ID != after
+				continue
+			}
+			if piID != "" && r.PaymentIntent != piID || !refundCreatedIn(r, created) {
 				continue
 			}
 			if len(res.Data) == limit {
@@ -182,6 +210,16 @@ func (s *Server) listRefunds(form url.Values) (operation, *apiError) {
 		}
 		return jsonResponse(http.StatusOK, res)
 	}, nil
+}
+
+// refundCreatedIn reports whether r's created time satisfies every clause.
+func refundCreatedIn(r *refund, clauses []clause) bool {
+	for _, c := range clauses {
+		if !compare(r.Created, c.op, c.numValue) {
+			return false
+		}
+	}
+	return true
 }
 
 // formatMinor renders an amount the way Stripe's refund errors do ($19.99).

@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/email"
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -194,6 +195,8 @@ type StackOptions struct {
 	// UIPort, when set, serves the dev server's Temporal UI on
 	// 127.0.0.1:UIPort.
 	UIPort string
+	// Audit configures the activities' Auditor (AuditLedger).
+	Audit audit.Config
 }
 
 // NewStack starts a dev server, the simulators, a fresh database and a worker
@@ -237,9 +240,13 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	}
 	s.Worker = worker.New(s.Client, s.TaskQueue, worker.Options{})
 	wfs.Register(s.Worker)
+	auditor, err := audit.New(s.Store, s.Sims.PaymentClient(t), o.Audit)
+	if err != nil {
+		t.Fatal(err)
+	}
 	activities.Register(s.Worker, &activities.Activities{
 		Store: s.Store, Payments: s.Sims.PaymentClient(t), Mailer: s.Sims.EmailClient(t), EmailPolicy: o.EmailPolicy,
-		Retention: o.Retention.Prune(),
+		Retention: o.Retention.Prune(), Auditor: auditor,
 	})
 	if err := s.Worker.Start(); err != nil {
 		t.Fatal(err)

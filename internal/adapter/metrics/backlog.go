@@ -24,7 +24,7 @@ type backlogCollector struct {
 	timeout time.Duration
 	logger  *slog.Logger
 
-	inboxPending, inboxAge, outboxPending, outboxAge, quarantine, paymentsOpen, up *prometheus.Desc
+	inboxPending, inboxAge, outboxPending, outboxAge, quarantine, paymentsOpen, findings, up *prometheus.Desc
 }
 
 // RegisterBacklog registers a collector that reads src on each scrape, with
@@ -46,12 +46,13 @@ func RegisterBacklog(reg prometheus.Registerer, src BacklogSource, timeout time.
 		outboxAge:     prometheus.NewDesc(NameOutboxOldestAge, "Age of the oldest unpublished outbox event (0 when none).", nil, nil),
 		quarantine:    prometheus.NewDesc(NameQuarantineRows, "Quarantined messages not retried yet, by reason.", []string{"reason"}, nil),
 		paymentsOpen:  prometheus.NewDesc(NamePaymentsOpen, "Payments waiting for the provider or an operator, by state (unknown, processing, unexpected).", []string{"state"}, nil),
+		findings:      prometheus.NewDesc(NameAuditFindings, "Audit findings not resolved yet, by kind (docs/runbook.md has an entry per kind).", []string{"kind"}, nil),
 		up:            prometheus.NewDesc("effectively_backlog_up", "1 when the backlog gauges could be read from Postgres in this scrape.", nil, nil),
 	})
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inboxPending, c.inboxAge, c.outboxPending, c.outboxAge, c.quarantine, c.paymentsOpen, c.up} {
+	for _, d := range []*prometheus.Desc{c.inboxPending, c.inboxAge, c.outboxPending, c.outboxAge, c.quarantine, c.paymentsOpen, c.findings, c.up} {
 		ch <- d
 	}
 }
@@ -75,6 +76,9 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, n := range b.PaymentsOpen {
 		ch <- prometheus.MustNewConstMetric(c.paymentsOpen, prometheus.GaugeValue, float64(n), state)
+	}
+	for kind, n := range b.AuditFindingsOpen {
+		ch <- prometheus.MustNewConstMetric(c.findings, prometheus.GaugeValue, float64(n), kind)
 	}
 }
 

@@ -27,6 +27,7 @@ const (
 	NameOutboxOldestAge   = "effectively_outbox_oldest_unpublished_age_seconds"
 	NameQuarantineRows    = "effectively_quarantine_rows"
 	NamePaymentsOpen      = "effectively_payments_open"
+	NameAuditFindings     = "effectively_audit_findings_open"
 	NameRetentionHeadroom = "effectively_retention_headroom_seconds"
 	NameSourceSettlements = "effectively_source_settlements_total"
 )

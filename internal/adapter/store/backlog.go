@@ -22,6 +22,9 @@ type Backlog struct {
 	// PaymentsOpen counts payments in a state that waits for the provider or
 	// an operator (unknown, processing, unexpected), by state.
 	PaymentsOpen map[string]int64
+	// AuditFindingsOpen counts unresolved audit findings, by kind, every
+	// kind present.
+	AuditFindingsOpen map[string]int64
 }
 
 // Backlog reads the backlog in one round trip per table. Every query uses
@@ -51,6 +54,10 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	}
 	if err := s.countBy(ctx, b.PaymentsOpen, `SELECT state, count(*) FROM payments WHERE state = ANY($1) GROUP BY state`, open); err != nil {
 		return b, fmt.Errorf("open payments: %w", err)
+	}
+	var err error
+	if b.AuditFindingsOpen, err = s.OpenFindings(ctx); err != nil {
+		return b, err
 	}
 	return b, nil
 }
