@@ -4,15 +4,12 @@ package auditschedule
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -51,46 +48,5 @@ func Ensure(ctx context.Context, c client.Client, cfg Config) (client.ScheduleHa
 		WorkflowExecutionTimeout: max(cfg.Every, time.Hour),
 		StaticSummary:            "Compare the ledger with Stripe's PaymentIntents and Refunds and SendGrid's events; findings go to audit_findings",
 	}
-	sc := c.ScheduleClient()
-	var err error
-	// Workers starting at once race: one creates, the others update; a
-	// refused update re-reads the schedule on the next try.
-	for try := range 5 {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
-			}
-		}
-		var h client.ScheduleHandle
-		h, err = sc.Create(ctx, client.ScheduleOptions{
-			ID: cfg.ID, Spec: spec, Action: action,
-			Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, Note: "created by the effectively worker",
-		})
-		if err == nil {
-			return h, nil
-		}
-		if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-			err = fmt.Errorf("create schedule %s: %w", cfg.ID, err)
-			continue
-		}
-		h = sc.GetHandle(ctx, cfg.ID)
-		err = h.Update(ctx, client.ScheduleUpdateOptions{
-			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-				s := in.Description.Schedule
-				s.Spec, s.Action = &spec, action
-				if s.Policy == nil {
-					s.Policy = &client.SchedulePolicies{}
-				}
-				s.Policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
-				return &client.ScheduleUpdate{Schedule: &s}, nil
-			},
-		})
-		if err == nil {
-			return h, nil
-		}
-		err = fmt.Errorf("update schedule %s: %w", cfg.ID, err)
-	}
-	return nil, err
+	return temporalclient.EnsureSchedule(ctx, c, cfg.ID, spec, action)
 }

@@ -6,16 +6,14 @@ package retention
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -69,53 +67,7 @@ func EnsureSchedule(ctx context.Context, c client.Client, cfg ScheduleConfig) (c
 		WorkflowExecutionTimeout: max(cfg.Every, time.Hour),
 		StaticSummary:            "Delete processed-message, inbox and outbox rows older than the retention, and quarantine rows older than the quarantine retention",
 	}
-	sc := c.ScheduleClient()
-	// Several workers starting at once race here: one creates, the others
-	// update, and concurrent updates can be refused on a conflict token.
-	// Each try re-reads the schedule, so a few tries settle it.
-	var err error
-	for try := range 5 {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
-			}
-		}
-		var h client.ScheduleHandle
-		h, err = sc.Create(ctx, client.ScheduleOptions{
-			ID:      cfg.ID,
-			Spec:    spec,
-			Action:  action,
-			Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-			Note:    "created by the effectively worker",
-		})
-		if err == nil {
-			return h, nil
-		}
-		if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-			err = fmt.Errorf("create schedule %s: %w", cfg.ID, err)
-			continue
-		}
-		h = sc.GetHandle(ctx, cfg.ID)
-		err = h.Update(ctx, client.ScheduleUpdateOptions{
-			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-				s := in.Description.Schedule
-				s.Spec = &spec
-				s.Action = action
-				if s.Policy == nil {
-					s.Policy = &client.SchedulePolicies{}
-				}
-				s.Policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
-				return &client.ScheduleUpdate{Schedule: &s}, nil
-			},
-		})
-		if err == nil {
-			return h, nil
-		}
-		err = fmt.Errorf("update schedule %s: %w", cfg.ID, err)
-	}
-	return nil, err
+	return temporalclient.EnsureSchedule(ctx, c, cfg.ID, spec, action)
 }
 
 // NamespaceRetention returns how long namespace keeps closed workflow runs:
