@@ -32,7 +32,8 @@ func TestScheduleRunsTheAudit(t *testing.T) {
 	if _, err := s.Store.Pool().Exec(ctx, `DELETE FROM payments WHERE message_id = 'evt_sched'`); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the audit's lag
+	// Past the audit's lag, and the second its window is truncated to.
+	time.Sleep(2500 * time.Millisecond)
 
 	cfg := auditschedule.Config{Every: 3 * time.Hour, TaskQueue: s.TaskQueue}
 	if _, err := auditschedule.Ensure(ctx, s.Client, cfg); err != nil {
