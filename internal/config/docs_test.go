@@ -74,6 +74,7 @@ var everyVariable = map[string]string{
 	"EFFECTIVELY_TASK_QUEUE": "orders",
 	"STRIPE_API_KEY":         "sk_test_x", "STRIPE_BASE_URL": "http://127.0.0.1:12111",
 	"SENDGRID_API_KEY": "SG.x", "SENDGRID_BASE_URL": "http://127.0.0.1:12112",
+	"STRIPE_RATE_LIMIT": "90,120", "STRIPE_ENDPOINT_RATE_LIMIT": "22", "SENDGRID_RATE_LIMIT": "50",
 	"EMAIL_FROM": "shop@example.com", "EMAIL_FROM_NAME": "Shop", "EMAIL_POLICY": "at-most-once",
 	"PAYMENT_START_TO_CLOSE": "1m", "PAYMENT_SCHEDULE_TO_CLOSE": "10h",
 	"EMAIL_START_TO_CLOSE": "30s", "EMAIL_SCHEDULE_TO_CLOSE": "12h", "LOCAL_START_TO_CLOSE": "5s",
