@@ -57,8 +57,8 @@ import (
 	"github.com/sendgrid/sendgrid-go"
 	sgmail "github.com/sendgrid/sendgrid-go/helpers/mail"
 
-	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/deadline"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
-	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/deadline"
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
 
