@@ -41,4 +41,8 @@ const (
 	// found no payment of the order at all: its order may not have arrived.
 	// Non-retryable: OrderRefund waits and asks again, up to its bound.
 	ErrTypePaymentMissing = "PaymentMissing"
+	// ErrTypeRateLimited: the provider request was not sent, the shared
+	// rate limit having no slot in time. Retryable after its
+	// NextRetryDelay; nothing reached the provider.
+	ErrTypeRateLimited = "RateLimited"
 )

@@ -26,6 +26,7 @@ const (
 	NameRateLimited       = "effectively_provider_rate_limited_total"
 	NameRateWait          = "effectively_provider_rate_wait_seconds"
 	NameRateFallback      = "effectively_provider_rate_fallback_total"
+	NameRateDeferred      = "effectively_provider_rate_deferred_total"
 	NameInboxPending      = "effectively_inbox_pending"
 	NameInboxOldestAge    = "effectively_inbox_oldest_pending_age_seconds"
 	NameOutboxPending     = "effectively_outbox_unpublished"
@@ -121,6 +122,7 @@ type Metrics struct {
 	rateLimited      *prometheus.CounterVec
 	rateWait         *prometheus.HistogramVec
 	rateFallback     *prometheus.CounterVec
+	rateDeferred     *prometheus.CounterVec
 }
 
 // New creates the worker's collectors and registers them with reg.
@@ -153,8 +155,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: NameRateFallback,
 			Help: "Requests paced by the process's own bucket because Postgres did not answer the shared one.",
 		}, []string{"provider"}),
+		rateDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameRateDeferred,
+			Help: "Requests not sent because the shared rate limit had no slot within their wait: retried when it has one (Temporal's NextRetryDelay), not failures.",
+		}, []string{"provider"}),
 	}
-	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.rateLimited, m.rateWait, m.rateFallback)
+	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.rateLimited, m.rateWait, m.rateFallback, m.rateDeferred)
 	return m
 }
 
@@ -192,3 +198,8 @@ func (m *Metrics) RateLimited(provider, operation, reason string, _ time.Duratio
 
 // RateFallback counts a request paced without Postgres.
 func (m *Metrics) RateFallback(provider string) { m.rateFallback.WithLabelValues(provider).Inc() }
+
+// RateDeferred counts a request the shared limit sent back to wait.
+func (m *Metrics) RateDeferred(provider, _ string, _ time.Duration) {
+	m.rateDeferred.WithLabelValues(provider).Inc()
+}

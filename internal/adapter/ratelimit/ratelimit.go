@@ -70,8 +70,37 @@ type Config struct {
 	DefaultPause time.Duration
 	// MaxPause bounds what a Retry-After may ask. Zero means 60s.
 	MaxPause time.Duration
+	// MaxWait is the longest a request waits for its slot; one that would
+	// wait longer (or past its context's deadline less SendMargin) takes no
+	// slot and fails with a *DeferredError saying when to come back. Zero
+	// means 20s.
+	MaxWait time.Duration
+	// SendMargin is the time a request needs after its wait, kept free
+	// before its context's deadline. Zero means 2s.
+	SendMargin time.Duration
 	// Observer counts waits, 429s and fallbacks; nil counts nothing.
 	Observer Observer
+}
+
+// DeferredError is a request that was not sent: the shared limit has no
+// slot for it within Config.MaxWait or its deadline. Try again after
+// RetryAfter; nothing reached the provider and no slot was taken.
+type DeferredError struct {
+	Provider, Endpoint string
+	RetryAfter         time.Duration
+}
+
+func (e *DeferredError) Error() string {
+	return fmt.Sprintf("%s %s: not sent: the shared rate limit has a slot in %s", e.Provider, e.Endpoint, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Deferred reports whether err is (or wraps) a *DeferredError, and when to
+// try again.
+func Deferred(err error) (time.Duration, bool) {
+	if d, ok := errors.AsType[*DeferredError](err); ok {
+		return d.RetryAfter, true
+	}
+	return 0, false
 }
 
 // Observer receives what the limiter does, for metrics.
@@ -81,6 +110,9 @@ type Observer interface {
 	// RateLimited: the provider answered 429 (reason: its
 	// Stripe-Rate-Limited-Reason, or "429"), and every worker pauses d.
 	RateLimited(provider, endpoint, reason string, d time.Duration)
+	// RateDeferred: a request to endpoint was not sent, its slot d away
+	// being beyond what it could wait.
+	RateDeferred(provider, endpoint string, d time.Duration)
 	// RateFallback: Postgres did not answer; this process's own bucket
 	// paced the request.
 	RateFallback(provider string)
@@ -88,7 +120,7 @@ type Observer interface {
 
 // Backend keeps the buckets: *store.Store.
 type Backend interface {
-	ReserveRate(ctx context.Context, buckets []store.RateBucket) (time.Duration, error)
+	ReserveRate(ctx context.Context, buckets []store.RateBucket, maxWait time.Duration) (time.Duration, bool, error)
 	PauseRate(ctx context.Context, names []string, d time.Duration) error
 }
 
@@ -131,6 +163,12 @@ func New(backend Backend, cfg Config) (*Limiter, error) {
 	if cfg.MaxPause <= 0 {
 		cfg.MaxPause = time.Minute
 	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 20 * time.Second
+	}
+	if cfg.SendMargin <= 0 {
+		cfg.SendMargin = 2 * time.Second
+	}
 	return &Limiter{cfg: cfg, backend: backend, local: &local{tat: map[string]time.Time{}}}, nil
 }
 
@@ -152,22 +190,34 @@ func (l *Limiter) buckets(endpoint string) []store.RateBucket {
 	return bs
 }
 
-// Wait reserves a request's slot and waits for it, or returns ctx's error
-// (the request was not sent).
+// Wait takes a request's slot and waits for it. It returns a
+// *DeferredError, taking no slot, when the wait would be longer than
+// Config.MaxWait or run into ctx's deadline, and ctx's error (not sent)
+// when ctx ends while it waits.
 func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 	bs := l.buckets(endpoint)
 	if len(bs) == 0 {
 		return nil
 	}
-	d, err := l.backend.ReserveRate(ctx, bs)
+	maxWait := l.cfg.MaxWait
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = min(maxWait, time.Until(dl)-l.cfg.SendMargin)
+	}
+	d, ok, err := l.backend.ReserveRate(ctx, bs, maxWait)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s %s: not sent, waiting for the rate limit: %w", l.cfg.Provider, endpoint, context.Cause(ctx))
 		}
-		d = l.local.reserve(bs, time.Now())
+		d, ok = l.local.reserve(bs, time.Now(), maxWait)
 		if o := l.cfg.Observer; o != nil {
 			o.RateFallback(l.cfg.Provider)
 		}
+	}
+	if !ok {
+		if o := l.cfg.Observer; o != nil {
+			o.RateDeferred(l.cfg.Provider, endpoint, d)
+		}
+		return &DeferredError{Provider: l.cfg.Provider, Endpoint: endpoint, RetryAfter: max(d-maxWait, 100*time.Millisecond)}
 	}
 	if d <= 0 {
 		return nil
@@ -314,21 +364,27 @@ type local struct {
 	tat map[string]time.Time
 }
 
-func (b *local) reserve(bs []store.RateBucket, now time.Time) time.Duration {
+func (b *local) reserve(bs []store.RateBucket, now time.Time, maxWait time.Duration) (time.Duration, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var wait time.Duration
-	for _, x := range bs {
+	next := make([]time.Time, len(bs))
+	for i, x := range bs {
 		emission := time.Duration(float64(time.Second) / x.Rate)
 		tat := b.tat[x.Name]
 		if tat.Before(now) {
 			tat = now
 		}
-		tat = tat.Add(emission)
-		b.tat[x.Name] = tat
-		wait = max(wait, tat.Sub(now)-time.Duration(max(x.Burst, 1))*emission)
+		next[i] = tat.Add(emission)
+		wait = max(wait, next[i].Sub(now)-time.Duration(max(x.Burst, 1))*emission)
 	}
-	return wait
+	if wait > maxWait {
+		return wait, false
+	}
+	for i, x := range bs {
+		b.tat[x.Name] = next[i]
+	}
+	return wait, true
 }
 
 func (b *local) pause(names []string, until time.Time) {

@@ -24,6 +24,7 @@ type observer struct {
 	waits     int
 	limited   []string
 	fallbacks int
+	deferred  int
 }
 
 func (o *observer) RateWaited(string, string, time.Duration) { o.mu.Lock(); o.waits++; o.mu.Unlock() }
@@ -33,6 +34,11 @@ func (o *observer) RateLimited(_, _, reason string, _ time.Duration) {
 	o.mu.Unlock()
 }
 func (o *observer) RateFallback(string) { o.mu.Lock(); o.fallbacks++; o.mu.Unlock() }
+func (o *observer) RateDeferred(string, string, time.Duration) {
+	o.mu.Lock()
+	o.deferred++
+	o.mu.Unlock()
+}
 
 func newLimiter(t *testing.T, b ratelimit.Backend, cfg ratelimit.Config) *ratelimit.Limiter {
 	t.Helper()
@@ -180,8 +186,8 @@ func TestGivesUpAfterMaxRetries(t *testing.T) {
 // downBackend is Postgres not answering.
 type downBackend struct{}
 
-func (downBackend) ReserveRate(context.Context, []store.RateBucket) (time.Duration, error) {
-	return 0, errors.New("connection refused")
+func (downBackend) ReserveRate(context.Context, []store.RateBucket, time.Duration) (time.Duration, bool, error) {
+	return 0, false, errors.New("connection refused")
 }
 func (downBackend) PauseRate(context.Context, []string, time.Duration) error {
 	return errors.New("connection refused")
@@ -214,11 +220,46 @@ func TestWaitEndsWithContext(t *testing.T) {
 	if err := l.Wait(context.Background(), "POST /v1/refunds"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
 	err := l.Wait(ctx, "POST /v1/refunds")
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not sent") {
-		t.Fatalf("err = %v, want not sent, deadline exceeded", err)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("err = %v, want not sent, canceled", err)
+	}
+}
+
+// TestDeferredTakesNoSlot: a request whose slot is further away than
+// MaxWait (or than its deadline allows) is sent back with a
+// *DeferredError, and takes no slot: the next request's wait is unchanged.
+func TestDeferredTakesNoSlot(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	var o observer
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}, MaxWait: 300 * time.Millisecond, Observer: &o})
+	ep := "POST /v1/refunds"
+	if err := l.Wait(context.Background(), ep); err != nil { // the burst
+		t.Fatal(err)
+	}
+	for range 3 {
+		err := l.Wait(context.Background(), ep) // 500ms away: beyond MaxWait
+		d, ok := ratelimit.Deferred(err)
+		if !ok || d <= 0 {
+			t.Fatalf("err = %v, want a *DeferredError with a retry-after", err)
+		}
+	}
+	if o.deferred != 3 {
+		t.Errorf("deferred = %d, want 3", o.deferred)
+	}
+	// A deadline closer than the slot defers too.
+	ctx, cancel := context.WithTimeout(context.Background(), 2100*time.Millisecond)
+	defer cancel()
+	l2 := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}})
+	if _, ok := ratelimit.Deferred(l2.Wait(ctx, ep)); !ok {
+		t.Fatal("a slot past the deadline less the send margin was taken")
+	}
+	time.Sleep(600 * time.Millisecond)
+	start := time.Now()
+	if err := l.Wait(context.Background(), ep); err != nil || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("after the deferrals: %v after %s; they took slots", err, time.Since(start))
 	}
 }
 

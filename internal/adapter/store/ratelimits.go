@@ -14,37 +14,29 @@ type RateBucket struct {
 	Burst float64
 }
 
-// ReserveRate reserves one request's slot in every bucket (row rate_limits,
-// created at its first use) in one statement, and returns how long the
-// request must wait for the latest of them: zero when it may go now. The
-// slot is taken whether or not the caller waits for it. Times are the
-// database's, so the workers' clocks do not matter.
-func (s *Store) ReserveRate(ctx context.Context, buckets []RateBucket) (time.Duration, error) {
+// ReserveRate takes one request's slot in every bucket (row rate_limits,
+// created at its first use), all or none, in one statement (rate_reserve):
+// only when the request would wait at most maxWait. It returns the wait
+// and whether the slots were taken; when not, the wait is what the request
+// would have waited (a retry-after). Times are the database's, so the
+// workers' clocks do not matter.
+func (s *Store) ReserveRate(ctx context.Context, buckets []RateBucket, maxWait time.Duration) (wait time.Duration, reserved bool, err error) {
 	names := make([]string, len(buckets))
 	emission := make([]float64, len(buckets))
 	burst := make([]float64, len(buckets))
 	for i, b := range buckets {
 		if b.Rate <= 0 {
-			return 0, fmt.Errorf("rate bucket %q: rate %v is not positive", b.Name, b.Rate)
+			return 0, false, fmt.Errorf("rate bucket %q: rate %v is not positive", b.Name, b.Rate)
 		}
 		names[i], emission[i], burst[i] = b.Name, 1/b.Rate, max(b.Burst, 1)
 	}
-	var wait float64
-	err := s.pool.QueryRow(ctx, `
-		WITH now AS (SELECT clock_timestamp() AS t),
-		upd AS (
-			INSERT INTO rate_limits AS r (bucket, tat, emission, burst)
-			SELECT q.bucket, now.t + make_interval(secs => q.emission), q.emission, q.burst
-			  FROM unnest($1::text[], $2::float8[], $3::float8[]) AS q(bucket, emission, burst), now
-			ON CONFLICT (bucket) DO UPDATE
-			   SET tat = greatest(r.tat, (SELECT t FROM now)) + make_interval(secs => excluded.emission),
-			       emission = excluded.emission, burst = excluded.burst, updated_at = (SELECT t FROM now)
-			RETURNING extract(epoch FROM r.tat - (SELECT t FROM now)) - r.burst * r.emission AS wait)
-		SELECT coalesce(greatest(max(wait), 0), 0) FROM upd`, names, emission, burst).Scan(&wait)
+	var secs float64
+	err = s.pool.QueryRow(ctx, `SELECT wait, reserved FROM rate_reserve($1, $2, $3, $4)`,
+		names, emission, burst, max(maxWait, 0).Seconds()).Scan(&secs, &reserved)
 	if err != nil {
-		return 0, fmt.Errorf("reserve rate %v: %w", names, translate(err))
+		return 0, false, fmt.Errorf("reserve rate %v: %w", names, translate(err))
 	}
-	return time.Duration(wait * float64(time.Second)), nil
+	return time.Duration(secs * float64(time.Second)), reserved, nil
 }
 
 // PauseRate holds every named bucket for d from now: no request reserved
