@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -17,7 +18,12 @@ import (
 	"github.com/effectively/effectively/tools/workerproc"
 )
 
-var drainBacklog = flag.Int("drain-backlog", 5000, "messages piled up for TestBacklogDrain")
+var (
+	drainBacklog     = flag.Int("drain-backlog", 5000, "messages piled up for TestBacklogDrain")
+	drainSimLimit    = flag.Float64("drain-sim-endpoint", drainSimEndpoint, "the simulators' limit per Stripe endpoint and SendGrid key (Stripe's global: 4×)")
+	drainWorkerLimit = flag.Float64("drain-endpoint", drainEndpoint, "the workers' STRIPE_ENDPOINT_RATE_LIMIT and SENDGRID_RATE_LIMIT (STRIPE_RATE_LIMIT: 4×)")
+	drainJSON        = flag.String("drain-json", "", "write the drain report as JSON to this file (lab/bench reads it)")
+)
 
 // The short drain's limits: the simulators answer 429 past Stripe's ratios
 // (global 4× an endpoint's), scaled so that 5,000 messages drain in about
@@ -95,12 +101,21 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 // simulators, no double charge, every key used well inside Stripe's 24 h,
 // and the refund route's p99 within 2× of its idle p99.
 func TestBacklogDrain(t *testing.T) {
-	st := NewDrainStack(t, drainSimEndpoint, drainEndpoint)
-	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Limit: drainEndpoint, Logf: t.Logf}, st)
+	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
+	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Limit: *drainWorkerLimit, Logf: t.Logf}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(os.Stdout, "backlog drain report:\n%s", rep)
+	if *drainJSON != "" {
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*drainJSON, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, v := range rep.Violations {
 		t.Error(v)
 	}

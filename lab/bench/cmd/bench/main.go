@@ -50,6 +50,7 @@ func run() int {
 		workers   = fs.String("workers", "", `worker process counts of the scale-out, comma separated, or "none" (default 1,2,3)`)
 		scaleN    = fs.Int("scale-n", 0, "messages per scale-out point (default: -sweep-n)")
 		paidN     = fs.Int("paid", 0, "messages of the paid-only run that counts a paid message's actions and commits (default 200)")
+		drainN    = fs.Int("drain", 0, "messages of the backlog drain at Stripe's limits, -1 for none (default 10000)")
 		clusterN  = fs.Int("cluster", 0, "messages of the e2e run on a Temporal server with Postgres (needs make bin/temporal-server), -1 for none (default 1000)")
 		settle    = fs.Duration("settle", 0, "wait before each reading of the counts, for the workers' trailing statements (default 2s)")
 		metrics   = fs.String("temporal-metrics", "", "Prometheus endpoint of the -temporal server, for its action counter (a dev server started here exposes its own)")
@@ -119,6 +120,9 @@ func run() int {
 	}
 	if *clusterN != 0 {
 		cfg.ClusterMessages = *clusterN
+	}
+	if *drainN != 0 {
+		cfg.DrainBacklog = *drainN
 	}
 	if *settle > 0 {
 		cfg.Settle = *settle
