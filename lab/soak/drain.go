@@ -69,6 +69,11 @@ type DrainReport struct {
 	IdleP99 time.Duration `json:"idle_p99"`
 	BusyP99 time.Duration `json:"busy_p99"`
 	BusyMax time.Duration `json:"busy_max"`
+	// BusyIntakeP99 is the part of the busy latency before the inbox row
+	// (the broker delivering in stream order), BusyWorkP99 the part after
+	// it (Temporal, the shared limits).
+	BusyIntakeP99 time.Duration `json:"busy_intake_p99"`
+	BusyWorkP99   time.Duration `json:"busy_work_p99"`
 	// Charges and DoubleCharges count the backlog's charges at Stripe.
 	Charges       int      `json:"charges"`
 	DoubleCharges int      `json:"double_charges"`
@@ -85,6 +90,8 @@ func (r DrainReport) String() string {
 		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
 	fmt.Fprintf(&b, "other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s\n",
 		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
+		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
 }
@@ -170,7 +177,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err != nil {
 		return rep, fmt.Errorf("idle probes: %w", err)
 	}
-	rep.IdleP99 = p99(idle)
+	rep.IdleP99 = p99(idle.total)
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
 
 	// The outage: every worker stopped while the backlog piles up.
@@ -195,8 +202,9 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err != nil {
 		return rep, fmt.Errorf("probes during the drain: %w", err)
 	}
-	rep.BusyP99 = p99(busy)
-	rep.BusyMax = slices.Max(busy)
+	rep.BusyP99 = p99(busy.total)
+	rep.BusyIntakeP99, rep.BusyWorkP99 = p99(busy.intake), p99(busy.work)
+	rep.BusyMax = slices.Max(busy.total)
 	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
 		return rep, fmt.Errorf("drain: %w", err)
 	}
@@ -243,9 +251,14 @@ func orderMsg(id string, orderID int64) []byte {
 	return fmt.Appendf(nil, `{"id":%q,"type":"order.placed","data":{"order_id":%d,"amount":1999,"currency":"usd","customer_email":"drain@example.com","payment_method":"pm_card_visa"}}`, id, orderID)
 }
 
+// latencies are the probes' latencies: publication to record (total), to
+// the inbox row (intake), and inbox row to record (work).
+type latencies struct{ total, intake, work []time.Duration }
+
 // probe publishes cfg.Probes refunds of the warm-up orders, one every
-// cfg.ProbeEvery, and returns each one's latency: publication to record.
-func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64) ([]time.Duration, error) {
+// cfg.ProbeEvery, and returns their latencies.
+func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64) (latencies, error) {
+	var out latencies
 	ids := make([]string, cfg.Probes)
 	sent := make(map[string]time.Time, cfg.Probes)
 	for i := range ids {
@@ -253,30 +266,32 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		raw := fmt.Appendf(nil, `{"id":%q,"type":"order.refund_requested","data":{"order_id":%d,"amount":10,"reason":"requested_by_customer"}}`, ids[i], orderBase+int64(i))
 		sent[ids[i]] = time.Now()
 		if err := st.SendRefund(ctx, raw); err != nil {
-			return nil, err
+			return out, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return out, ctx.Err()
 		case <-time.After(cfg.ProbeEvery):
 		}
 	}
 	if err := awaitProcessed(ctx, st, "order-refund", ids); err != nil {
-		return nil, err
+		return out, err
 	}
-	rows, err := st.Pool.Query(ctx, `SELECT message_id, processed_at FROM processed_messages WHERE consumer = 'order-refund' AND message_id = ANY($1)`, ids)
+	rows, err := st.Pool.Query(ctx, `SELECT p.message_id, i.received_at, p.processed_at FROM processed_messages p
+		JOIN inbox i USING (consumer, message_id) WHERE p.consumer = 'order-refund' AND p.message_id = ANY($1)`, ids)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	defer rows.Close()
-	var out []time.Duration
 	for rows.Next() {
 		var id string
-		var at time.Time
-		if err := rows.Scan(&id, &at); err != nil {
-			return nil, err
+		var in, at time.Time
+		if err := rows.Scan(&id, &in, &at); err != nil {
+			return out, err
 		}
-		out = append(out, at.Sub(sent[id]))
+		out.total = append(out.total, at.Sub(sent[id]))
+		out.intake = append(out.intake, in.Sub(sent[id]))
+		out.work = append(out.work, at.Sub(in))
 	}
 	return out, rows.Err()
 }
