@@ -31,11 +31,11 @@ func limitedFixture(t *testing.T, cfg ratelimit.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: sims.StripeURL, Timeout: 10 * time.Second, Limit: l.Transport}) //nolint:gosec // fake key for the simulator
+	pc, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: sims.StripeURL, Timeout: 10 * time.Second, Limit: l.Transport})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: sims.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second}) //nolint:gosec // fake key
+	mc, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: sims.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestChargeDeferredByTheRateLimit(t *testing.T) {
 	// The next attempt, allowed to wait for both its slots (the create and
 	// the confirm), charges once.
 	l2, _ := ratelimit.New(f.db, ratelimit.Config{Provider: "stripe", Global: limit, MaxWait: 10 * time.Second})
-	pc, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: f.sims.StripeURL, Timeout: 10 * time.Second, Limit: l2.Transport}) //nolint:gosec // fake key for the simulator
+	pc, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: f.sims.StripeURL, Timeout: 10 * time.Second, Limit: l2.Transport})
 	if err != nil {
 		t.Fatal(err)
 	}

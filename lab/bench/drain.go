@@ -50,16 +50,19 @@ func runDrain(ctx context.Context, cfg Config, n int) (*DrainPhase, error) {
 		"-drain-json", out)
 	cmd.Dir = filepath.Join(cfg.RepoRoot, "lab")
 	cmd.Env = os.Environ()
+	if cli, err := temporalCLI(cfg); err == nil {
+		cmd.Env = append(cmd.Env, "TEMPORAL_CLI="+cli)
+	}
 	b, err := cmd.CombinedOutput()
 	phase := &DrainPhase{Backlog: n, SimEndpoint: drainSimEndpoint, Endpoint: drainWorkerEndpoint}
-	if raw, rerr := os.ReadFile(out); rerr == nil { //nolint:gosec // our own temp file
+	if raw, rerr := os.ReadFile(out); rerr == nil {
 		var rep soak.DrainReport
 		if jerr := json.Unmarshal(raw, &rep); jerr == nil {
 			phase.Report = &rep
 		}
 	}
 	if phase.Report == nil {
-		return nil, fmt.Errorf("drain test: %v:\n%s", err, tailLines(string(b), 40))
+		return nil, fmt.Errorf("drain test: %w:\n%s", err, tailLines(string(b), 40))
 	}
 	if err != nil { // a target missed: the report says which
 		phase.Report.Violations = append(phase.Report.Violations, "TestBacklogDrain: "+tailLines(string(b), 10))

@@ -57,7 +57,7 @@ func TestSharedByWorkers(t *testing.T) {
 	st := store.New(storetest.NewPool(t))
 	var mu sync.Mutex
 	var seen []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		mu.Lock()
 		seen = append(seen, time.Now())
 		mu.Unlock()
@@ -83,8 +83,8 @@ func TestSharedByWorkers(t *testing.T) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if min := time.Duration(float64(n-burst) / rate * float64(time.Second)); elapsed < min*9/10 {
-		t.Fatalf("%d requests took %s; the shared limit of %v/s allows no less than %s", n, elapsed, rate, min)
+	if least := time.Duration(float64(n-burst) / rate * float64(time.Second)); elapsed < least*9/10 {
+		t.Fatalf("%d requests took %s; the shared limit of %v/s allows no less than %s", n, elapsed, rate, least)
 	}
 	slices.SortFunc(seen, func(a, b time.Time) int { return a.Compare(b) })
 	for i := range seen {

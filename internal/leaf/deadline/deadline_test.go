@@ -41,7 +41,10 @@ func TestTimeoutStartsWhenSent(t *testing.T) {
 		t.Fatalf("body %q, %v", b, err)
 	}
 	start := time.Now()
-	_, err = c.Get(srv.URL + "/slow")
+	resp, err = c.Get(srv.URL + "/slow")
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	if !errors.Is(err, errSlow) || time.Since(start) > time.Second {
 		t.Fatalf("slow request: %v after %s, want errSlow after 200ms", err, time.Since(start))
 	}
