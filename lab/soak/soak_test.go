@@ -11,6 +11,8 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/sim/simlimit"
+	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -33,6 +35,9 @@ func TestSoak(t *testing.T) {
 	ctx := context.Background()
 	tsrv := testenv.StartTemporal(t)
 	sims := testenv.StartSims(t)
+	// The providers' rate limits are on (issue 24), the workers' 20% under.
+	sims.Stripe.SetRateLimits(stripesim.RateLimits{Global: simlimit.Rate{PerSecond: 400}, Endpoint: simlimit.Rate{PerSecond: 100}})
+	sims.SendGrid.SetRateLimit(simlimit.Rate{PerSecond: 100})
 	dbURL := storetest.NewDatabase(t)
 	pool, err := store.Open(ctx, dbURL, store.PoolConfig{})
 	if err != nil {
@@ -62,6 +67,7 @@ func TestSoak(t *testing.T) {
 				"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=soak",
 				"NATS_ACK_WAIT=5s", "NATS_BACKOFF=none", "NATS_MAX_DELIVER=20",
 				"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+				"STRIPE_RATE_LIMIT=320", "STRIPE_ENDPOINT_RATE_LIMIT=80", "SENDGRID_RATE_LIMIT=80",
 			},
 		},
 		Send: func(ctx context.Context, raw []byte) error {
