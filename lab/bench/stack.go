@@ -328,6 +328,10 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 				// The pruning schedule fires on the hour by default; its
 				// workflow's actions would land in whichever phase spans it.
 				"PRUNE_EVERY=8760h",
+				// The simulators here have no rate limits and the run measures
+				// the worker's own cost: the providers' limits are off (the
+				// drain phase, drain.go, measures them).
+				"STRIPE_RATE_LIMIT=0", "STRIPE_ENDPOINT_RATE_LIMIT=0",
 				"NATS_STREAM=" + s.stream, "NATS_SUBJECT=" + s.filter, "NATS_CONSUMER=bench",
 				"NATS_EVENTS_STREAM=" + s.eventsStream, "NATS_EVENTS_PREFIX=" + s.eventsPrefix,
 				"EFFECTIVELY_PPROF_ADDR=" + pprofAddr,
