@@ -37,4 +37,12 @@ const (
 	// ErrTypePaymentPending: RefundOrder found the order's payment not yet
 	// final. Retryable: the refund waits for the payment.
 	ErrTypePaymentPending = "PaymentPending"
+	// ErrTypePaymentMissing: RefundOrder, asked to wait (AwaitPayment),
+	// found no payment of the order at all: its order may not have arrived.
+	// Non-retryable: OrderRefund waits and asks again, up to its bound.
+	ErrTypePaymentMissing = "PaymentMissing"
+	// ErrTypeRateLimited: the provider request was not sent, the shared
+	// rate limit having no slot in time. Retryable after its
+	// NextRetryDelay; nothing reached the provider.
+	ErrTypeRateLimited = "RateLimited"
 )

@@ -81,6 +81,11 @@ func (a *Activities) boundary(ctx context.Context, kind metrics.Effect, what str
 			fmt.Sprintf("%s: the provider refused the API key or base URL (fix the configuration)", what), ErrTypeProviderAuth, pe.Err)
 	case effect.ClassMismatch:
 		return temporal.NewNonRetryableApplicationError("provider refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, pe.Err)
+	case effect.ClassDeferred:
+		// Not a failure: the request waits for its slot at the shared
+		// rate limit, Temporal retrying the activity when it has one.
+		return temporal.NewApplicationErrorWithOptions(fmt.Sprintf("%s: waiting for the provider's rate limit", what), ErrTypeRateLimited,
+			temporal.ApplicationErrorOptions{Cause: pe.Err, NextRetryDelay: pe.RetryAfter})
 	case effect.ClassRetry, effect.ClassRefused, effect.ClassAmbiguous:
 	}
 	return fmt.Errorf("%s: %w", what, pe.Err)

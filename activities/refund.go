@@ -24,6 +24,11 @@ type RefundInput struct {
 	OrderID   int64  `json:"order_id"`
 	Amount    int64  `json:"amount"`
 	Reason    string `json:"reason"`
+	// AwaitPayment: an order with no payment yet fails with
+	// ErrTypePaymentMissing, recording nothing, instead of ending
+	// order_not_paid (OrderRefund sets it until its wait is over). Not part
+	// of the request's hash.
+	AwaitPayment bool `json:"await_payment,omitempty"`
 }
 
 // RefundOutcome is the outcome of RefundOrder, with the values the
@@ -97,12 +102,19 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundRes
 	})
 }
 
+// request is the refund request as hashed for its ledger row: the same
+// whether or not the attempt waits for the payment.
+func (in RefundInput) request() RefundInput {
+	in.AwaitPayment = false
+	return in
+}
+
 // refundOrder is RefundOrder's attempt under key.
 func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput) (RefundResult, error) {
 	lg := logger(ctx)
 	claim, err := a.Store.ClaimRefund(ctx, store.RefundClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
-		Reason: in.Reason, Key: key, RequestHash: requestHash(in),
+		Reason: in.Reason, Key: key, RequestHash: requestHash(in.request()), AwaitPayment: in.AwaitPayment,
 	})
 	if err != nil {
 		return RefundResult{}, fenced(fmt.Errorf("claim refund of order %d: %w", in.OrderID, err))
@@ -115,6 +127,9 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 		lg.Info("refund refused: exceeds what remains of the payment", "order_id", in.OrderID,
 			"amount", in.Amount, "paid", claim.Paid, "refunded", claim.Refunded)
 		return RefundResult{Outcome: RefundExceedsPayment, Paid: claim.Paid, Refunded: claim.Refunded}, nil
+	case store.RefundPaymentMissing:
+		return RefundResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("order %d has no payment yet: the refund waits for it", in.OrderID), ErrTypePaymentMissing, nil)
 	case store.RefundPaymentPending:
 		return RefundResult{}, temporal.NewApplicationError(
 			fmt.Sprintf("payment of order %d is %s: the refund waits for its outcome", in.OrderID, claim.PaymentState), ErrTypePaymentPending)

@@ -2,9 +2,12 @@ package activities_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
+
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -224,5 +227,35 @@ func TestRefundsNeverExceedPaymentInTheDatabase(t *testing.T) {
 	}
 	if got := refunded(t, f, 56); got != 0 {
 		t.Errorf("refunded_amount = %d", got)
+	}
+}
+
+// TestRefundBeforeItsPayment: asked to wait, a refund of an order with no
+// payment yet fails PaymentMissing and records nothing; once the order is
+// paid the same message refunds (its request hash unchanged by the flag);
+// a refund not asked to wait still ends order_not_paid.
+func TestRefundBeforeItsPayment(t *testing.T) {
+	f := newFixture(t, "")
+	in := refundOf("evt_early", 53, 300)
+	in.AwaitPayment = true
+	_, err := run(t, f, f.acts.RefundOrder, in)
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != activities.ErrTypePaymentMissing || !app.NonRetryable() {
+		t.Fatalf("refund before the payment: %v, want a non-retryable %s", err, activities.ErrTypePaymentMissing)
+	}
+	if o := outcomeOf(t, f, "order-refund", in.MessageID); o != "" {
+		t.Fatalf("recorded %q while waiting for the payment", o)
+	}
+	paid(t, f, "evt_pay53", 53)
+	if r, err := run(t, f, f.acts.RefundOrder, in); err != nil || r.Outcome != activities.RefundRefunded {
+		t.Fatalf("refund once paid = %+v, %v", r, err)
+	}
+	in.AwaitPayment = false // the same request: the hash ignores the flag
+	if r, err := run(t, f, f.acts.RefundOrder, in); err != nil || r.Outcome != activities.RefundRefunded {
+		t.Fatalf("the same refund without the flag = %+v, %v", r, err)
+	}
+	late := refundOf("evt_nowait", 54, 100)
+	if r, err := run(t, f, f.acts.RefundOrder, late); err != nil || r.Outcome != activities.RefundOrderNotPaid {
+		t.Fatalf("refund not waiting = %+v, %v", r, err)
 	}
 }

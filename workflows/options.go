@@ -50,6 +50,11 @@ type Config struct {
 	// past it the workflow fails (payment_processing_timeout) for an
 	// operator. Default 72h: bank debits take days.
 	PaymentProcessingMaxWait time.Duration
+	// RefundAwaitPayment bounds how long a refund whose order has no
+	// payment yet (the refund arrived first) waits for one before it ends
+	// order_not_paid. Default: the payment's own bound
+	// (PaymentScheduleToClose + PaymentProcessingMaxWait) plus 5m.
+	RefundAwaitPayment time.Duration
 	// HeartbeatTimeout is how long a regular effect attempt may go without
 	// a heartbeat (sent every 2s) before Temporal retries it elsewhere.
 	// Default 10s.
@@ -70,8 +75,13 @@ func DefaultConfig() Config {
 		PaymentProcessingPoll:    10 * time.Minute,
 		PaymentProcessingMaxWait: 72 * time.Hour,
 		HeartbeatTimeout:         10 * time.Second,
+		RefundAwaitPayment:       20*time.Hour + 72*time.Hour + refundAwaitMargin,
 	}
 }
+
+// refundAwaitMargin is how much longer than the payment's own bound a
+// refund waits for a payment that has not arrived.
+const refundAwaitMargin = 5 * time.Minute
 
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
@@ -91,6 +101,7 @@ func (c Config) withDefaults() Config {
 	set(&c.PaymentProcessingPoll, d.PaymentProcessingPoll)
 	set(&c.PaymentProcessingMaxWait, d.PaymentProcessingMaxWait)
 	set(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	set(&c.RefundAwaitPayment, c.refundPaymentWait()+refundAwaitMargin)
 	return c
 }
 
@@ -115,7 +126,7 @@ func (c Config) Validate() error {
 		"RetryInitialInterval": c.RetryInitialInterval, "RetryMaximumInterval": c.RetryMaximumInterval,
 		"LocalStartToClose":     c.LocalStartToClose,
 		"PaymentProcessingPoll": c.PaymentProcessingPoll, "PaymentProcessingMaxWait": c.PaymentProcessingMaxWait,
-		"HeartbeatTimeout": c.HeartbeatTimeout,
+		"HeartbeatTimeout": c.HeartbeatTimeout, "RefundAwaitPayment": c.RefundAwaitPayment,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)

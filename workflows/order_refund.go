@@ -81,6 +81,19 @@ func (c Config) refundPaymentWait() time.Duration {
 // marker and replay as before.
 const refundWaitChange = "refund-waits-for-payment"
 
+// refundAwaitChange is the GetVersion change ID of a refund waiting for a
+// payment that does not exist yet. Like refundWaitChange, it is asked only
+// where the old code ended (an order with no payment): other runs carry no
+// marker.
+const refundAwaitChange = "refund-awaits-missing-payment"
+
+// paymentMissing reports whether err ended a RefundOrder run on
+// PaymentMissing: the order had no payment yet, nothing was recorded.
+func paymentMissing(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == activities.ErrTypePaymentMissing
+}
+
 // paymentPending reports whether err ended a RefundOrder run on
 // PaymentPending: the payment was still open at its last attempt, so no
 // refund was claimed and no key was sent, and a new run starts no
@@ -112,12 +125,28 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding %d of order %d under key `%s`.", in.Refund.Amount, in.Refund.OrderID, refundKey))
 	var refund activities.RefundResult
 	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)))
-	deadline := workflow.Now(ctx).Add(w.cfg.refundPaymentWait())
+	start := workflow.Now(ctx)
+	deadline := start.Add(w.cfg.refundPaymentWait())
+	// A refund that came before its order's payment waits for it, up to
+	// RefundAwaitPayment; then it ends order_not_paid.
+	awaitUntil := start.Add(w.cfg.RefundAwaitPayment)
+	missingPoll := min(time.Second, w.cfg.PaymentProcessingPoll)
 	for {
 		err = workflow.ExecuteActivity(actx, activities.RefundOrderName, activities.RefundInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
 			Amount: in.Refund.Amount, Reason: in.Refund.Reason,
+			AwaitPayment: workflow.Now(ctx).Before(awaitUntil),
 		}).Get(ctx, &refund)
+		if paymentMissing(err) && workflow.GetVersion(ctx, refundAwaitChange, workflow.DefaultVersion, 1) == 1 {
+			wait := min(missingPoll, max(awaitUntil.Sub(workflow.Now(ctx)), 0))
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refund of order %d waits for the order's payment to arrive (until %s).",
+				in.Refund.OrderID, awaitUntil.UTC().Format(time.RFC3339)))
+			if err := workflow.Sleep(ctx, wait); err != nil {
+				return st, err
+			}
+			missingPoll = min(2*missingPoll, w.cfg.PaymentProcessingPoll)
+			continue
+		}
 		if err == nil || !paymentPending(err) || !workflow.Now(ctx).Before(deadline) ||
 			workflow.GetVersion(ctx, refundWaitChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 			break

@@ -186,3 +186,67 @@ func TestOrderRefundWaitBehindItsVersion(t *testing.T) {
 		t.Fatalf("%d attempts, want one run of 10", runs)
 	}
 }
+
+// missing is RefundOrder asked to wait for an order that has no payment.
+func missing() (activities.RefundResult, error) {
+	return activities.RefundResult{}, temporal.NewNonRetryableApplicationError("order 42 has no payment yet", activities.ErrTypePaymentMissing, nil)
+}
+
+// TestOrderRefundWaitsForAMissingPayment: a refund that arrives before its
+// order's payment asks again (AwaitPayment set) until the payment exists,
+// then refunds and sends its receipt.
+func TestOrderRefundWaitsForAMissingPayment(t *testing.T) {
+	env, wfs := newEnv(t)
+	var runs []bool
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+		runs = append(runs, in.AwaitPayment)
+		if len(runs) < 4 {
+			return missing()
+		}
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_m", Currency: "usd"}, nil
+	})
+	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rm", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != OutcomeRefunded || len(runs) != 4 || !runs[0] || !runs[3] {
+		t.Fatalf("outcome %s after runs %v; want refunded after 4 runs, each waiting", st.Outcome, runs)
+	}
+}
+
+// TestOrderRefundEndsNotPaidWhenTheWaitIsOver: past RefundAwaitPayment the
+// refund asks once more without waiting and ends order_not_paid.
+func TestOrderRefundEndsNotPaidWhenTheWaitIsOver(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RefundAwaitPayment = 2 * time.Minute
+	env, wfs := newEnvWith(t, cfg)
+	var runs []bool
+	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+		runs = append(runs, in.AwaitPayment)
+		if in.AwaitPayment {
+			return missing()
+		}
+		return activities.RefundResult{Outcome: activities.RefundOrderNotPaid}, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rn", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Outcome != OutcomeOrderNotPaid || runs[len(runs)-1] || len(runs) < 3 || len(runs) > 12 {
+		t.Fatalf("outcome %s after runs %v; want order_not_paid after a few waiting runs and a last one that does not wait", st.Outcome, runs)
+	}
+}
+
+func TestRefundAwaitPaymentDefault(t *testing.T) {
+	c := DefaultConfig()
+	if want := c.PaymentScheduleToClose + c.PaymentProcessingMaxWait + 5*time.Minute; c.RefundAwaitPayment != want {
+		t.Fatalf("default RefundAwaitPayment %s, want %s", c.RefundAwaitPayment, want)
+	}
+	c = Config{PaymentScheduleToClose: time.Hour, PaymentProcessingMaxWait: time.Hour}.withDefaults()
+	if c.RefundAwaitPayment != 2*time.Hour+5*time.Minute {
+		t.Fatalf("derived RefundAwaitPayment %s, want 2h5m", c.RefundAwaitPayment)
+	}
+}

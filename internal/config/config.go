@@ -24,6 +24,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/email"
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake/httpapi"
@@ -49,6 +50,18 @@ type Env interface {
 	Environ() []string
 }
 
+// RateLimits are the providers' rate limits, shared by every worker
+// through Postgres (internal/adapter/ratelimit). A zero Rate is none.
+type RateLimits struct {
+	// Stripe bounds all Stripe requests of the account (Stripe: 100/s live,
+	// 25/s sandbox).
+	Stripe ratelimit.Rate
+	// StripeEndpoint bounds each Stripe endpoint (Stripe: 25/s each).
+	StripeEndpoint ratelimit.Rate
+	// SendGrid bounds the Mail Send requests of the API key.
+	SendGrid ratelimit.Rate
+}
+
 // Config is everything the worker and the starter read from the
 // environment. Each field names its variable; the defaults and checks are
 // the table of variables' (variables.go), shown in docs/configuration.md.
@@ -69,6 +82,9 @@ type Config struct {
 	// Email configures the SendGrid client (SENDGRID_API_KEY,
 	// SENDGRID_BASE_URL, EMAIL_FROM, EMAIL_FROM_NAME; Timeout email.DefaultTimeout).
 	Email email.Config
+	// RateLimits pace the provider calls of every worker together
+	// (STRIPE_RATE_LIMIT, STRIPE_ENDPOINT_RATE_LIMIT, SENDGRID_RATE_LIMIT).
+	RateLimits RateLimits
 	// EmailPolicy is at-least-once or at-most-once (EMAIL_POLICY).
 	EmailPolicy store.EmailPolicy
 	// Workflows holds the activity timeouts (PAYMENT_*, EMAIL_*_TO_CLOSE,

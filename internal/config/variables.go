@@ -11,6 +11,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/outbox"
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake"
@@ -78,6 +79,15 @@ var variables = []variable{
 		func(c *Config) *string { return &c.Email.BaseURL }).shown("real SendGrid"),
 	flag(EnvAllowInsecureProviderURLs, "AllowInsecureProviderURLs", "`true` lets `SENDGRID_BASE_URL` use plain http to a host other than loopback (the compose stack's simulator)",
 		func(c *Config) *bool { return &c.AllowInsecureProviderURLs }),
+	rate("STRIPE_RATE_LIMIT", "80", "RateLimits.Stripe",
+		"Stripe requests per second of all workers together, `RATE` or `RATE,BURST` (burst defaults to the rate); `0` is none. Stripe allows 100/s live, 25/s in a sandbox: leave headroom (see [operations](operations.md#provider-rate-limits))",
+		func(c *Config) *ratelimit.Rate { return &c.RateLimits.Stripe }),
+	rate("STRIPE_ENDPOINT_RATE_LIMIT", "20", "RateLimits.StripeEndpoint",
+		"the same for each Stripe endpoint (create and confirm are two); Stripe allows 25/s each",
+		func(c *Config) *ratelimit.Rate { return &c.RateLimits.StripeEndpoint }),
+	rate("SENDGRID_RATE_LIMIT", "0", "RateLimits.SendGrid",
+		"Mail Send requests per second of all workers together; set it to the API key's limit",
+		func(c *Config) *ratelimit.Rate { return &c.RateLimits.SendGrid }),
 	str("EMAIL_FROM", "receipts@effectively.local", "Email.From", "receipt sender", func(c *Config) *string { return &c.Email.From }),
 	str("EMAIL_FROM_NAME", "effectively", "Email.FromName", "", func(c *Config) *string { return &c.Email.FromName }),
 	{name: "EMAIL_POLICY", def: string(store.AtLeastOnce), field: "EmailPolicy",
@@ -103,6 +113,10 @@ var variables = []variable{
 	dur("PAYMENT_PROCESSING_MAX_WAIT", workflows.DefaultConfig().PaymentProcessingMaxWait, "Workflows.PaymentProcessingMaxWait",
 		"how long a `processing` payment is waited for in all; past it the workflow fails as `payment_processing_timeout` and the payment stays open for an operator (docs/runbook.md); a refund of the order waits for the payment as long, plus the payment activity's 20 h (docs/refunds.md)",
 		func(c *Config) *time.Duration { return &c.Workflows.PaymentProcessingMaxWait }),
+	{name: "REFUND_AWAIT_PAYMENT", field: "Workflows.RefundAwaitPayment",
+		docDefault: "`PAYMENT_SCHEDULE_TO_CLOSE` + `PAYMENT_PROCESSING_MAX_WAIT` + 5m",
+		load:       func(c *Config, v string, _ bool) error { return parseInto(&c.Workflows.RefundAwaitPayment, v, 0) },
+		doc:        "how long a refund that arrived before its order's payment waits for it; past it, `order_not_paid`"},
 	addr("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081", "HealthAddr",
 		"the worker's `/livez`, `/readyz` and `/metrics` (Prometheus) listener, see docs/operations.md; `off` disables it", func(c *Config) *string { return &c.HealthAddr }),
 	dur("EFFECTIVELY_DRAIN_TIMEOUT", DefaultDrainTimeout, "DrainTimeout",
@@ -311,6 +325,34 @@ var variables = []variable{
 func str(name, def, field, doc string, f func(*Config) *string) variable {
 	return variable{name: name, def: def, field: field, doc: doc,
 		load: func(c *Config, v string, _ bool) error { *f(c) = v; return nil }}
+}
+
+// rate is a rate-limit variable: RATE or RATE,BURST, requests per second.
+func rate(name, def, field, doc string, f func(*Config) *ratelimit.Rate) variable {
+	return variable{name: name, def: def, field: field, doc: doc,
+		load: func(c *Config, v string, _ bool) error {
+			r, err := parseRate(v)
+			*f(c) = r
+			return err
+		}}
+}
+
+// parseRate reads RATE or RATE,BURST.
+func parseRate(v string) (ratelimit.Rate, error) {
+	rs, bs, hasBurst := strings.Cut(strings.TrimSpace(v), ",")
+	r, err := strconv.ParseFloat(strings.TrimSpace(rs), 64)
+	if err != nil || r < 0 || r > 1e6 {
+		return ratelimit.Rate{}, fmt.Errorf("%q: want requests per second (0 to 1000000), optionally followed by ,BURST", v)
+	}
+	out := ratelimit.Rate{PerSecond: r, Burst: max(1, int(r))}
+	if hasBurst {
+		b, err := strconv.Atoi(strings.TrimSpace(bs))
+		if err != nil || b < 1 {
+			return ratelimit.Rate{}, fmt.Errorf("%q: the burst after the comma must be a whole number ≥ 1", v)
+		}
+		out.Burst = b
+	}
+	return out, nil
 }
 
 // addr is a listen or server address that "off" turns off (stored as "").

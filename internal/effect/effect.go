@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
@@ -75,6 +76,10 @@ const (
 	ClassAmbiguous Class = "ambiguous"
 	// ClassMismatch: the key was used with another request. A bug; final.
 	ClassMismatch Class = "mismatch"
+	// ClassDeferred: the request was never sent: the shared rate limit
+	// had no slot for it in time (ratelimit.DeferredError). Retry after
+	// Error.RetryAfter; it is not a failure of the effect.
+	ClassDeferred Class = "deferred"
 )
 
 // Via says how an outcome was established.
@@ -96,6 +101,8 @@ var ErrNotFound = errors.New("effect: not found at the provider")
 type Error struct {
 	Class Class
 	Err   error
+	// RetryAfter is when a ClassDeferred request may have its slot.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return string(e.Class) + ": " + e.Err.Error() }
@@ -152,6 +159,10 @@ func Run[P, Out any](ctx context.Context, at Attempt, now time.Time, k Kind[P, O
 		return k.Record(ctx, p, ViaCall)
 	}
 	var zero Out
+	// Never sent: nothing to look up, nothing the provider may have done.
+	if d, ok := ratelimit.Deferred(err); ok {
+		return zero, &Error{Class: ClassDeferred, Err: err, RetryAfter: d}
+	}
 	switch class := k.Classify(err); class {
 	case ClassRefused:
 		return k.Refused(ctx, err)
@@ -161,7 +172,7 @@ func Run[P, Out any](ctx context.Context, at Attempt, now time.Time, k Kind[P, O
 			return out, lerr
 		}
 		return k.Unfound(ctx, err)
-	case ClassAlert, ClassMismatch, ClassRetry:
+	case ClassAlert, ClassMismatch, ClassRetry, ClassDeferred:
 		return zero, &Error{Class: class, Err: err}
 	default:
 		return zero, &Error{Class: ClassRetry, Err: err}
@@ -176,6 +187,9 @@ func adopt[P, Out any](ctx context.Context, k Kind[P, Out]) (out Out, found bool
 	case errors.Is(err, ErrNotFound):
 		return out, false, nil
 	case err != nil:
+		if d, ok := ratelimit.Deferred(err); ok {
+			return out, false, &Error{Class: ClassDeferred, Err: fmt.Errorf("look up: %w", err), RetryAfter: d}
+		}
 		return out, false, &Error{Class: ClassRetry, Err: fmt.Errorf("look up: %w", err)}
 	}
 	if d := k.Differs(p); d != "" {

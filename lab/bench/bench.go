@@ -136,6 +136,9 @@ type Config struct {
 	// with Postgres publishes (tools/cluster; needs bin/temporal-server).
 	// Default 1000; negative skips the phase.
 	ClusterMessages int `json:"cluster_messages"`
+	// DrainBacklog is how many messages the backlog drain piles up
+	// (drain.go). Default 10000; negative skips the phase.
+	DrainBacklog int `json:"drain_backlog"`
 	// WorkerEnv is appended to the worker's environment (NAME=value), e.g.
 	// to try a tuning. It is printed in the report.
 	WorkerEnv []string `json:"worker_env,omitempty"`
@@ -190,6 +193,9 @@ func (c *Config) setDefaults() {
 	def(&c.DuplicateBurst, c.PlainMessages)
 	def(&c.Warmup, 20)
 	def(&c.PaidMessages, 200)
+	if c.DrainBacklog == 0 {
+		c.DrainBacklog = 10000
+	}
 	if c.ClusterMessages == 0 {
 		c.ClusterMessages = 1000
 	}
@@ -353,6 +359,9 @@ type Report struct {
 	// Cluster is the e2e run on a Temporal server with Postgres; nil when
 	// skipped.
 	Cluster *ClusterPhase `json:"cluster,omitempty"`
+	// Drain is the long backlog drain at Stripe's limits (drain.go); nil
+	// when skipped.
+	Drain *DrainPhase `json:"drain,omitempty"`
 	// WorkerPeakRSSMB is the worker process's VmHWM at the end of the run.
 	WorkerPeakRSSMB float64 `json:"worker_peak_rss_mb"`
 	// Charges and Emails are the simulators' counts over the whole run;
@@ -626,6 +635,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return rep, fmt.Errorf("cluster: %w", err)
 		}
 		logf("bench: cluster: %s", rep.Cluster.Result.short())
+	}
+	if cfg.DrainBacklog > 0 {
+		logf("bench: drain: %d messages piled up while the workers are stopped, drained at Stripe's limits", cfg.DrainBacklog)
+		if rep.Drain, err = runDrain(ctx, cfg, cfg.DrainBacklog); err != nil {
+			return rep, fmt.Errorf("drain: %w", err)
+		}
+		logf("bench: drain: %s", strings.TrimSpace(rep.Drain.Report.String()))
 	}
 	rep.evaluate()
 	rep.Elapsed = time.Since(rep.Started)

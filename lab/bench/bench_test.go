@@ -26,7 +26,7 @@ func TestTinyRun(t *testing.T) {
 		Messages: 100, InFlight: 16, Sweep: []int{16}, SweepMessages: 60,
 		FloorWorkflows: 50, NaiveWorkflows: 30, PlainMessages: 300, PlainClients: 4,
 		DuplicateBurst: 100, Warmup: 5, Stall: 30 * time.Second, Timeout: 5 * time.Minute,
-		PaidMessages: 30, Workers: []int{1, 2}, ScaleMessages: 40, HistorySample: 10,
+		PaidMessages: 30, Workers: []int{1, 2}, ScaleMessages: 40, HistorySample: 10, DrainBacklog: 200,
 		HTTPMessages: 20, HTTPWaiters: 50, ClusterMessages: 40,
 		Logf: t.Logf,
 	}
@@ -39,6 +39,9 @@ func TestTinyRun(t *testing.T) {
 	}
 	if c := rep.Cluster; c == nil || c.Result.Unique == 0 || c.CPUms["history"] <= 0 || c.TemporalCommits <= 0 || c.EffectivelyCommits <= 0 {
 		t.Errorf("the cluster phase measured nothing: %+v", c)
+	}
+	if rep.Drain == nil || rep.Drain.Report == nil || rep.Drain.Report.Charges != 200 || rep.Drain.Report.DoubleCharges != 0 {
+		t.Errorf("drain phase = %+v, want 200 charges, none twice", rep.Drain)
 	}
 	if rep.E2E.Unique != 70 || rep.E2E.Duplicates != 30 || rep.E2E.Messages != 100 {
 		t.Errorf("e2e sent %d (%d unique, %d copies), want 100 (70, 30)", rep.E2E.Messages, rep.E2E.Unique, rep.E2E.Duplicates)

@@ -192,6 +192,7 @@ func (r Report) Markdown(chart string) string {
 	b.WriteString(r.sweepSection(chart))
 	b.WriteString(r.clusterSection())
 	b.WriteString(r.httpSection())
+	b.WriteString(r.drainSection())
 
 	b.WriteString("\n## How it was measured\n\n")
 	b.WriteString("- **e2e**: each unique message is published to a fresh JetStream stream (`Nats-Msg-Id` = its ID; copies without it, so the consumer meets them); the real `./worker` binary consumes, charges through stripe-go and mails through sendgrid-go against the simulators, and records in a fresh Postgres database. A message is done when its `processed_messages` row exists and, when paid, its receipt reached a final state. Latency runs from the publish to the `now()` of the transaction that recorded the last effect, on the harness's clock.\n")

@@ -296,6 +296,10 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 				// The pruning schedule fires on the hour by default; its
 				// workflow's actions would land in whichever phase spans it.
 				"PRUNE_EVERY=8760h",
+				// The simulators here have no rate limits and the run measures
+				// the worker's own cost: the providers' limits are off (the
+				// drain phase, drain.go, measures them).
+				"STRIPE_RATE_LIMIT=0", "STRIPE_ENDPOINT_RATE_LIMIT=0",
 				"EFFECTIVELY_PPROF_ADDR=" + pprofAddr,
 				temporalclient.EnvCompression + "=" + cfg.GrpcCompression,
 			}, append(append(s.broker.WorkerEnv(), extra...), cfg.WorkerEnv...)...),

@@ -37,7 +37,9 @@ func waitRefund(t *testing.T, s *testenv.Stack, messageID string) workflows.Refu
 // arrive; a refund beyond what remains and one for an order never paid are
 // recorded as such, and Stripe never hears of them.
 func TestRefunds(t *testing.T) {
-	s := testenv.NewStack(t, testenv.StackOptions{})
+	// A refund of an order with no payment waits that long for one.
+	const await = 3 * time.Second
+	s := testenv.NewStack(t, testenv.StackOptions{Workflows: workflows.Config{RefundAwaitPayment: await}})
 	ctx := context.Background()
 	if r := accept(t, s, order("evt_rf_o", 61, "pm_card_visa")); r.Status != intake.StatusStarted {
 		t.Fatalf("order = %+v", r)
@@ -66,9 +68,10 @@ func TestRefunds(t *testing.T) {
 	if st := waitRefund(t, s, "evt_rf_2"); st.Outcome != workflows.OutcomeRefundExceedsPayment || st.Receipt != nil {
 		t.Errorf("over-refund outcome = %+v", st)
 	}
+	start := time.Now()
 	accept(t, s, refundMsg("evt_rf_3", 999, 100))
-	if st := waitRefund(t, s, "evt_rf_3"); st.Outcome != workflows.OutcomeOrderNotPaid {
-		t.Errorf("refund of an unknown order = %+v", st)
+	if st := waitRefund(t, s, "evt_rf_3"); st.Outcome != workflows.OutcomeOrderNotPaid || time.Since(start) < await {
+		t.Errorf("refund of an unknown order = %+v after %s; want order_not_paid once the %s wait is over", st, time.Since(start), await)
 	}
 
 	stripe, mail := s.Sims.Stripe.Stats(), s.Sims.SendGrid.Stats()
@@ -172,5 +175,40 @@ func TestExampleRefunds(t *testing.T) {
 	}
 	if got := s.Sims.Stripe.Stats().RefundedAmount; got != 500+4500 {
 		t.Errorf("refunded at stripe = %d, want 5000", got)
+	}
+}
+
+// TestRefundBeforeItsOrder: a refund published before its order waits for
+// the order's payment (nothing recorded meanwhile, Stripe not called), then
+// refunds once with one receipt, instead of ending order_not_paid.
+func TestRefundBeforeItsOrder(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{}) // the default wait: days
+	ctx := context.Background()
+	if r := accept(t, s, refundMsg("evt_early_r", 62, 700)); r.Status != intake.StatusStarted {
+		t.Fatalf("refund = %+v", r)
+	}
+	time.Sleep(3 * time.Second) // the refund asks a few times and waits
+	if st, err := s.Store.Status(ctx, "order-refund", "evt_early_r"); err != nil || st.Processed != nil {
+		t.Fatalf("refund recorded before its order: %+v, %v", st.Processed, err)
+	}
+	if n := s.Sims.Stripe.Stats().Refunds; n != 0 {
+		t.Fatalf("stripe refunds before the order: %d", n)
+	}
+	if r := accept(t, s, order("evt_early_o", 62, "pm_card_visa")); r.Status != intake.StatusStarted {
+		t.Fatalf("order = %+v", r)
+	}
+	if st := wait(t, s, "evt_early_o"); st.Outcome != workflows.OutcomeCompleted {
+		t.Fatalf("order outcome = %+v", st)
+	}
+	st := waitRefund(t, s, "evt_early_r")
+	if st.Outcome != workflows.OutcomeRefunded || st.Refund == nil || st.Refund.RefundID == "" {
+		t.Fatalf("refund outcome = %+v, want refunded", st)
+	}
+	stripe, mail := s.Sims.Stripe.Stats(), s.Sims.SendGrid.Stats()
+	if stripe.RefundsByMessage["evt_early_r"] != 1 || stripe.RefundedAmount != 700 {
+		t.Errorf("stripe refunds %v, amount %d; want one of 700", stripe.RefundsByMessage, stripe.RefundedAmount)
+	}
+	if n := mail.DeliveriesByKey["refundemail:evt_early_r"]; n != 1 {
+		t.Errorf("refund receipts = %d, want 1", n)
 	}
 }

@@ -26,6 +26,7 @@ func (s *Server) registerControl() {
 	s.mux.HandleFunc("GET /_sim/messages", func(w http.ResponseWriter, _ *http.Request) {
 		simfault.WriteJSON(w, http.StatusOK, s.Messages())
 	})
+	s.mux.HandleFunc("/_sim/rate_limit", s.serveRateLimit)
 }
 
 // currentLatency returns the latency added to every Mail Send request.

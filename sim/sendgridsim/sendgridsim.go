@@ -39,6 +39,8 @@
 //	POST   /_sim/reset     forget deliveries, counters and faults, restore Options.Latency: {"ok":true}
 //	GET    /_sim/latency   the latency of every Mail Send request: {"latency_ms":5}
 //	POST   /_sim/latency   set it: {"latency_ms":5}
+//	GET    /_sim/rate_limit the Mail Send limit per API key: {"per_second":50,"burst":50}
+//	POST   /_sim/rate_limit set it (per_second 0: no limit)
 //
 // Control errors answer 400 with {"error":"…"}; unknown members are errors,
 // so that a misspelled fault fails loudly.
@@ -68,6 +70,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/sim/simfault"
+	"github.com/effectively/effectively/sim/simlimit"
 )
 
 // MaxBodyBytes is the largest Mail Send request body accepted: SendGrid limits
@@ -95,6 +98,9 @@ type Options struct {
 	// /_sim/messages): past it the oldest is forgotten. Stats still count
 	// every delivery. Zero means DefaultMaxMessages.
 	MaxMessages int
+	// RateLimit is Mail Send's limit per API key, answered with 429 past
+	// it; SetRateLimit changes it. Zero: no limit.
+	RateLimit simlimit.Rate
 }
 
 // Stats counts what a Server has seen since it was created or last reset.
@@ -115,6 +121,9 @@ type Stats struct {
 	Sandbox int `json:"sandbox"`
 	// FaultsFired counts the faults that have fired.
 	FaultsFired int `json:"faults_fired"`
+	// RateLimited counts 429 answers of the rate limit (not of faults);
+	// they are counted in Rejected too.
+	RateLimited int `json:"rate_limited"`
 }
 
 // Delivered is a mail the simulator accepted for delivery.
@@ -149,6 +158,8 @@ type Server struct {
 	stats       Stats
 	messages    []Delivered // oldest first, at most maxMessages
 	maxMessages int
+	rate        simlimit.Rate
+	limiter     *simlimit.Limiter
 
 	hooks atomic.Pointer[webhooks] // Event Webhook, when started (webhooks.go)
 }
@@ -165,6 +176,8 @@ func New(opts Options) *Server {
 		baseLatency: max(opts.Latency, 0),
 		maxMessages: opts.MaxMessages,
 		mux:         http.NewServeMux(),
+		rate:        opts.RateLimit,
+		limiter:     simlimit.New(nil),
 	}
 	if s.maxMessages <= 0 {
 		s.maxMessages = DefaultMaxMessages
@@ -201,6 +214,7 @@ func (s *Server) resetLocked() {
 	s.faults.Clear()
 	s.stats = Stats{DeliveriesByKey: map[string]int{}}
 	s.messages = nil
+	s.limiter.Reset()
 }
 
 // Stats returns a copy of the counters.
@@ -240,6 +254,9 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 	}
 	if status, e := s.authorize(r); status != 0 {
 		s.reject(ctx, w, status, e)
+		return
+	}
+	if !s.checkRate(w, r) {
 		return
 	}
 	body, status, e := readBody(w, r)

@@ -22,6 +22,7 @@ import (
 	"github.com/sendgrid/sendgrid-go/helpers/mail"
 
 	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/simlimit"
 )
 
 const testKey = "SG.test-key.secret"
@@ -663,6 +664,7 @@ func TestControlAPI(t *testing.T) {
 	wantStats := map[string]any{
 		"deliveries": 1.0, "deliveries_by_key": map[string]any{"email:evt_1": 1.0},
 		"requests": 2.0, "rejected": 1.0, "sandbox": 0.0, "faults_fired": 2.0,
+		"rate_limited": 0.0,
 	}
 	if !reflect.DeepEqual(stats, wantStats) {
 		t.Errorf("GET /_sim/stats = %s, want %v", body, wantStats)
@@ -702,7 +704,7 @@ func TestControlAPI(t *testing.T) {
 		t.Errorf("POST /_sim/reset: %d %s", status, body)
 	}
 	_, body = control("GET", "/_sim/stats", "")
-	if want := `{"deliveries":0,"deliveries_by_key":{},"requests":0,"rejected":0,"sandbox":0,"faults_fired":0}` + "\n"; body != want {
+	if want := `{"deliveries":0,"deliveries_by_key":{},"requests":0,"rejected":0,"sandbox":0,"faults_fired":0,"rate_limited":0}` + "\n"; body != want {
 		t.Errorf("stats after reset = %s, want %s", body, want)
 	}
 	if _, body := control("GET", "/_sim/messages", ""); body != "[]\n" {
@@ -739,5 +741,27 @@ func TestConcurrentSends(t *testing.T) {
 	}
 	if n := len(sim.Messages()); n != st.Deliveries {
 		t.Errorf("%d messages for %d deliveries", n, st.Deliveries)
+	}
+}
+
+// TestRateLimitPerKey: past a key's limit Mail Send answers 429 with
+// Retry-After and X-RateLimit-*, delivers nothing, and another key still
+// sends.
+func TestRateLimitPerKey(t *testing.T) {
+	sim, srv := newSim(t, sendgridsim.Options{RateLimit: simlimit.Rate{PerSecond: 0.001, Burst: 1}})
+	if resp := mustSend(t, srv, officialMail("email:evt_1", "evt_1", "ada@example.com")); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("first mail: %d", resp.StatusCode)
+	}
+	resp := mustSend(t, srv, officialMail("email:evt_2", "evt_2", "ada@example.com"))
+	h := http.Header(resp.Headers)
+	if resp.StatusCode != http.StatusTooManyRequests || h.Get("Retry-After") == "" || h.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("second mail: %d %v, want 429 with Retry-After", resp.StatusCode, h)
+	}
+	body := `{"personalizations":[{"to":[{"email":"bob@example.com"}]}],"from":{"email":"r@example.com"},"subject":"s","content":[{"type":"text/plain","value":"v"}]}`
+	if status, _, b := post(t, srv, sendgridsim.MailSendPath, body, map[string]string{"Authorization": "Bearer SG.other", "Content-Type": "application/json"}); status != http.StatusAccepted {
+		t.Fatalf("another key: %d %s", status, b)
+	}
+	if st := sim.Stats(); st.Deliveries != 2 || st.RateLimited != 1 {
+		t.Errorf("Deliveries = %d, RateLimited = %d; want 2 and 1", st.Deliveries, st.RateLimited)
 	}
 }

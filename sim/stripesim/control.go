@@ -22,6 +22,7 @@ func (s *Server) controlMux() *http.ServeMux {
 		SetLatency:  s.SetLatency,
 	}.Register(mux)
 	mux.HandleFunc("POST /_sim/payment_intents/settle", s.serveSettle)
+	mux.HandleFunc("/_sim/rate_limits", s.serveRateLimits)
 	return mux
 }
 

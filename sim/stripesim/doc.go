@@ -84,6 +84,16 @@
 // removed; Times 0 fires until the faults are cleared. When several faults
 // match a request at one stage, the one added first fires.
 //
+// # Rate limits
+//
+// Options.RateLimits (or POST /_sim/rate_limits) limits each account (API
+// key) as Stripe does: a global rate and one per endpoint (a create and a
+// confirm are separate endpoints). Past either, a request is answered 429
+// rate_limit right after authentication, so nothing is
+// performed or saved under its key; the answer carries Retry-After (whole
+// seconds until a token is back) and Stripe-Rate-Limited-Reason
+// (global-rate or endpoint-rate). Stats.RateLimited counts them.
+//
 // # Control API
 //
 // The same handler serves a control API, without authentication:
@@ -94,6 +104,8 @@
 //	DELETE /_sim/faults   remove all faults
 //	POST   /_sim/reset    forget every PaymentIntent, key, statistic and fault
 //	POST   /_sim/latency  set the latency added to every API request: {"latency_ms":5}
+//	GET    /_sim/rate_limits  the rate limits: {"global":{"per_second":25,"burst":25},"endpoint":{…}}
+//	POST   /_sim/rate_limits  set them (per_second 0: no limit)
 //	POST   /_sim/payment_intents/settle  end a processing PaymentIntent: {"id":"pi_…","succeed":true}
 //
 // A fault's JSON form has the fields match (message_id, idempotency_key,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/sim/simfault"
+	"github.com/effectively/effectively/sim/simlimit"
 )
 
 // DefaultKeyTTL is how long idempotency keys are kept when Options.KeyTTL is
@@ -70,6 +71,9 @@ type Options struct {
 	// before it settles by itself, seen at the next read of it. Zero means
 	// it stays processing until SettleProcessing.
 	ProcessingDelay time.Duration
+	// RateLimits are answered with 429 past them, per account (see
+	// RateLimits); SetRateLimits changes them. Zero: no limit.
+	RateLimits RateLimits
 }
 
 // Stats counts what the simulator has seen and done since it was created or
@@ -106,6 +110,10 @@ type Stats struct {
 	// confirm, retrieve, list, search, refund, list_refunds,
 	// retrieve_refund; "other" for the rest.
 	RequestsByOperation map[string]int `json:"requests_by_operation"`
+	// RateLimited counts 429 answers of the rate limits (not of faults),
+	// and RateLimitedByReason by Stripe-Rate-Limited-Reason.
+	RateLimited         int            `json:"rate_limited"`
+	RateLimitedByReason map[string]int `json:"rate_limited_by_reason"`
 }
 
 // Server simulates the Stripe PaymentIntents and Refunds APIs. It is an http.Handler and
@@ -138,6 +146,9 @@ type Server struct {
 	refundOrder []*refund
 	refunded    map[string]int64
 	stats       Stats
+	// rateLimits are Options.RateLimits; limiter holds their buckets.
+	rateLimits RateLimits
+	limiter    *simlimit.Limiter
 
 	hooks atomic.Pointer[webhooks] // signed events, when started (webhooks.go)
 }
@@ -171,6 +182,7 @@ func New(opts Options) *Server {
 		searchLag:       opts.SearchLag,
 		maxObjects:      opts.MaxObjects,
 		maxKeys:         opts.MaxIdempotencyKeys,
+		rateLimits:      opts.RateLimits,
 	}
 	if s.maxObjects <= 0 {
 		s.maxObjects = DefaultMaxObjects
@@ -193,6 +205,7 @@ func New(opts Options) *Server {
 	if s.keyTTL <= 0 {
 		s.keyTTL = DefaultKeyTTL
 	}
+	s.limiter = simlimit.New(s.now)
 	s.resetLocked()
 	s.control = s.controlMux()
 	return s
@@ -218,7 +231,8 @@ func (s *Server) nextIDLocked(prefix string) string {
 }
 
 // Reset forgets every PaymentIntent, idempotency key, statistic and fault.
-// The latency is kept, and IDs are never reused.
+// The latency and the rate limits are kept (their buckets refill), and IDs
+// are never reused.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -235,7 +249,11 @@ func (s *Server) resetLocked() {
 	s.refunds = make(map[string]*refund)
 	s.refundOrder = nil
 	s.refunded = make(map[string]int64)
-	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int), RequestsByOperation: make(map[string]int)}
+	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int), RequestsByOperation: make(map[string]int),
+		RateLimitedByReason: make(map[string]int)}
+	if s.limiter != nil {
+		s.limiter.Reset()
+	}
 }
 
 // Stats returns a copy of the current statistics.
@@ -246,6 +264,7 @@ func (s *Server) Stats() Stats {
 	st.ChargesByMessage = maps.Clone(s.stats.ChargesByMessage)
 	st.RefundsByMessage = maps.Clone(s.stats.RefundsByMessage)
 	st.RequestsByOperation = maps.Clone(s.stats.RequestsByOperation)
+	st.RateLimitedByReason = maps.Clone(s.stats.RateLimitedByReason)
 	return st
 }
 
@@ -319,6 +338,9 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 	}
 	if e := authenticate(r); e != nil {
 		return write(w, errorResponse(e, requestID))
+	}
+	if out, ok := s.checkRate(w, r, requestID); !ok {
+		return out
 	}
 	form, e := parseForm(w, r)
 	if e != nil {

@@ -56,6 +56,7 @@ var sameFloor = map[string][]string{
 	"internal/adapter/metrics":   {"internal/adapter/store"},
 	"internal/adapter/outbox":    {"internal/adapter/store"},
 	"internal/adapter/audit":     {"internal/adapter/payment", "internal/adapter/store"},
+	"internal/adapter/ratelimit": {"internal/adapter/store"},
 	"internal/adapter/reconcile": {"internal/adapter/payment", "internal/adapter/store"},
 	"internal/intake":            {"internal/intake/route", "internal/intake/retention"},
 	"internal/intake/webhook":    {"internal/intake/route"},

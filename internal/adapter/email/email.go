@@ -57,6 +57,7 @@ import (
 	"github.com/sendgrid/sendgrid-go"
 	sgmail "github.com/sendgrid/sendgrid-go/helpers/mail"
 
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
@@ -128,6 +129,10 @@ type Config struct {
 	// which does not follow redirects unless HTTPClient.CheckRedirect is set.
 	// Nil means a dedicated client whose Timeout is Config.Timeout.
 	HTTPClient *http.Client
+	// Limit, when set, wraps the transport outermost (the shared rate
+	// limit, ratelimit.Limiter.Transport): a request may wait there for its
+	// turn, and Timeout then counts from when it is sent.
+	Limit func(http.RoundTripper) http.RoundTripper
 }
 
 // setDefaults fills in the optional fields left empty.
@@ -191,6 +196,7 @@ type Client struct {
 	host     string // BaseURL without trailing slash
 	from     *sgmail.Email
 	timeout  time.Duration
+	limited  bool // Config.Limit: the transport times each request
 	sandbox  bool
 	ns       string // Config.Namespace
 	rest     *rest.Client
@@ -216,6 +222,12 @@ func New(cfg Config) (*Client, error) {
 	}
 	// Each request is a span of the activity's trace (internal/leaf/tracing).
 	hc.Transport = tracing.HTTPTransport("sendgrid", hc.Transport)
+	if cfg.Limit != nil {
+		// The wait for the rate limit is not the request's: its timeout
+		// starts when it is sent.
+		hc.Transport = cfg.Limit(deadline.Transport(hc.Transport, cfg.Timeout, errTimeout))
+		hc.Timeout = 0
+	}
 	if hc.CheckRedirect == nil {
 		// A redirect would replay or, for 301 to 303, turn the POST into a
 		// GET; either way it means BaseURL is wrong.
@@ -226,6 +238,7 @@ func New(cfg Config) (*Client, error) {
 		host:     strings.TrimRight(cfg.BaseURL, "/"),
 		from:     sgmail.NewEmail(cfg.FromName, cfg.From),
 		timeout:  cfg.Timeout,
+		limited:  cfg.Limit != nil,
 		sandbox:  cfg.SandboxMode,
 		ns:       cfg.Namespace,
 		rest:     &rest.Client{HTTPClient: hc},
@@ -350,9 +363,11 @@ func (c *Client) Send(ctx context.Context, m Mail) (providerMessageID string, er
 	// POST replayable and resend it by itself after a broken keep-alive
 	// connection.
 
-	errTimeout := &timeoutError{}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, errTimeout)
-	defer cancel()
+	if !c.limited {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, errTimeout)
+		defer cancel()
+	}
 	resp, err := c.rest.SendWithContext(ctx, req)
 	if resp == nil {
 		if err == nil {
@@ -379,7 +394,7 @@ func (c *Client) transportReason(ctx context.Context, err, errTimeout error) str
 	ne, isNetErr := errors.AsType[net.Error](err)
 	var reason string
 	switch {
-	case errors.Is(context.Cause(ctx), errTimeout):
+	case errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout):
 		reason = fmt.Sprintf("request timed out after %s", c.timeout)
 	case ctx.Err() != nil:
 		reason = "request aborted by the caller's context"
@@ -395,6 +410,9 @@ func (c *Client) transportReason(ctx context.Context, err, errTimeout error) str
 // Config.Timeout. net/http returns it in place of context.DeadlineExceeded,
 // which it unwraps to.
 type timeoutError struct{}
+
+// errTimeout is the cause of every request's timeout.
+var errTimeout error = &timeoutError{}
 
 func (*timeoutError) Error() string { return "email Config.Timeout exceeded" }
 func (*timeoutError) Timeout() bool { return true }

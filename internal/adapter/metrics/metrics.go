@@ -13,6 +13,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,6 +23,10 @@ const (
 	NameIntakeDecisions   = "effectively_intake_decisions_total"
 	NameEffectOutcomes    = "effectively_effect_outcomes_total"
 	NameProviderDuration  = "effectively_provider_request_duration_seconds"
+	NameRateLimited       = "effectively_provider_rate_limited_total"
+	NameRateWait          = "effectively_provider_rate_wait_seconds"
+	NameRateFallback      = "effectively_provider_rate_fallback_total"
+	NameRateDeferred      = "effectively_provider_rate_deferred_total"
 	NameInboxPending      = "effectively_inbox_pending"
 	NameInboxOldestAge    = "effectively_inbox_oldest_pending_age_seconds"
 	NameOutboxPending     = "effectively_outbox_unpublished"
@@ -116,6 +122,10 @@ type Metrics struct {
 	effectOutcomes   *prometheus.CounterVec
 	providerDuration *prometheus.HistogramVec
 	settlements      *prometheus.CounterVec
+	rateLimited      *prometheus.CounterVec
+	rateWait         *prometheus.HistogramVec
+	rateFallback     *prometheus.CounterVec
+	rateDeferred     *prometheus.CounterVec
 }
 
 // New creates the worker's collectors and registers them with reg.
@@ -139,8 +149,25 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: NameSourceSettlements,
 			Help: "Deliveries by source and settlement: ack (in the inbox), retry (handed back: not recorded), quarantined.",
 		}, []string{"source", "settle"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameRateLimited,
+			Help: "429 answers of Stripe and SendGrid, by endpoint and reason (Stripe-Rate-Limited-Reason, or 429); each pauses every worker.",
+		}, []string{"provider", "operation", "reason"}),
+		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    NameRateWait,
+			Help:    "How long requests that had to wait for the shared rate limit waited, before being sent (not an attempt's failure).",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"provider"}),
+		rateFallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameRateFallback,
+			Help: "Requests paced by the process's own bucket because Postgres did not answer the shared one.",
+		}, []string{"provider"}),
+		rateDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameRateDeferred,
+			Help: "Requests not sent because the shared rate limit had no slot within their wait: retried when it has one (Temporal's NextRetryDelay), not failures.",
+		}, []string{"provider"}),
 	}
-	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements)
+	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements, m.rateLimited, m.rateWait, m.rateFallback, m.rateDeferred)
 	return m
 }
 
@@ -172,4 +199,23 @@ func (m *Metrics) EffectOutcome(e Effect, r Result) {
 		return
 	}
 	m.effectOutcomes.WithLabelValues(string(e), string(r)).Inc()
+}
+
+// RateWaited counts a request that waited d for the shared rate limit
+// (internal/adapter/ratelimit's Observer).
+func (m *Metrics) RateWaited(provider, _ string, d time.Duration) {
+	m.rateWait.WithLabelValues(provider).Observe(d.Seconds())
+}
+
+// RateLimited counts a 429 of provider at operation.
+func (m *Metrics) RateLimited(provider, operation, reason string, _ time.Duration) {
+	m.rateLimited.WithLabelValues(provider, operation, reason).Inc()
+}
+
+// RateFallback counts a request paced without Postgres.
+func (m *Metrics) RateFallback(provider string) { m.rateFallback.WithLabelValues(provider).Inc() }
+
+// RateDeferred counts a request the shared limit sent back to wait.
+func (m *Metrics) RateDeferred(provider, _ string, _ time.Duration) {
+	m.rateDeferred.WithLabelValues(provider).Inc()
 }

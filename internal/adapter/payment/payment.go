@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
@@ -63,6 +64,10 @@ type Config struct {
 	// HTTPClient is the HTTP client to use. It is copied, not modified. Nil
 	// means a client with its own connection pool.
 	HTTPClient *http.Client
+	// Limit, when set, wraps the transport outermost (the shared rate
+	// limit, ratelimit.Limiter.Transport): a request may wait there for its
+	// turn, and Timeout then counts from when it is sent.
+	Limit func(http.RoundTripper) http.RoundTripper
 	// Logger receives stripe-go's log lines: requests and retries at debug
 	// level, warnings and errors at their own. Response bodies are never
 	// logged. Nil discards everything.
@@ -215,6 +220,12 @@ func New(cfg Config) (*Client, error) {
 	httpClient.Timeout = timeout
 	// Each request is a span of the activity's trace (internal/leaf/tracing).
 	httpClient.Transport = tracing.HTTPTransport("stripe", httpClient.Transport)
+	if cfg.Limit != nil {
+		// The wait for the rate limit is not the request's: its timeout
+		// starts when it is sent.
+		httpClient.Transport = cfg.Limit(deadline.Transport(httpClient.Transport, timeout, nil))
+		httpClient.Timeout = 0
+	}
 
 	// GetBackendWithConfig fills in and keeps the config it is given, so
 	// each Client builds its own.

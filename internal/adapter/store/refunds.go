@@ -73,6 +73,10 @@ type RefundClaim struct {
 	Reason      string
 	Key         string // "refund:<message id>"
 	RequestHash string // hash of the refund request
+	// AwaitPayment: an order with no payment row yet is RefundPaymentMissing
+	// (nothing recorded: its order message may still be on its way), not
+	// order_not_paid.
+	AwaitPayment bool
 }
 
 // RefundDecision says what the refund activity should do next.
@@ -95,6 +99,10 @@ const (
 	// (being charged, or waiting for an operator). Nothing is recorded:
 	// decide again once it settles.
 	RefundPaymentPending RefundDecision = "payment_pending"
+	// RefundPaymentMissing: the order has no payment at all yet and the
+	// claim asked to wait for one (RefundClaim.AwaitPayment). Nothing is
+	// recorded: decide again later.
+	RefundPaymentMissing RefundDecision = "payment_missing"
 )
 
 // RefundClaimResult is what ClaimRefund found or did.
@@ -152,6 +160,10 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 			return nil
 		case err != nil && !errors.Is(err, ErrNotFound):
 			return fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
+		}
+		if noPayment && c.AwaitPayment {
+			res.Decision = RefundPaymentMissing
+			return nil
 		}
 		if noPayment {
 			res.Decision = RefundOrderNotPaid

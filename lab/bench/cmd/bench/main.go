@@ -50,6 +50,7 @@ func run() int {
 		workers   = fs.String("workers", "", `worker process counts of the scale-out, comma separated, or "none" (default 1,2,3)`)
 		scaleN    = fs.Int("scale-n", 0, "messages per scale-out point (default: -sweep-n)")
 		paidN     = fs.Int("paid", 0, "messages of the paid-only run that counts a paid message's actions and commits (default 200)")
+		drainN    = fs.Int("drain", 0, "messages of the backlog drain at Stripe's limits, -1 for none (default 10000)")
 		clusterN  = fs.Int("cluster", 0, "messages of the e2e run on a Temporal server with Postgres (needs make bin/temporal-server), -1 for none (default 1000)")
 		httpN     = fs.Int("http-n", 0, "submit + wait requests of each HTTP intake run, -1 skips the HTTP phase (default 300)")
 		waiters   = fs.Int("http-waiters", 0, "concurrent Prefer: wait requests of the HTTP phase (default 1000)")
@@ -128,6 +129,9 @@ func run() int {
 	}
 	if *waiters > 0 {
 		cfg.HTTPWaiters = *waiters
+	}
+	if *drainN != 0 {
+		cfg.DrainBacklog = *drainN
 	}
 	if *settle > 0 {
 		cfg.Settle = *settle

@@ -1,0 +1,291 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/tools/storetest"
+)
+
+// observer counts what a Limiter reports.
+type observer struct {
+	mu        sync.Mutex
+	waits     int
+	limited   []string
+	fallbacks int
+	deferred  int
+}
+
+func (o *observer) RateWaited(string, string, time.Duration) { o.mu.Lock(); o.waits++; o.mu.Unlock() }
+func (o *observer) RateLimited(_, _, reason string, _ time.Duration) {
+	o.mu.Lock()
+	o.limited = append(o.limited, reason)
+	o.mu.Unlock()
+}
+func (o *observer) RateFallback(string) { o.mu.Lock(); o.fallbacks++; o.mu.Unlock() }
+func (o *observer) RateDeferred(string, string, time.Duration) {
+	o.mu.Lock()
+	o.deferred++
+	o.mu.Unlock()
+}
+
+func newLimiter(t *testing.T, b ratelimit.Backend, cfg ratelimit.Config) *ratelimit.Limiter {
+	t.Helper()
+	l, err := ratelimit.New(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestSharedByWorkers: two limiters on one database (two worker processes)
+// together send no faster than the one limit: n requests take at least
+// (n - burst) / rate, and no second at the server sees more than rate +
+// burst of them.
+func TestSharedByWorkers(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	var mu sync.Mutex
+	var seen []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		mu.Lock()
+		seen = append(seen, time.Now())
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	const rate, burst, n = 40.0, 4, 80
+	cfg := ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 1000}, Endpoint: ratelimit.Rate{PerSecond: rate, Burst: burst}}
+	clients := []*http.Client{
+		{Transport: newLimiter(t, st, cfg).Transport(nil)},
+		{Transport: newLimiter(t, st, cfg).Transport(nil)},
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, err := clients[i%2].Post(srv.URL+"/v1/payment_intents", "text/plain", strings.NewReader("x"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if least := time.Duration(float64(n-burst) / rate * float64(time.Second)); elapsed < least*9/10 {
+		t.Fatalf("%d requests took %s; the shared limit of %v/s allows no less than %s", n, elapsed, rate, least)
+	}
+	slices.SortFunc(seen, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range seen {
+		j := i
+		for j < len(seen) && seen[j].Sub(seen[i]) < time.Second {
+			j++
+		}
+		if j-i > int(rate)+burst+2 { // +2: the server's clock is not the database's
+			t.Fatalf("%d requests within one second from %s; the limit allows %d", j-i, seen[i].Format(time.StampMilli), int(rate)+burst)
+		}
+	}
+	t.Logf("%d requests through 2 limiters in %s (limit %v/s, burst %d)", n, elapsed, rate, burst)
+}
+
+// TestTooManyRequestsPausesEveryWorker: a 429 with Retry-After is waited
+// out and sent again with the same body, its caller sees the 200, the
+// Observer counts it, and the other worker's next request waits too.
+func TestTooManyRequestsPausesEveryWorker(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	var calls atomic.Int32
+	var bodies sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies.Store(calls.Load(), string(b))
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Stripe-Rate-Limited-Reason", "endpoint-rate")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := ratelimit.Config{Provider: "stripe", Endpoint: ratelimit.Rate{PerSecond: 100, Burst: 10}}
+	var o1, o2 observer
+	cfg.Observer = &o1
+	a := &http.Client{Transport: newLimiter(t, st, cfg).Transport(nil)}
+	cfg.Observer = &o2
+	b := &http.Client{Transport: newLimiter(t, st, cfg).Transport(nil)}
+
+	start := time.Now()
+	resp, err := a.Post(srv.URL+"/v1/payment_intents", "application/x-www-form-urlencoded", strings.NewReader("amount=1500"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || time.Since(start) < 900*time.Millisecond {
+		t.Fatalf("status %d after %s; want 200 after the 1s pause", resp.StatusCode, time.Since(start))
+	}
+	if b0, _ := bodies.Load(int32(0)); b0 != "amount=1500" {
+		t.Errorf("first body %q", b0)
+	}
+	if b1, _ := bodies.Load(int32(1)); b1 != "amount=1500" {
+		t.Errorf("resent body %q, want the same", b1)
+	}
+	if len(o1.limited) != 1 || o1.limited[0] != "endpoint-rate" {
+		t.Errorf("429s observed %v, want [endpoint-rate]", o1.limited)
+	}
+	// The pause is in Postgres: the other worker, which never saw the 429,
+	// waits too. Pause it again and time b's request.
+	st2 := newLimiter(t, st, cfg)
+	h := http.Header{"Retry-After": {"1"}}
+	st2.Throttled(context.Background(), ratelimit.Endpoint(http.MethodPost, "/v1/payment_intents"), h)
+	start = time.Now()
+	resp, err = b.Post(srv.URL+"/v1/payment_intents", "text/plain", strings.NewReader("y"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if waited := time.Since(start); waited < 800*time.Millisecond {
+		t.Fatalf("the other worker's request went after %s, want it held by the pause (1s)", waited)
+	}
+	if o2.waits == 0 {
+		t.Error("the other worker's wait was not observed")
+	}
+}
+
+// TestGivesUpAfterMaxRetries: a provider that keeps answering 429 gets
+// MaxRetries+1 requests and the caller the last 429.
+func TestGivesUpAfterMaxRetries(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(srv.Close)
+	c := &http.Client{Transport: newLimiter(t, st, ratelimit.Config{Provider: "sendgrid", Global: ratelimit.Rate{PerSecond: 100}, MaxRetries: 2}).Transport(nil)}
+	resp, err := c.Post(srv.URL+"/v3/mail/send", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || calls.Load() != 3 {
+		t.Fatalf("status %d after %d calls; want 429 after 3", resp.StatusCode, calls.Load())
+	}
+}
+
+// downBackend is Postgres not answering.
+type downBackend struct{}
+
+func (downBackend) ReserveRate(context.Context, []store.RateBucket, time.Duration) (time.Duration, bool, error) {
+	return 0, false, errors.New("connection refused")
+}
+func (downBackend) PauseRate(context.Context, []string, time.Duration) error {
+	return errors.New("connection refused")
+}
+
+// TestFallsBackWhenPostgresIsDown: requests still go, paced by the
+// process's own bucket, and the fallback is counted.
+func TestFallsBackWhenPostgresIsDown(t *testing.T) {
+	var o observer
+	l := newLimiter(t, downBackend{}, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 20, Burst: 1}, Observer: &o})
+	start := time.Now()
+	for range 5 {
+		if err := l.Wait(context.Background(), "POST /v1/refunds"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el < 180*time.Millisecond {
+		t.Fatalf("5 requests at 20/s took %s, want ≥ 200ms", el)
+	}
+	if o.fallbacks != 5 {
+		t.Errorf("fallbacks = %d, want 5", o.fallbacks)
+	}
+}
+
+// TestWaitEndsWithContext: a request whose context ends while it waits is
+// not sent, and says so.
+func TestWaitEndsWithContext(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 1, Burst: 1}})
+	if err := l.Wait(context.Background(), "POST /v1/refunds"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err := l.Wait(ctx, "POST /v1/refunds")
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("err = %v, want not sent, canceled", err)
+	}
+}
+
+// TestDeferredTakesNoSlot: a request whose slot is further away than
+// MaxWait (or than its deadline allows) is sent back with a
+// *DeferredError, and takes no slot: the next request's wait is unchanged.
+func TestDeferredTakesNoSlot(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	var o observer
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}, MaxWait: 300 * time.Millisecond, Observer: &o})
+	ep := "POST /v1/refunds"
+	if err := l.Wait(context.Background(), ep); err != nil { // the burst
+		t.Fatal(err)
+	}
+	for range 3 {
+		err := l.Wait(context.Background(), ep) // 500ms away: beyond MaxWait
+		d, ok := ratelimit.Deferred(err)
+		if !ok || d <= 0 {
+			t.Fatalf("err = %v, want a *DeferredError with a retry-after", err)
+		}
+	}
+	if o.deferred != 3 {
+		t.Errorf("deferred = %d, want 3", o.deferred)
+	}
+	// A deadline closer than the slot defers too.
+	ctx, cancel := context.WithTimeout(context.Background(), 2100*time.Millisecond)
+	defer cancel()
+	l2 := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}})
+	if _, ok := ratelimit.Deferred(l2.Wait(ctx, ep)); !ok {
+		t.Fatal("a slot past the deadline less the send margin was taken")
+	}
+	time.Sleep(600 * time.Millisecond)
+	start := time.Now()
+	if err := l.Wait(context.Background(), ep); err != nil || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("after the deferrals: %v after %s; they took slots", err, time.Since(start))
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	for _, c := range []struct{ method, path, want string }{
+		{"POST", "/v1/payment_intents", "POST /v1/payment_intents"},
+		{"POST", "/v1/payment_intents/pi_3MtwBwLkdIwHu7ix28a3tqPa/confirm", "POST /v1/payment_intents/{id}/confirm"},
+		{"GET", "/v1/payment_intents/search", "GET /v1/payment_intents/search"},
+		{"GET", "/v1/refunds/re_YDcZgF00000000000002", "GET /v1/refunds/{id}"},
+		{"POST", "/v3/mail/send", "POST /v3/mail/send"},
+	} {
+		if got := ratelimit.Endpoint(c.method, c.path); got != c.want {
+			t.Errorf("Endpoint(%s %s) = %q, want %q", c.method, c.path, got, c.want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	st := downBackend{}
+	for _, cfg := range []ratelimit.Config{
+		{},
+		{Provider: "stripe", Global: ratelimit.Rate{PerSecond: -1}},
+		{Provider: "stripe", Endpoints: map[string]ratelimit.Rate{"GET /x": {Burst: -2}}},
+	} {
+		if _, err := ratelimit.New(st, cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/effectively/effectively/tools/workerproc"
+)
+
+// DrainConfig sizes a backlog drain (RunDrain). Zero fields take the
+// defaults noted.
+type DrainConfig struct {
+	// Backlog is how many order.placed messages pile up while the workers
+	// are stopped. Default 5000.
+	Backlog int
+	// Workers is how many worker processes drain it. Default 2.
+	Workers int
+	// Probes is how many refunds of the other route are timed, idle and
+	// again during the drain. Default 40.
+	Probes int
+	// ProbeEvery spaces the probes. Default 250ms.
+	ProbeEvery time.Duration
+	// Limit is the configured messages per second the providers' limits
+	// allow (the lowest of the endpoint and SendGrid limits), for the
+	// report. Required.
+	Limit float64
+	// Timeout bounds the whole run. Default 20m.
+	Timeout time.Duration
+	// Seed makes the IDs unique per run. Default: the time.
+	Seed uint64
+	// Logf receives progress lines. Default: none.
+	Logf func(format string, args ...any)
+}
+
+// DrainStack is what RunDrain runs on: the soak's Stack (Send publishes an
+// order.placed message) and the refund route's publisher.
+type DrainStack struct {
+	Stack
+	// SendRefund publishes an order.refund_requested message.
+	SendRefund func(ctx context.Context, raw []byte) error
+}
+
+// DrainReport is what a drain measured.
+type DrainReport struct {
+	Backlog int `json:"backlog"`
+	// Drained is how long, after the workers came back, the last message
+	// of the backlog took to be processed; Rate is Backlog / Drained.
+	Drained time.Duration `json:"drained"`
+	Rate    float64       `json:"rate"`
+	Limit   float64       `json:"limit"`
+	// Requests and TooMany are the providers' requests and 429s during the
+	// drain (both simulators); TooManyShare is their ratio.
+	Requests     int     `json:"requests"`
+	TooMany      int     `json:"too_many"`
+	TooManyShare float64 `json:"too_many_share"`
+	// OldestMessage is the longest a backlog message waited from its
+	// publication to its record; OldestKey the longest a payment key
+	// lived from its first claim to its record (Stripe keeps keys 24 h).
+	OldestMessage time.Duration `json:"oldest_message"`
+	OldestKey     time.Duration `json:"oldest_key"`
+	// IdleP99 and BusyP99 are the other route's (refunds') p99 latency,
+	// publication to record, without and with the backlog; BusyMax its
+	// longest wait behind the backlog.
+	IdleP99 time.Duration `json:"idle_p99"`
+	BusyP99 time.Duration `json:"busy_p99"`
+	BusyMax time.Duration `json:"busy_max"`
+	// BusyIntakeP99 is the part of the busy latency before the inbox row
+	// (the broker delivering in stream order), BusyWorkP99 the part after
+	// it (Temporal, the shared limits).
+	BusyIntakeP99 time.Duration `json:"busy_intake_p99"`
+	BusyWorkP99   time.Duration `json:"busy_work_p99"`
+	// Charges and DoubleCharges count the backlog's charges at Stripe.
+	Charges       int      `json:"charges"`
+	DoubleCharges int      `json:"double_charges"`
+	Violations    []string `json:"violations"`
+}
+
+// String renders the report as the soak and the bench print it.
+func (r DrainReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "backlog %d drained in %s: %.1f msg/s against a configured limit of %.0f msg/s (%.0f%%)\n",
+		r.Backlog, r.Drained.Round(time.Second), r.Rate, r.Limit, 100*r.Rate/math.Max(r.Limit, 1))
+	fmt.Fprintf(&b, "provider requests %d, 429s %d (%.2f%%, target < 1%%)\n", r.Requests, r.TooMany, 100*r.TooManyShare)
+	fmt.Fprintf(&b, "oldest message waited %s; oldest payment key used %s after its first claim (Stripe keeps keys 24 h)\n",
+		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
+	fmt.Fprintf(&b, "other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s\n",
+		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
+		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
+	return b.String()
+}
+
+// Ratio is BusyP99 / IdleP99.
+func (r DrainReport) Ratio() float64 {
+	if r.IdleP99 <= 0 {
+		return 0
+	}
+	return float64(r.BusyP99) / float64(r.IdleP99)
+}
+
+func (c *DrainConfig) setDefaults() {
+	if c.Backlog == 0 {
+		c.Backlog = 5000
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
+	if c.Probes == 0 {
+		c.Probes = 40
+	}
+	if c.ProbeEvery == 0 {
+		c.ProbeEvery = 250 * time.Millisecond
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 20 * time.Minute
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// RunDrain piles up a backlog of order.placed messages while the workers are
+// stopped, brings them back, and measures the drain against the providers'
+// rate limits (the simulators' limits should be on); meanwhile it times
+// refunds, another route, against their idle latency.
+func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport, error) {
+	cfg.setDefaults()
+	rep := DrainReport{Backlog: cfg.Backlog, Limit: cfg.Limit}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	stem := fmt.Sprintf("drain_%d", cfg.Seed%1_000_000)
+	orderBase := int64(5_000_000 + (cfg.Seed%1000)*100_000)
+
+	var procs []*workerproc.Proc
+	start := func() error {
+		for range cfg.Workers {
+			p, err := workerproc.Start(st.WorkerBin, workerproc.Env(st.Worker))
+			if err != nil {
+				return err
+			}
+			procs = append(procs, p)
+		}
+		return nil
+	}
+	stop := func() {
+		for _, p := range procs {
+			p.Stop(20 * time.Second)
+		}
+		procs = nil
+	}
+	defer stop()
+	if err := start(); err != nil {
+		return rep, err
+	}
+
+	// Warm-up: orders the probes will refund, paid while idle.
+	warm := make([]string, cfg.Probes)
+	for i := range warm {
+		warm[i] = fmt.Sprintf("%s_w%03d", stem, i)
+		if err := st.Send(ctx, orderMsg(warm[i], orderBase+int64(i))); err != nil {
+			return rep, err
+		}
+	}
+	if err := awaitProcessed(ctx, st, "order-placed", warm); err != nil {
+		return rep, fmt.Errorf("warm-up: %w", err)
+	}
+	idle, err := probe(ctx, cfg, st, stem+"_ri", orderBase)
+	if err != nil {
+		return rep, fmt.Errorf("idle probes: %w", err)
+	}
+	rep.IdleP99 = p99(idle.total)
+	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
+
+	// The outage: every worker stopped while the backlog piles up.
+	stop()
+	backlog := make([]string, cfg.Backlog)
+	publishedAt := time.Now()
+	if err := parallel(ctx, 16, len(backlog), func(i int) error {
+		backlog[i] = fmt.Sprintf("%s_%05d", stem, i)
+		return st.Send(ctx, orderMsg(backlog[i], orderBase+int64(cfg.Probes+i)))
+	}); err != nil {
+		return rep, fmt.Errorf("publish the backlog: %w", err)
+	}
+	cfg.Logf("drain: %d messages piled up in %s with the workers stopped", cfg.Backlog, time.Since(publishedAt).Round(time.Millisecond))
+	s0, g0 := st.Stripe.Stats(), st.SendGrid.Stats()
+
+	// Back: the drain, with the other route's probes meanwhile.
+	back := time.Now()
+	if err := start(); err != nil {
+		return rep, err
+	}
+	busy, err := probe(ctx, cfg, st, stem+"_rb", orderBase)
+	if err != nil {
+		return rep, fmt.Errorf("probes during the drain: %w", err)
+	}
+	rep.BusyP99 = p99(busy.total)
+	rep.BusyIntakeP99, rep.BusyWorkP99 = p99(busy.intake), p99(busy.work)
+	rep.BusyMax = slices.Max(busy.total)
+	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
+		return rep, fmt.Errorf("drain: %w", err)
+	}
+	var last time.Time
+	if err := st.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages WHERE consumer = 'order-placed' AND message_id LIKE $1`,
+		stem+"\\_0%").Scan(&last); err != nil {
+		return rep, err
+	}
+	rep.Drained = last.Sub(back)
+	rep.Rate = float64(cfg.Backlog) / rep.Drained.Seconds()
+	s1, g1 := st.Stripe.Stats(), st.SendGrid.Stats()
+	rep.Requests = s1.Requests - s0.Requests + g1.Requests - g0.Requests
+	rep.TooMany = s1.RateLimited - s0.RateLimited + g1.RateLimited - g0.RateLimited
+	if rep.Requests > 0 {
+		rep.TooManyShare = float64(rep.TooMany) / float64(rep.Requests)
+	}
+	var oldestKey float64
+	if err := st.Pool.QueryRow(ctx, `
+		SELECT coalesce(max(extract(epoch FROM e.updated_at - e.created_at)), 0)
+		  FROM effects e WHERE e.consumer = 'order-placed' AND e.message_id LIKE $1 AND e.state = 'succeeded'`,
+		stem+"\\_0%").Scan(&oldestKey); err != nil {
+		return rep, err
+	}
+	rep.OldestKey = time.Duration(oldestKey * float64(time.Second))
+	rep.OldestMessage = last.Sub(publishedAt)
+	for _, id := range backlog {
+		switch n := s1.ChargesByMessage[id]; {
+		case n == 1:
+			rep.Charges++
+		case n > 1:
+			rep.Charges += n
+			rep.DoubleCharges++
+			rep.Violations = append(rep.Violations, fmt.Sprintf("%s charged %d times", id, n))
+		}
+	}
+	if rep.Charges != cfg.Backlog {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d charges for %d messages", rep.Charges, cfg.Backlog))
+	}
+	cfg.Logf("drain: %s", strings.TrimSpace(rep.String()))
+	return rep, nil
+}
+
+func orderMsg(id string, orderID int64) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"type":"order.placed","data":{"order_id":%d,"amount":1999,"currency":"usd","customer_email":"drain@example.com","payment_method":"pm_card_visa"}}`, id, orderID)
+}
+
+// latencies are the probes' latencies: publication to record (total), to
+// the inbox row (intake), and inbox row to record (work).
+type latencies struct{ total, intake, work []time.Duration }
+
+// probe publishes cfg.Probes refunds of the warm-up orders, one every
+// cfg.ProbeEvery, and returns their latencies.
+func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64) (latencies, error) {
+	var out latencies
+	ids := make([]string, cfg.Probes)
+	sent := make(map[string]time.Time, cfg.Probes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%03d", stem, i)
+		raw := fmt.Appendf(nil, `{"id":%q,"type":"order.refund_requested","data":{"order_id":%d,"amount":10,"reason":"requested_by_customer"}}`, ids[i], orderBase+int64(i))
+		sent[ids[i]] = time.Now()
+		if err := st.SendRefund(ctx, raw); err != nil {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-time.After(cfg.ProbeEvery):
+		}
+	}
+	if err := awaitProcessed(ctx, st, "order-refund", ids); err != nil {
+		return out, err
+	}
+	rows, err := st.Pool.Query(ctx, `SELECT p.message_id, i.received_at, p.processed_at FROM processed_messages p
+		JOIN inbox i USING (consumer, message_id) WHERE p.consumer = 'order-refund' AND p.message_id = ANY($1)`, ids)
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var in, at time.Time
+		if err := rows.Scan(&id, &in, &at); err != nil {
+			return out, err
+		}
+		out.total = append(out.total, at.Sub(sent[id]))
+		out.intake = append(out.intake, in.Sub(sent[id]))
+		out.work = append(out.work, at.Sub(in))
+	}
+	return out, rows.Err()
+}
+
+// awaitProcessed waits until every id of consumer has its processed row.
+func awaitProcessed(ctx context.Context, st DrainStack, consumer string, ids []string) error {
+	for {
+		var n int
+		if err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE consumer = $1 AND message_id = ANY($2)`, consumer, ids).Scan(&n); err != nil {
+			return err
+		}
+		if n == len(ids) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d %s messages processed: %w", n, len(ids), consumer, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// parallel runs fn(0..n-1) on k goroutines and returns the first error.
+func parallel(ctx context.Context, k, n int, fn func(i int) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+		next = make(chan int)
+	)
+	for range k {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					ferr = cmpErr(ferr, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	if ferr == nil {
+		ferr = ctx.Err()
+	}
+	return ferr
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// p99 is the 99th percentile of ds (nearest rank).
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(math.Ceil(0.99*float64(len(s))))-1)]
+}

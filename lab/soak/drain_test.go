@@ -1,0 +1,140 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/sim/simlimit"
+	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
+	"github.com/effectively/effectively/tools/workerproc"
+)
+
+var (
+	drainBacklog     = flag.Int("drain-backlog", 5000, "messages piled up for TestBacklogDrain")
+	drainSimLimit    = flag.Float64("drain-sim-endpoint", drainSimEndpoint, "the simulators' limit per Stripe endpoint and SendGrid key (Stripe's global: 4×)")
+	drainWorkerLimit = flag.Float64("drain-endpoint", drainEndpoint, "the workers' STRIPE_ENDPOINT_RATE_LIMIT and SENDGRID_RATE_LIMIT (STRIPE_RATE_LIMIT: 4×)")
+	drainJSON        = flag.String("drain-json", "", "write the drain report as JSON to this file (lab/bench reads it)")
+	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target, not met yet: see docs/operations.md)")
+)
+
+// The short drain's limits: the simulators answer 429 past Stripe's ratios
+// (global 4× an endpoint's), scaled so that 5,000 messages drain in about
+// a minute and a half; the workers are configured 20% under them, as
+// docs/operations.md advises.
+const (
+	drainSimEndpoint = 75
+	drainEndpoint    = 60
+)
+
+// NewDrainStack starts what RunDrain needs: a dev server, the simulators
+// with rate limits (Stripe global and per endpoint, SendGrid per key), a
+// database, JetStream and the worker binary configured with limits
+// (workerEndpoint per Stripe endpoint and for SendGrid, 4× for Stripe's
+// global).
+func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack {
+	t.Helper()
+	ctx := context.Background()
+	tsrv := testenv.StartTemporal(t)
+	sims := testenv.StartSims(t)
+	sims.Stripe.SetRateLimits(stripesim.RateLimits{
+		Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
+		Endpoint: simlimit.Rate{PerSecond: simEndpoint},
+	})
+	sims.SendGrid.SetRateLimit(simlimit.Rate{PerSecond: simEndpoint})
+	dbURL := storetest.NewDatabase(t)
+	pool, err := store.Open(ctx, dbURL, store.PoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	bin, err := workerproc.Build(ctx, testenv.RepoRoot(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+	orders, err := jetstream.PublishSubject(j.Subject, "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refunds, err := jetstream.PublishSubject(j.Subject, "order.refund_requested")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subject string) func(context.Context, []byte) error {
+		return func(ctx context.Context, raw []byte) error {
+			_, err := j.JS.Publish(ctx, subject, raw)
+			return err
+		}
+	}
+	return DrainStack{
+		Stack: Stack{
+			Temporal: tsrv.Client(), Pool: pool, Stripe: sims.Stripe, SendGrid: sims.SendGrid, WorkerBin: bin,
+			Worker: workerproc.Config{
+				DatabaseURL: dbURL, TemporalAddress: tsrv.FrontendHostPort(), TaskQueue: "effectively-drain",
+				StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
+				Extra: []string{
+					"LOG_LEVEL=warn",
+					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain",
+					"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
+					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),
+					fmt.Sprintf("SENDGRID_RATE_LIMIT=%g", workerEndpoint),
+				},
+			},
+			Send: publish(orders),
+		},
+		SendRefund: publish(refunds),
+	}
+}
+
+// TestBacklogDrain is the short backlog drain of `make soak` (issue 24):
+// 5,000 messages pile up with the workers stopped; brought back, they drain
+// at the configured limit with under 1% 429s from the rate-limited
+// simulators, no double charge, every key used well inside Stripe's 24 h.
+// The refund route's p99 against its idle p99 (the fairness target, 2×) is
+// reported; -drain-fairness makes it fail the test: it is not met yet.
+func TestBacklogDrain(t *testing.T) {
+	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
+	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Limit: *drainWorkerLimit, Logf: t.Logf}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stdout, "backlog drain report:\n%s", rep)
+	if *drainJSON != "" {
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*drainJSON, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range rep.Violations {
+		t.Error(v)
+	}
+	if rep.TooManyShare >= 0.01 {
+		t.Errorf("429s were %.2f%% of the requests, want under 1%%", 100*rep.TooManyShare)
+	}
+	if rep.Rate > 1.1*rep.Limit {
+		t.Errorf("drained at %.1f msg/s, above the configured %.0f", rep.Rate, rep.Limit)
+	}
+	if rep.OldestKey >= 23*time.Hour {
+		t.Errorf("a payment key was used %s after its first claim: past Stripe's window", rep.OldestKey)
+	}
+	if rep.Ratio() > 2 && !*drainFair {
+		t.Logf("FAIRNESS TARGET NOT MET (reported, checked with -drain-fairness): the refund route's p99 went from %s idle to %s behind the backlog (%.1f×, want ≤ 2×)",
+			rep.IdleP99, rep.BusyP99, rep.Ratio())
+	}
+	if rep.Ratio() > 2 && *drainFair {
+		t.Errorf("the refund route's p99 went from %s idle to %s behind the backlog (%.1f×, want ≤ 2×)", rep.IdleP99, rep.BusyP99, rep.Ratio())
+	}
+}
