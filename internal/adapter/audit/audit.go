@@ -146,6 +146,33 @@ func (r *run) take() error {
 	return nil
 }
 
+// call makes one list request against the budget. A 429 is honoured: the
+// same request is made again after a pause (250 ms, doubling to 8 s, at
+// most 8 times), each try counted against the budget, so that an audit
+// slows down behind the provider's rate limit instead of failing.
+func (r *run) call(ctx context.Context, do func() error) error {
+	pause := 250 * time.Millisecond
+	for try := 0; ; try++ {
+		if err := r.take(); err != nil {
+			return err
+		}
+		err := do()
+		var pe *payment.Error
+		if err == nil {
+			return nil
+		}
+		if try >= 8 || !errors.As(err, &pe) || pe.Class != payment.ClassRateLimited {
+			return fmt.Errorf("audit: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 8*time.Second)
+	}
+}
+
 func (r *run) report(ctx context.Context, f store.Finding) error {
 	k := string(f.Kind) + "/" + f.Object
 	if r.seen[k] {
@@ -272,12 +299,13 @@ func (r *run) intents(ctx context.Context, from, to time.Time) (map[string]payme
 	listed := map[string]payment.ListedIntent{}
 	var ours []payment.ListedIntent
 	for after := ""; ; {
-		if err := r.take(); err != nil {
+		var page []payment.ListedIntent
+		var more bool
+		if err := r.call(ctx, func() (err error) {
+			page, more, err = r.a.stripe.ListIntentsPage(ctx, from, to.Add(-time.Second), after)
+			return err
+		}); err != nil {
 			return nil, err
-		}
-		page, more, err := r.a.stripe.ListIntentsPage(ctx, from, to.Add(-time.Second), after)
-		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
 		}
 		for _, pi := range page {
 			if r.a.stripe.Ours(pi.Namespace) && pi.MessageID != "" {
@@ -474,12 +502,13 @@ func (r *run) payments(ctx context.Context, from, to time.Time, pays []store.Aud
 func (r *run) refunds(ctx context.Context, from, to time.Time, pays []store.AuditPayment) error {
 	touched := map[string]bool{}
 	for after := ""; ; {
-		if err := r.take(); err != nil {
+		var page []payment.ListedRefund
+		var more bool
+		if err := r.call(ctx, func() (err error) {
+			page, more, err = r.a.stripe.ListRefundsPage(ctx, "", from, to.Add(-time.Second), after)
 			return err
-		}
-		page, more, err := r.a.stripe.ListRefundsPage(ctx, "", from, to.Add(-time.Second), after)
-		if err != nil {
-			return fmt.Errorf("audit: %w", err)
+		}); err != nil {
+			return err
 		}
 		for _, re := range page {
 			touched[re.PaymentIntentID] = true
@@ -513,12 +542,13 @@ func (r *run) refunds(ctx context.Context, from, to time.Time, pays []store.Audi
 		var sum int64
 		var refundIDs []string
 		for after := ""; ; {
-			if err := r.take(); err != nil {
+			var page []payment.ListedRefund
+			var more bool
+			if err := r.call(ctx, func() (err error) {
+				page, more, err = r.a.stripe.ListRefundsPage(ctx, p.PaymentIntentID, time.Time{}, time.Time{}, after)
 				return err
-			}
-			page, more, err := r.a.stripe.ListRefundsPage(ctx, p.PaymentIntentID, time.Time{}, time.Time{}, after)
-			if err != nil {
-				return fmt.Errorf("audit: %w", err)
+			}); err != nil {
+				return err
 			}
 			for _, re := range page {
 				if !re.Failed() {
