@@ -83,7 +83,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 				StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
 				Extra: []string{
 					"LOG_LEVEL=warn",
-					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain",
+					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain", "NATS_CONSUMER_PER_ROUTE=true",
 					"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
 					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
 					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),

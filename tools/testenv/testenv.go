@@ -92,6 +92,7 @@ func startTemporal(t testing.TB, uiPort string) *testsuite.DevServer {
 		ExtraArgs: []string{
 			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+			"--dynamic-config-value", "matching.enableFairness=true",
 		},
 		Stdout: io.Discard,
 		Stderr: io.Discard,
