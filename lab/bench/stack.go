@@ -569,8 +569,8 @@ func (s *stack) profileWorker(ctx context.Context, seconds int) <-chan profile {
 // dev server, no logs, and the run's gRPC compression.
 func (s *stack) clientOptions() client.Options {
 	o := client.Options{HostPort: s.temporalAddr, Logger: quietLogger()}
-	if s.compression == "none" {
-		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
-	}
+	// The worker's own choice (temporalclient.Compression), so that both
+	// sides of a ratio speak the same encoding.
+	o.ConnectionOptions.GrpcCompression, _ = temporalclient.Compression(s.compression, s.temporalAddr)
 	return o
 }
