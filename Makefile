@@ -50,6 +50,10 @@ soak-cluster: $(BIN)/temporal-server ## the soak on a Temporal server on Postgre
 bench: $(BIN)/temporal $(BIN)/temporal-server ## benchmark: end to end vs Temporal's floor, a naive layout, a plain consumer, and on a Temporal server with Postgres (report in results/; BROKER=nats|kafka|rabbitmq)
 	go run ./lab/bench/cmd/bench -broker $${BROKER:-nats} $(BENCH_ARGS)
 
+.PHONY: bench-short
+bench-short: $(BIN)/temporal ## the floor/e2e series alone (floor, e2e, … ×3, floor; the other phases minimal or skipped), about two minutes
+	go run ./lab/bench/cmd/bench -n 1000 -floor 600 -rounds 3 -sweep none -workers none -http-n -1 -drain -1 -cluster -1 -naive 50 -plain 300 -paid 50 -profile 0 $(BENCH_ARGS)
+
 .PHONY: fuzz
 fuzz: ## run each fuzz test for 30s
 	go test ./internal/leaf/identity/ -run '^$$' -fuzz FuzzIdentity -fuzztime 30s

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -36,41 +37,35 @@ func cmdAnomalies(ctx context.Context, cfg config.Config, args []string, stdout 
 		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 || *limit < 1 {
 			return exitUsage, fmt.Errorf("%w: anomalies list takes [-all] [-limit N > 0]", errUsage)
 		}
-		d, err := connect(ctx, cfg, logger, false)
-		if err != nil {
-			return exitError, err
-		}
-		defer d.close()
-		as, err := d.store.PaymentAnomalies(ctx, *all, *limit)
-		if err != nil {
-			return exitError, err
-		}
-		return jsonLines(stdout, as)
+		return withStore(ctx, cfg, logger, func(st *store.Store) (int, error) {
+			as, err := st.PaymentAnomalies(ctx, *all, *limit)
+			if err != nil {
+				return exitError, err
+			}
+			return jsonLines(stdout, as)
+		})
 	case "resolve":
 		id, reason, err := resolveArgs(args[1:])
 		if err != nil {
 			return exitUsage, err
 		}
-		d, err := connect(ctx, cfg, logger, false)
-		if err != nil {
-			return exitError, err
-		}
-		defer d.close()
-		a, err := d.store.ResolvePaymentAnomaly(ctx, id, reason)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return exitNotFound, fmt.Errorf("no payment anomaly of event %s", id)
-		case errors.Is(err, store.ErrResolved):
-			_ = json.NewEncoder(stdout).Encode(a)
-			return exitRefused, fmt.Errorf("refused: %w (nothing was changed)", err)
-		case err != nil:
-			return exitError, err
-		}
-		logger.Info("payment anomaly resolved", "event_id", a.EventID, "message_id", a.MessageID)
-		if err := json.NewEncoder(stdout).Encode(a); err != nil {
-			return exitError, err
-		}
-		return exitOK, nil
+		return withStore(ctx, cfg, logger, func(st *store.Store) (int, error) {
+			a, err := st.ResolvePaymentAnomaly(ctx, id, reason)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				return exitNotFound, fmt.Errorf("no payment anomaly of event %s", id)
+			case errors.Is(err, store.ErrResolved):
+				_ = json.NewEncoder(stdout).Encode(a)
+				return exitRefused, fmt.Errorf("refused: %w (nothing was changed)", err)
+			case err != nil:
+				return exitError, err
+			}
+			logger.Info("payment anomaly resolved", "event_id", a.EventID, "message_id", a.MessageID)
+			if err := json.NewEncoder(stdout).Encode(a); err != nil {
+				return exitError, err
+			}
+			return exitOK, nil
+		})
 	}
 	return exitUsage, fmt.Errorf("%w: anomalies takes list or resolve, not %q", errUsage, args[0])
 }
@@ -78,20 +73,30 @@ func cmdAnomalies(ctx context.Context, cfg config.Config, args []string, stdout 
 // resolveArgs parses EVENT_ID and -reason, in either order. Errors wrap
 // errUsage.
 func resolveArgs(args []string) (id, reason string, err error) {
-	fs := flag.NewFlagSet("anomalies resolve", flag.ContinueOnError)
+	pos, reason, err := reasonArgs("anomalies resolve takes one EVENT_ID and a non-empty -reason", 1, args)
+	if err != nil {
+		return "", "", err
+	}
+	return pos[0], reason, nil
+}
+
+// reasonArgs parses n positional arguments and -reason, in any order;
+// want is the usage error's text. Errors wrap errUsage.
+func reasonArgs(want string, n int, args []string) (pos []string, reason string, err error) {
+	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	r := fs.String("reason", "", "why the anomaly is resolved: what was done (kept with it)")
-	if err := fs.Parse(args); err != nil {
-		return "", "", fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		id = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return "", "", fmt.Errorf("%w: %w", errUsage, err)
+	r := fs.String("reason", "", "why it is resolved: what was done (kept with it)")
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, "", fmt.Errorf("%w: %w", errUsage, err)
 		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	if id == "" || fs.NArg() != 0 || strings.TrimSpace(*r) == "" {
-		return "", "", fmt.Errorf("%w: anomalies resolve takes one EVENT_ID and a non-empty -reason", errUsage)
+	if len(pos) != n || slices.Contains(pos, "") || strings.TrimSpace(*r) == "" {
+		return nil, "", fmt.Errorf("%w: %s", errUsage, want)
 	}
-	return id, *r, nil
+	return pos, *r, nil
 }

@@ -54,6 +54,17 @@ func connect(ctx context.Context, cfg config.Config, logger *slog.Logger, withTe
 	return d, nil
 }
 
+// withStore runs fn on a store of cfg's database (no Temporal): the
+// commands that read or mark rows in Postgres only.
+func withStore(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(*store.Store) (int, error)) (int, error) {
+	d, err := connect(ctx, cfg, logger, false)
+	if err != nil {
+		return exitError, err
+	}
+	defer d.close()
+	return fn(d.store)
+}
+
 // dialTemporal connects to Temporal and builds the intake on it.
 func (d *deps) dialTemporal(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	tc, _, err := temporalclient.Dial(ctx, cfg.Temporal, logger)

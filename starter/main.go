@@ -16,6 +16,10 @@
 //	                                 mark an anomaly resolved, keeping the operator's reason
 //	starter audit --since T --until T
 //	                                 compare the ledger with Stripe's and SendGrid's records
+//	starter audit list [--all] [--kind K] [--limit N]
+//	                                 list the open audit findings as JSON lines (--all: resolved too)
+//	starter audit resolve KIND OBJECT --reason TEXT
+//	                                 mark a finding resolved, keeping the operator's reason
 //
 // Output is one JSON line per message on stdout; logs and the summary go to
 // stderr. Exit codes:
@@ -29,7 +33,7 @@
 //	4  status: no record of that message; resolve: no payment, refund or
 //	   receipt recorded, or no PaymentIntent exists at Stripe (nothing was
 //	   charged); redrive: the message is not in the inbox; anomalies
-//	   resolve: no such anomaly
+//	   resolve, audit resolve: no such anomaly or finding
 //	5  the database schema is missing or older than this starter expects:
 //	   run `worker migrate` with the same DATABASE_URL (the starter never
 //	   changes the schema, so status, payments and quarantine list work with
@@ -41,7 +45,8 @@
 //	7  resolve: still open: Stripe still reports the payment processing or
 //	   unexpected, a refund found differs from the request, or SendGrid has
 //	   reported no event for the receipt; the ledger records what was said
-//	8  audit: at least one finding (each a JSON line; kept in audit_findings)
+//	8  audit: at least one finding not resolved by an operator (each a JSON
+//	   line; kept in audit_findings)
 //
 // Configuration comes from the environment, read by internal/config; see
 // docs/configuration.md. See docs/runbook.md for the open cases payments,
@@ -90,6 +95,10 @@ const usage = `usage:
   starter audit [--since T] [--until T] [--max-requests N] [--receipts]
                                    compare the ledger with Stripe and SendGrid over a window (T: RFC 3339
                                    or a duration before now; default the last 24h); findings as JSON lines
+  starter audit list [--all] [--kind KIND] [--limit N]
+                                   the findings kept, open ones (--all: resolved too) as JSON lines
+  starter audit resolve KIND OBJECT --reason TEXT
+                                   mark a finding resolved once settled, keeping the reason (again: a no-op)
 
 environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, EFFECTIVELY_TASK_QUEUE, LOG_LEVEL;
 publish: NATS_URL, NATS_STREAM, NATS_SUBJECT; resolve: STRIPE_API_KEY, STRIPE_BASE_URL (see docs/configuration.md)

@@ -19,8 +19,15 @@ import (
 
 func operatorStack(t *testing.T) *testenv.Stack {
 	t.Helper()
+	return operatorStackWith(t, testenv.StackOptions{})
+}
+
+// operatorStackWith is operatorStack with o; its Workflows are set here.
+func operatorStackWith(t *testing.T, o testenv.StackOptions) *testenv.Stack {
+	t.Helper()
 	// A poll longer than the test: only a signal ends the wait.
-	s := testenv.NewStack(t, testenv.StackOptions{Workflows: workflows.Config{PaymentProcessingPoll: time.Hour, PaymentProcessingMaxWait: 2 * time.Hour}})
+	o.Workflows = workflows.Config{PaymentProcessingPoll: time.Hour, PaymentProcessingMaxWait: 2 * time.Hour}
+	s := testenv.NewStack(t, o)
 	t.Setenv("DATABASE_URL", s.DBURL)
 	t.Setenv("TEMPORAL_ADDRESS", s.Temporal.FrontendHostPort())
 	t.Setenv("EFFECTIVELY_TASK_QUEUE", s.TaskQueue)

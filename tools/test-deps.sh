@@ -6,6 +6,7 @@
 #   prometheus   promtool and a real Prometheus (lab/deploy)
 #   chromium     the headless Temporal UI test (lab/e2e)
 #   rabbitmq-server  the RabbitMQ source's own nodes (tools/rabbittest)
+#   linux-perf   perf stat, which counts the bench's instructions (lab/bench)
 # Services the tests connect to:
 #   Postgres on 127.0.0.1:5432 (trust, user postgres)
 #   NATS with JetStream on 127.0.0.1:4222
@@ -29,6 +30,7 @@ have nats-server || need+=(nats-server)
 { have promtool && have prometheus; } || need+=(prometheus)
 have chromium || have chromium-browser || need+=(chromium)
 have rabbitmq-server || need+=(rabbitmq-server)
+have perf || need+=(linux-perf)
 
 if [ ${#need[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${need[*]}"

@@ -303,7 +303,7 @@ func (c *Config) loadTemporal(env Env) error {
 		errs = append(errs, fmt.Errorf("temporal client configuration (TEMPORAL_* variables, temporal.toml): %w", err))
 	}
 	v, _ := env.LookupEnv(temporalclient.EnvCompression)
-	if opts.ConnectionOptions.GrpcCompression, err = temporalclient.Compression(strings.TrimSpace(v)); err != nil {
+	if opts.ConnectionOptions.GrpcCompression, err = temporalclient.Compression(strings.TrimSpace(v), opts.HostPort); err != nil {
 		errs = append(errs, err)
 	}
 	c.Temporal.Options = opts

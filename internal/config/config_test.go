@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"go.temporal.io/sdk/client"
 )
 
 func env(m map[string]string) Lookup {
@@ -110,5 +112,44 @@ func TestCodecRequire(t *testing.T) {
 		if _, err := Load(env(map[string]string{"EFFECTIVELY_CODEC_REQUIRE": v})); err != nil {
 			t.Errorf("REQUIRE=%q without keys: %v", v, err)
 		}
+	}
+}
+
+// TestGRPCCompressionFollowsTheAddress: unset, the compression is chosen by
+// TEMPORAL_ADDRESS (none to a local address, gzip to any other); an
+// explicit value wins.
+func TestGRPCCompressionFollowsTheAddress(t *testing.T) {
+	for _, tc := range []struct {
+		address, value string
+		gzip           bool
+	}{
+		{"", "", false}, // the SDK's default, localhost:7233
+		{"127.0.0.1:7233", "", false},
+		{"192.168.1.20:7233", "auto", false},
+		{"temporal:7233", "", true},
+		{"ns.acct.tmprl.cloud:7233", "", true},
+		{"127.0.0.1:7233", "gzip", true},
+		{"temporal:7233", "none", false},
+	} {
+		m := map[string]string{}
+		if tc.address != "" {
+			m["TEMPORAL_ADDRESS"] = tc.address
+		}
+		if tc.value != "" {
+			m["EFFECTIVELY_GRPC_COMPRESSION"] = tc.value
+		}
+		c, err := Load(env(m))
+		if err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		_, gzip := c.Temporal.Options.ConnectionOptions.GrpcCompression.(*client.GrpcCompressionGzip)
+		_, none := c.Temporal.Options.ConnectionOptions.GrpcCompression.(*client.GrpcCompressionNone)
+		if gzip != tc.gzip || none == tc.gzip {
+			t.Errorf("TEMPORAL_ADDRESS=%q EFFECTIVELY_GRPC_COMPRESSION=%q: compression %T, want gzip %v",
+				tc.address, tc.value, c.Temporal.Options.ConnectionOptions.GrpcCompression, tc.gzip)
+		}
+	}
+	if _, err := Load(env(map[string]string{"EFFECTIVELY_GRPC_COMPRESSION": "zstd"})); err == nil || !strings.Contains(err.Error(), "EFFECTIVELY_GRPC_COMPRESSION") {
+		t.Errorf("zstd: err = %v, want one naming the variable", err)
 	}
 }

@@ -315,7 +315,7 @@ var variables = []variable{
 	external("TEMPORAL_CONFIG_FILE", "", ""),
 	external("TEMPORAL_CODEC_ENDPOINT", "unset", "read by envconfig and **ignored**: the processes encrypt payloads themselves with the keys below; a remote codec is for the UI and the CLI"),
 	external("TEMPORAL_CODEC_AUTH", "", ""),
-	external(temporalclient.EnvCompression, "`gzip`", "compression of requests to Temporal: `gzip` (the SDK's default, saves bandwidth) or `none` (saves CPU on a local network)"),
+	external(temporalclient.EnvCompression, "`auto`", "compression of requests to Temporal: `auto` is `none` when `TEMPORAL_ADDRESS` is literally `localhost`, a loopback, private (RFC 1918, `fc00::/7`) or link-local address, else `gzip`; any other DNS name keeps `gzip`. `gzip` (the SDK's default) saves bandwidth, `none` the CPU of compressing every call on both sides"),
 	external(codec.EnvKeys, "unset (payloads in plaintext)", "payload encryption keys, comma-separated `id:base64-32-byte-key` (or one per line in the file); the first encrypts. Set one, not both"),
 	external(codec.EnvKeyFile, "", ""),
 	external(codec.EnvRequire, "`false`", "`true` refuses every payload the codec did not encrypt, in the worker, the starter and the codec server: a plaintext workflow or activity input fails instead of being read. Needs the keys: without them the worker and the starter exit 2"),

@@ -23,9 +23,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/tools/cluster"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
@@ -82,8 +84,17 @@ type Config struct {
 	Stall time.Duration `json:"stall"`
 	// GrpcCompression is the gRPC compression of every Temporal client of
 	// the run, the worker's (EFFECTIVELY_GRPC_COMPRESSION) and the
-	// reference points': gzip (the SDK's default) or none. Default gzip.
+	// reference points': auto (the worker's default: none to a local
+	// address, temporalclient.Compression), gzip (the SDK's default) or
+	// none. Default auto.
 	GrpcCompression string `json:"grpc_compression"`
+	// Rounds is how many counted e2e runs alternate with Temporal's floor:
+	// floor, e2e, floor, … e2e, floor. Each e2e run's ratio divides its
+	// rate by the mean of the two floors beside it, so that a change in the
+	// machine's speed during the run moves both sides of each ratio; the
+	// report gives the ratios' min, median and max. Each round runs
+	// Messages and each floor FloorWorkflows. Default 2.
+	Rounds int `json:"rounds"`
 	// ProfileSeconds is how long the worker's CPU profile runs, from the
 	// start of the e2e run; 0 takes the default 20, negative takes none.
 	ProfileSeconds int `json:"profile_seconds"`
@@ -221,8 +232,9 @@ func (c *Config) setDefaults() {
 		c.Timeout = 30 * time.Minute
 	}
 	if c.GrpcCompression == "" {
-		c.GrpcCompression = "gzip"
+		c.GrpcCompression = "auto"
 	}
+	def(&c.Rounds, 2)
 	if c.ProfileSeconds == 0 {
 		c.ProfileSeconds = 20
 	}
@@ -348,12 +360,28 @@ type Report struct {
 	Paced *Result `json:"paced,omitempty"`
 	// ScaleOut is the e2e path with 1, 2, 3… worker processes.
 	ScaleOut []Result `json:"scale_out,omitempty"`
-	// Floor is Temporal's floor measured right before the e2e run,
-	// FloorEnd right after it.
+	// Floor is Temporal's floor measured right before the first e2e run,
+	// FloorEnd right after the last one; E2E is the first e2e run.
 	Floor    Result `json:"floor"`
 	FloorEnd Result `json:"floor_end"`
-	Naive    Result `json:"naive"`
-	Plain    Result `json:"plain"`
+	// Floors and E2ERounds are the interleaved series (Config.Rounds):
+	// Floors[i] ran right before E2ERounds[i] and Floors[i+1] right after
+	// it. Rounds pairs them; RatioSpread and CPURatioSpread summarise the
+	// pairs. Empty in reports from before the series.
+	Floors         []Result `json:"floors,omitempty"`
+	E2ERounds      []Result `json:"e2e_rounds,omitempty"`
+	Rounds         []Round  `json:"rounds,omitempty"`
+	RatioSpread    Spread   `json:"ratio_spread"`
+	CPURatioSpread Spread   `json:"cpu_ratio_spread"`
+	// InstrRatioSpread is that of the instructions ratios (N 0 where
+	// perf counted none).
+	InstrRatioSpread Spread `json:"instructions_ratio_spread"`
+	// CPUMeasure says what the CPU per message is measured in: /proc CPU
+	// time always, and perf's instructions where the machine counts them
+	// (or why it does not).
+	CPUMeasure string `json:"cpu_measure,omitempty"`
+	Naive      Result `json:"naive"`
+	Plain      Result `json:"plain"`
 	// CommitCheck compares the run's commit counts with Postgres's own.
 	CommitCheck *CommitCheck `json:"commit_check,omitempty"`
 	// Cluster is the e2e run on a Temporal server with Postgres; nil when
@@ -371,8 +399,9 @@ type Report struct {
 	DoubleCharges   int `json:"double_charges"`
 	Emails          int `json:"emails"`
 	DuplicateEmails int `json:"duplicate_emails"`
-	// Ratios against the reference points; the floor's is the mean of
-	// Floor and FloorEnd (FloorMean).
+	// Ratios against the reference points. E2EOverFloor is the median of
+	// Rounds' ratios (each e2e run over the mean of the floors beside it);
+	// FloorMean is the mean rate of every floor run.
 	FloorMean      float64 `json:"floor_mean"`
 	E2EOverFloor   float64 `json:"e2e_over_floor"`
 	E2EOverNaive   float64 `json:"e2e_over_naive"`
@@ -444,6 +473,9 @@ var ErrDoubleCharge = errors.New("bench: a message was charged more than once")
 // Everything Run starts is stopped before it returns.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.setDefaults()
+	if _, err := temporalclient.Compression(cfg.GrpcCompression, ""); err != nil {
+		return Report{Config: cfg}, fmt.Errorf("bench: GrpcCompression: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	rep := Report{Started: time.Now(), Environment: hostEnvironment(), Config: cfg}
@@ -484,36 +516,58 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// The counted phases, back to back: each reading waits for the counts
 	// to settle and ends one phase and starts the next.
 	m := &meter{s: s, cfg: cfg}
-	// The floor right before and right after the e2e run: the dev server
-	// slows as workflows accumulate, and the ratio divides by their mean.
-	logf("bench: Temporal floor: %d workflows, eager start + 2 no-op local activities, in-flight %d (counting actions and commits from here; each count waits %s to settle)", cfg.FloorWorkflows, cfg.InFlight, cfg.Settle)
-	if rep.Floor, err = m.floor(ctx); err != nil {
-		return rep, fmt.Errorf("floor: %w", err)
-	}
-	rep.Floor.Name = "Temporal floor, before the e2e run"
-	logf("bench: floor: %s; %s", rep.Floor.short(), rep.Floor.Costs.short())
-
-	logf("bench: e2e: %d messages (%.0f%% duplicates), in-flight %d", cfg.Messages, cfg.DuplicateRatio*100, cfg.InFlight)
-	main := planner.plan("e2e", cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
-	var prof <-chan profile
-	if rep.E2E, err = m.e2e(ctx, main, "unique message", func() { prof = s.profileWorker(ctx, cfg.ProfileSeconds) }); err != nil {
-		return rep, fmt.Errorf("e2e: %w", err)
-	}
-	if p := <-prof; p.err != nil {
-		logf("bench: worker profile: %v", p.err)
+	// The floor and the e2e path interleaved, floor first and last: the dev
+	// server slows as workflows accumulate and the machine's speed drifts
+	// with other tenants' load, so each e2e run is compared with the floors
+	// right beside it.
+	instrEvent, why := probePerf(ctx, instructionEvents...)
+	s.perfEvent = instrEvent
+	if instrEvent != "" {
+		rep.CPUMeasure = fmt.Sprintf("CPU instructions (`perf stat -e %s -p`, of the worker processes, the dev server and the harness) and user+system CPU time from /proc", instrEvent)
 	} else {
-		rep.WorkerProfile = p.data
-		rep.WorkerProfileWhat = fmt.Sprintf("%d s of the worker's CPU profile (`/debug/pprof/profile`, `EFFECTIVELY_PPROF_ADDR`)", cfg.ProfileSeconds)
+		rep.CPUMeasure = fmt.Sprintf("user+system CPU time from /proc; CPU instructions are not counted (%s)", why)
 	}
-	rep.E2E.Name = "e2e"
-	logf("bench: e2e: %s; %s", rep.E2E.short(), rep.E2E.Costs.short())
-
-	logf("bench: Temporal floor again, right after the e2e run")
-	if rep.FloorEnd, err = m.floor(ctx); err != nil {
-		return rep, fmt.Errorf("floor after the e2e run: %w", err)
+	logf("bench: CPU per message: %s", rep.CPUMeasure)
+	main := planner.plan("e2e", cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
+	for i := 0; ; i++ {
+		logf("bench: Temporal floor %d of %d: %d workflows, eager start + 2 no-op local activities, in-flight %d (counting actions and commits; each count waits %s to settle)",
+			i+1, cfg.Rounds+1, cfg.FloorWorkflows, cfg.InFlight, cfg.Settle)
+		f, err := m.floor(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("floor %d: %w", i+1, err)
+		}
+		f.Name = fmt.Sprintf("Temporal floor %d", i+1)
+		rep.Floors = append(rep.Floors, f)
+		logf("bench: floor %d: %s; %s", i+1, f.short(), f.Costs.short())
+		if i == cfg.Rounds {
+			break
+		}
+		p, started := main, func() {}
+		var prof <-chan profile
+		if i == 0 {
+			// The profile is taken during the first e2e run only.
+			started = func() { prof = s.profileWorker(ctx, cfg.ProfileSeconds) }
+		} else {
+			p = planner.plan(fmt.Sprintf("e2e%d", i+1), cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
+		}
+		logf("bench: e2e %d of %d: %d messages (%.0f%% duplicates), in-flight %d", i+1, cfg.Rounds, cfg.Messages, cfg.DuplicateRatio*100, cfg.InFlight)
+		r, err := m.e2e(ctx, p, "unique message", started)
+		if err != nil {
+			return rep, fmt.Errorf("e2e %d: %w", i+1, err)
+		}
+		if prof != nil {
+			if pr := <-prof; pr.err != nil {
+				logf("bench: worker profile: %v", pr.err)
+			} else {
+				rep.WorkerProfile = pr.data
+				rep.WorkerProfileWhat = fmt.Sprintf("%d s of the worker's CPU profile (`/debug/pprof/profile`, `EFFECTIVELY_PPROF_ADDR`), during e2e 1", cfg.ProfileSeconds)
+			}
+		}
+		r.Name = fmt.Sprintf("e2e %d", i+1)
+		rep.E2ERounds = append(rep.E2ERounds, r)
+		logf("bench: e2e %d: %s; %s", i+1, r.short(), r.Costs.short())
 	}
-	rep.FloorEnd.Name = "Temporal floor, after the e2e run"
-	logf("bench: floor after: %s; %s", rep.FloorEnd.short(), rep.FloorEnd.Costs.short())
+	rep.E2E, rep.Floor, rep.FloorEnd = rep.E2ERounds[0], rep.Floors[0], rep.Floors[len(rep.Floors)-1]
 
 	logf("bench: paid messages: %d, no copies, no declines, in-flight %d", cfg.PaidMessages, cfg.InFlight)
 	if rep.Paid, err = m.e2e(ctx, planner.plan("paid", cfg.PaidMessages, 0, 0), "paid message", nil); err != nil {
@@ -742,18 +796,145 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
+// Round is one e2e run of the interleaved series beside the floors right
+// before and right after it.
+type Round struct {
+	// E2E, FloorBefore and FloorAfter are the rates (unique messages,
+	// workflows per second); Ratio is E2E over the floors' mean.
+	E2E         float64 `json:"e2e"`
+	FloorBefore float64 `json:"floor_before"`
+	FloorAfter  float64 `json:"floor_after"`
+	Ratio       float64 `json:"ratio"`
+	// E2ECPU is the CPU milliseconds of the run's own processes (CPU.own:
+	// other tenants' work left out) per unique message, FloorCPU the
+	// floors' mean per workflow; CPURatio is E2ECPU over
+	// FloorCPU. Worker and Server split E2ECPU, FloorServer the floors'.
+	E2ECPU      float64 `json:"e2e_cpu_ms"`
+	FloorCPU    float64 `json:"floor_cpu_ms"`
+	CPURatio    float64 `json:"cpu_ratio"`
+	Worker      float64 `json:"worker_cpu_ms"`
+	Server      float64 `json:"server_cpu_ms"`
+	FloorServer float64 `json:"floor_server_cpu_ms"`
+	// E2EInstr and FloorInstr are the instructions per unique message and
+	// per workflow of the worker processes, the dev server and the harness
+	// together, where perf counted them (else 0); InstrRatio divides them.
+	E2EInstr   float64 `json:"e2e_instructions,omitempty"`
+	FloorInstr float64 `json:"floor_instructions,omitempty"`
+	InstrRatio float64 `json:"instructions_ratio,omitempty"`
+}
+
+// Spread is the min, median and max of a set of ratios.
+type Spread struct {
+	N      int     `json:"n"`
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+}
+
+func spreadOf(vs []float64) Spread {
+	if len(vs) == 0 {
+		return Spread{}
+	}
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	med := vs[len(vs)/2]
+	if len(vs)%2 == 0 {
+		med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+	}
+	return Spread{N: len(vs), Min: vs[0], Median: med, Max: vs[len(vs)-1]}
+}
+
+func (s Spread) String() string {
+	pairs := "pairs"
+	if s.N == 1 {
+		pairs = "pair"
+	}
+	return fmt.Sprintf("%.2f× median (min %.2f, max %.2f, %d %s)", s.Median, s.Min, s.Max, s.N, pairs)
+}
+
+func instructionsTotal(c CPU) float64 {
+	var t float64
+	for _, v := range c.Instructions {
+		t += v
+	}
+	return t
+}
+
+// rounds pairs each e2e run of the series with the floors beside it.
+func (r *Report) rounds() []Round {
+	var out []Round
+	for i, e := range r.E2ERounds {
+		if i+1 >= len(r.Floors) {
+			break
+		}
+		a, b := r.Floors[i], r.Floors[i+1]
+		floorRate := (a.Throughput + b.Throughput) / 2
+		floorCPU := (perUnit(a.CPU.own(), a.Unique) + perUnit(b.CPU.own(), b.Unique)) / 2
+		x := Round{
+			E2E: e.Throughput, FloorBefore: a.Throughput, FloorAfter: b.Throughput, Ratio: ratio(e.Throughput, floorRate),
+			E2ECPU: perUnit(e.CPU.own(), e.Unique), FloorCPU: floorCPU,
+			Worker: perUnit(e.CPU.Worker, e.Unique), Server: perUnit(e.CPU.Server, e.Unique),
+			FloorServer: (perUnit(a.CPU.Server, a.Unique) + perUnit(b.CPU.Server, b.Unique)) / 2,
+		}
+		x.CPURatio = ratio(x.E2ECPU, x.FloorCPU)
+		if ia, ib, ie := instructionsTotal(a.CPU), instructionsTotal(b.CPU), instructionsTotal(e.CPU); ia > 0 && ib > 0 && ie > 0 && e.Unique > 0 {
+			x.E2EInstr = ie / float64(e.Unique)
+			x.FloorInstr = (ia/float64(a.Unique) + ib/float64(b.Unique)) / 2
+			x.InstrRatio = ratio(x.E2EInstr, x.FloorInstr)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
 // evaluate computes the ratios and checks the issue's targets, each from
 // this run's measurements.
 func (r *Report) evaluate() {
-	r.FloorMean = (r.Floor.Throughput + r.FloorEnd.Throughput) / 2
-	if r.Floor.Throughput == 0 || r.FloorEnd.Throughput == 0 {
-		r.FloorMean = math.Max(r.Floor.Throughput, r.FloorEnd.Throughput)
+	if len(r.Floors) == 0 { // a report of the older layout: one e2e run between two floors
+		r.Floors, r.E2ERounds = []Result{r.Floor, r.FloorEnd}, []Result{r.E2E}
 	}
-	r.E2EOverFloor = ratio(r.E2E.Throughput, r.FloorMean)
+	r.Rounds = r.rounds()
+	var ratios, cpuRatios, instrRatios []float64
+	for _, x := range r.Rounds {
+		ratios = append(ratios, x.Ratio)
+		cpuRatios = append(cpuRatios, x.CPURatio)
+		if x.InstrRatio > 0 {
+			instrRatios = append(instrRatios, x.InstrRatio)
+		}
+	}
+	r.RatioSpread, r.CPURatioSpread, r.InstrRatioSpread = spreadOf(ratios), spreadOf(cpuRatios), spreadOf(instrRatios)
+	r.FloorMean = 0
+	for _, f := range r.Floors {
+		r.FloorMean += f.Throughput / float64(len(r.Floors))
+	}
+	r.E2EOverFloor = r.RatioSpread.Median
+	var e2eRates, floorRates []string
+	for _, e := range r.E2ERounds {
+		e2eRates = append(e2eRates, fmt.Sprintf("%.1f", e.Throughput))
+	}
+	for _, f := range r.Floors {
+		floorRates = append(floorRates, fmt.Sprintf("%.1f", f.Throughput))
+	}
 	r.E2EOverNaive = ratio(r.E2E.Throughput, r.Naive.Throughput)
 	r.BurstOverPlain = ratio(r.Burst.Rate, r.Plain.Throughput)
-	r.Targets = []Target{{What: "e2e / Temporal floor (mean of the floor right before and right after)", Want: "≥ 0.8×", Value: r.E2EOverFloor, Met: r.E2EOverFloor >= 0.8,
-		Measured: fmt.Sprintf("%.2f× (%.1f / %.1f; floor %.1f before, %.1f after)", r.E2EOverFloor, r.E2E.Throughput, r.FloorMean, r.Floor.Throughput, r.FloorEnd.Throughput)}}
+	r.Targets = []Target{{What: "e2e / Temporal floor (each e2e run over the mean of the floors right before and after it)", Want: "≥ 0.8× (median)", Value: r.E2EOverFloor, Met: r.E2EOverFloor >= 0.8,
+		Measured: fmt.Sprintf("%s; e2e %s /s, floors %s /s in run order", r.RatioSpread, strings.Join(e2eRates, ", "), strings.Join(floorRates, ", "))}}
+
+	var serverRatios []float64
+	for _, x := range r.Rounds {
+		serverRatios = append(serverRatios, ratio(x.Server, x.FloorServer))
+	}
+	sr := spreadOf(serverRatios)
+	t0 := Target{What: "dev server CPU per message, e2e / floor (each e2e run over the mean of the floors beside it)", Want: "≤ 1.1× (median)", Value: sr.Median, Met: sr.N > 0 && sr.Median <= 1.1}
+	if sr.N == 0 {
+		t0.Measured = "not measured"
+	} else {
+		t0.Measured = fmt.Sprintf("%s; the run's own processes, /proc CPU time: %s", sr, r.CPURatioSpread)
+		if r.InstrRatioSpread.N > 0 {
+			t0.Measured += fmt.Sprintf("; instructions of the workers, dev server and harness: %s", r.InstrRatioSpread)
+		}
+	}
+	r.Targets = append(r.Targets, t0)
 
 	paid, floor := r.Paid.Costs, r.Floor.Costs
 	t := Target{What: "Temporal actions per paid message", Want: "= the floor's per workflow"}

@@ -57,7 +57,8 @@ func TestTinyRun(t *testing.T) {
 	if rep.Paced == nil {
 		t.Fatal("no paced point")
 	}
-	runs := append([]Result{rep.E2E, rep.Paid, rep.Floor, rep.FloorEnd, rep.Naive, rep.Plain, *rep.Paced}, rep.Sweep...)
+	runs := append(append([]Result{rep.Paid, rep.Naive, rep.Plain, *rep.Paced}, rep.Floors...), rep.E2ERounds...)
+	runs = append(runs, rep.Sweep...)
 	for _, r := range append(runs, rep.ScaleOut...) {
 		if r.Throughput <= 0 || r.Latency.N == 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
 			t.Errorf("%s: implausible result %+v", r.Name, r)
@@ -73,8 +74,23 @@ func TestTinyRun(t *testing.T) {
 	if rep.E2E.CPU.Worker <= 0 || rep.WorkerPeakRSSMB <= 0 {
 		t.Errorf("worker resources not measured: CPU %.2fs, peak RSS %.1f MB", rep.E2E.CPU.Worker, rep.WorkerPeakRSSMB)
 	}
-	if len(rep.Targets) != 8 {
-		t.Errorf("%d targets evaluated, want 8", len(rep.Targets))
+	if len(rep.Targets) != 9 {
+		t.Errorf("%d targets evaluated, want 9", len(rep.Targets))
+	}
+	// The default series: floor, e2e, floor, e2e, floor, paired.
+	if len(rep.Floors) != 3 || len(rep.E2ERounds) != 2 || len(rep.Rounds) != 2 || rep.RatioSpread.N != 2 {
+		t.Errorf("series: %d floors, %d e2e runs, %d rounds, spread %+v", len(rep.Floors), len(rep.E2ERounds), len(rep.Rounds), rep.RatioSpread)
+	}
+	for i, x := range rep.Rounds {
+		if x.Ratio <= 0 || x.E2ECPU <= 0 || x.FloorCPU <= 0 || x.Server <= 0 || x.FloorServer <= 0 {
+			t.Errorf("round %d: %+v", i+1, x)
+		}
+	}
+	if rep.RatioSpread.Min > rep.RatioSpread.Median || rep.RatioSpread.Median > rep.RatioSpread.Max || rep.E2EOverFloor != rep.RatioSpread.Median {
+		t.Errorf("ratio spread %+v, e2e / floor %.2f", rep.RatioSpread, rep.E2EOverFloor)
+	}
+	if rep.CPUMeasure == "" {
+		t.Error("the report does not say how CPU was measured")
 	}
 	for _, tg := range rep.Targets {
 		if verdict(tg) == "N/A" {
@@ -101,7 +117,7 @@ func TestTinyRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## Targets", "## Temporal actions, history events and Postgres commits per message", "StartWorkflowExecution",
-		"## Where the CPU goes", "scale-out, 2 workers", "Temporal floor, right after", "naive layout", "plain consumer", "double charges"} {
+		"## Where the CPU goes", "scale-out, 2 workers", "Temporal floor 3", "e2e 2", "## The floor and e2e interleaved", "median (min", "naive layout", "plain consumer", "double charges"} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("the report lacks %q", want)
 		}

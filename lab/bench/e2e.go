@@ -242,6 +242,12 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 	defer func() { stopPoll(); pollDone.Wait() }()
 
 	before := s.sample()
+	instr := s.startInstructions(cfg)
+	defer func() {
+		if instr != nil { // an error return: stop perf
+			_, _ = instr.stop()
+		}
+	}()
 	published := make([]time.Time, len(p.msgs))
 	sent := make([]bool, len(p.msgs))
 	var nUnique int64
@@ -280,9 +286,12 @@ func (s *stack) runE2E(ctx context.Context, cfg Config, p plan, mode e2eMode) (R
 		return res, err
 	}
 	after := s.sample()
+	counted := s.stopInstructions(cfg, instr)
+	instr = nil
 	stopPoll()
 	pollDone.Wait()
 	res.CPU = cpuBetween(before, after)
+	res.CPU.Instructions = counted
 
 	// Per-message completion times, on the database's clock.
 	rows, err := s.pool.Query(ctx, completionTimes, message.ConsumerOrderPlaced, p.pattern)

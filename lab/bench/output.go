@@ -67,21 +67,26 @@ func resultRow(r Result, name string) row {
 // rows are the throughput table: the e2e run between its two floors, the
 // other reference points, the sweep, the paced point and the scale-out.
 func (r Report) rows() []row {
-	e2e := resultRow(r.E2E, "e2e (JetStream → worker → effects)")
-	e2e.workers = "1"
-	rows := []row{
-		resultRow(r.Floor, "Temporal floor, right before"),
-		e2e,
-		resultRow(r.FloorEnd, "Temporal floor, right after"),
+	var rows []row
+	floors, e2es := r.series()
+	for i, f := range floors {
+		rows = append(rows, resultRow(f, fmt.Sprintf("Temporal floor %d", i+1)))
+		if i < len(e2es) {
+			e2e := resultRow(e2es[i], fmt.Sprintf("e2e %d (JetStream → worker → effects)", i+1))
+			e2e.workers = "1"
+			rows = append(rows, e2e)
+		}
+	}
+	rows = append(rows,
 		resultRow(r.Paid, "e2e, paid messages only"),
 		resultRow(r.Naive, "naive layout (2 regular activities)"),
 		resultRow(r.Plain, "plain consumer (msgs/s, copies incl.)"),
-		{
+		row{
 			name: "duplicate burst (copies/s)", inflight: "async", workers: "1", unique: "0",
 			copies: fmt.Sprintf("%d/%d", r.Burst.Suppressed, r.Burst.Copies), rate: fmtRate(r.Burst.Rate),
 			p50: "-", p99: "-", pmax: "-", busy: fmt.Sprintf("%.0f%%", r.Burst.CPU.MachineBusy*100),
 		},
-	}
+	)
 	for _, s := range r.Sweep {
 		x := resultRow(s, fmt.Sprintf("sweep, in-flight %d", s.InFlight))
 		x.workers = "1"
@@ -98,6 +103,15 @@ func (r Report) rows() []row {
 	return rows
 }
 
+// series is the floors and e2e runs in the order they ran: Floors and
+// E2ERounds, or for a report from before the series Floor, E2E, FloorEnd.
+func (r Report) series() (floors, e2es []Result) {
+	if len(r.Floors) > 0 {
+		return r.Floors, r.E2ERounds
+	}
+	return []Result{r.Floor, r.FloorEnd}, []Result{r.E2E}
+}
+
 // WriteTable prints the results, the targets and the counts as text.
 func (r Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -110,11 +124,60 @@ func (r Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %-34s per %-14s actions %-5s history events %-5s commits %s  [%s]\n", c.name, c.costs.Unit, fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()),
 			fmtEvents(c.costs), fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), c.costs.ActionsByType())
 	}
-	fmt.Fprintf(w, "\nratios: e2e / mean floor %.2f (floor %.1f before, %.1f after), e2e / naive %.2f, duplicate suppression / plain consumer %.2f; the sweep's best rate %.1f/s\n",
-		r.E2EOverFloor, r.Floor.Throughput, r.FloorEnd.Throughput, r.E2EOverNaive, r.BurstOverPlain, r.MaxRate)
+	fmt.Fprintf(w, "\nratios: e2e / floor beside it %s, e2e / naive %.2f, duplicate suppression / plain consumer %.2f; the sweep's best rate %.1f/s\n",
+		r.RatioSpread, r.E2EOverNaive, r.BurstOverPlain, r.MaxRate)
+	for i, x := range r.Rounds {
+		fmt.Fprintf(w, "  round %d: e2e %.1f/s over floors %.1f and %.1f/s: %.2f×; CPU ms per message e2e %.1f (worker %.1f, dev server %.1f) over the floors' %.1f (dev server %.1f): %.2f×%s\n",
+			i+1, x.E2E, x.FloorBefore, x.FloorAfter, x.Ratio, x.E2ECPU, x.Worker, x.Server, x.FloorCPU, x.FloorServer, x.CPURatio, x.instrText())
+	}
+	if r.CPUMeasure != "" {
+		fmt.Fprintf(w, "  CPU measured as %s\n", r.CPUMeasure)
+	}
 	for _, t := range r.Targets {
 		fmt.Fprintf(w, "  %-4s %s %s: %s\n", verdict(t), t.What, t.Want, t.Measured)
 	}
+}
+
+// instrText is the round's instructions, where perf counted them.
+func (x Round) instrText() string {
+	if x.InstrRatio == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; instructions per message %.3g over %.3g: %.2f×", x.E2EInstr, x.FloorInstr, x.InstrRatio)
+}
+
+// roundsSection renders the interleaved series pair by pair.
+func (r Report) roundsSection() string {
+	if len(r.Rounds) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## The floor and e2e interleaved\n\n")
+	fmt.Fprintf(&b, "Floor and e2e runs alternate (floor 1, e2e 1, floor 2, …), and each e2e run is divided by the mean of the floors right before and right after it, so that a drift of the machine's speed moves both sides of a ratio. CPU per message is measured as %s. CPU milliseconds per unique message (e2e) and per workflow (floor) are those of the run's own processes (the CPU table's total less `other`, which is other tenants' work).\n\n", r.CPUMeasure)
+	instr := r.InstrRatioSpread.N > 0
+	b.WriteString("| round | floor before /s | e2e /s | floor after /s | ratio | e2e CPU ms | worker | dev server | floor CPU ms | floor's dev server | CPU ratio | dev server ratio |")
+	if instr {
+		b.WriteString(" e2e instructions | floor instructions | instructions ratio |")
+	}
+	b.WriteString("\n|" + strings.Repeat("---|", 12))
+	if instr {
+		b.WriteString(strings.Repeat("---|", 3))
+	}
+	b.WriteString("\n")
+	for i, x := range r.Rounds {
+		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.1f | **%.2f×** | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f× | %.2f× |", i+1, x.FloorBefore, x.E2E, x.FloorAfter, x.Ratio,
+			x.E2ECPU, x.Worker, x.Server, x.FloorCPU, x.FloorServer, x.CPURatio, ratio(x.Server, x.FloorServer))
+		if instr {
+			fmt.Fprintf(&b, " %.3g | %.3g | %.2f× |", x.E2EInstr, x.FloorInstr, x.InstrRatio)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "\nRatio of the rates: %s. Ratio of the CPU per message: %s.", r.RatioSpread, r.CPURatioSpread)
+	if instr {
+		fmt.Fprintf(&b, " Ratio of the instructions per message: %s.", r.InstrRatioSpread)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 func fmtPer(v float64, measured bool) string {
@@ -143,8 +206,8 @@ func (r Report) costRows() []costRow {
 		{"e2e, paid messages only", r.Paid.Costs},
 		{"e2e (copies and declines included)", r.E2E.Costs},
 		{"duplicate burst (copies only)", r.Burst.Costs},
-		{"Temporal floor, right before e2e", r.Floor.Costs},
-		{"Temporal floor, right after e2e", r.FloorEnd.Costs},
+		{"Temporal floor, first", r.Floor.Costs},
+		{"Temporal floor, last", r.FloorEnd.Costs},
 		{"plain consumer", r.Plain.Costs},
 	} {
 		if c.costs != nil {
@@ -176,9 +239,9 @@ func (r Report) Markdown(chart string) string {
 	fmt.Fprintf(&b, "Commit `%s`, measured by `lab/bench` (`go run ./lab/bench/cmd/bench`); every number below was measured in this run. "+
 		"%s, %d CPUs, %d MB; %s; %s; PostgreSQL %s; %s. Load before the run: %.0f%% of the CPUs busy, load average %s. The whole run took %s.\n\n",
 		commit, e.CPUModel, e.CPUs, e.MemoryMB, e.Temporal, e.NATS, e.Postgres, e.GoVersion, e.BackgroundBusy*100, e.LoadAverage, r.Elapsed.Round(time.Second))
-	fmt.Fprintf(&b, "e2e: %d messages, %.0f%% copies, %.0f%% declines, in-flight %d; paid-only run %d messages; floor %d workflows; naive %d; plain consumer %d messages on %d connections; "+
+	fmt.Fprintf(&b, "e2e: %d rounds of %d messages, %.0f%% copies, %.0f%% declines, in-flight %d, gRPC compression %s; paid-only run %d messages; floor %d workflows; naive %d; plain consumer %d messages on %d connections; "+
 		"duplicate burst %d copies; sweep %v × %d messages; scale-out %v workers × %d messages; simulators answer in %s; seed %d.",
-		c.Messages, c.DuplicateRatio*100, c.DeclineRatio*100, c.InFlight, c.PaidMessages, c.FloorWorkflows, c.NaiveWorkflows, c.PlainMessages, c.PlainClients,
+		max(1, c.Rounds), c.Messages, c.DuplicateRatio*100, c.DeclineRatio*100, c.InFlight, c.GrpcCompression, c.PaidMessages, c.FloorWorkflows, c.NaiveWorkflows, c.PlainMessages, c.PlainClients,
 		c.DuplicateBurst, c.Sweep, c.SweepMessages, c.Workers, c.ScaleMessages, c.Latency, c.Seed)
 	if len(c.WorkerEnv) > 0 {
 		fmt.Fprintf(&b, " Worker environment additions: `%s`.", strings.Join(c.WorkerEnv, " "))
@@ -187,6 +250,7 @@ func (r Report) Markdown(chart string) string {
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", t.What, t.Want, t.Measured, verdict(t))
 	}
+	b.WriteString(r.roundsSection())
 	b.WriteString(r.costSection())
 	b.WriteString(r.cpuSection())
 	b.WriteString(r.sweepSection(chart))
@@ -200,10 +264,10 @@ func (r Report) Markdown(chart string) string {
 		fmt.Sprintf("%s have passed. ", c.Settle) +
 		"Postgres transactions are counted as they end by a proxy in the harness that the workers and the reference points connect through (every ReadyForQuery with status idle ends one: a commit, or a rollback after an error or a ROLLBACK), which is what `pg_stat_database.xact_commit` counts; xact_commit itself cannot be read per phase here, because Postgres 15 publishes an idle backend's counts only at its next transaction. The harness's own queries go through a second proxy and are not counted with them; the cross-check above compares the totals with xact_commit. History events are the mean `HistoryLength` of up to " +
 		fmt.Sprintf("%d", c.HistorySample) + " workflows of the phase (`DescribeWorkflowExecution`).\n")
-	b.WriteString("- **Temporal floor**: a bench-only workflow with two no-op local activities, started with `EnableEagerStart` from the client its worker uses, in the harness process; measured right before and right after the e2e run, and the ratio divides by their mean. **naive layout**: two regular activities doing the same charge, mail and record, started from a second client. **plain consumer**: one transaction per message (`INSERT … ON CONFLICT DO NOTHING` of the processed row, and the order's upsert for a new one), no broker, no Temporal.\n")
+	b.WriteString("- **Temporal floor**: a bench-only workflow with two no-op local activities, started with `EnableEagerStart` from the client its worker uses, in the harness process; measured before, between and after the e2e runs, and each e2e run's ratio divides by the mean of the two floors beside it. **naive layout**: two regular activities doing the same charge, mail and record, started from a second client. **plain consumer**: one transaction per message (`INSERT … ON CONFLICT DO NOTHING` of the processed row, and the order's upsert for a new one), no broker, no Temporal.\n")
 	b.WriteString("- **duplicate burst**: copies of recorded messages published back to back; its rate is the copies the inbox counted over the time from the first publish. **scale-out**: the same e2e path with more worker processes (same binary, task queue and durable consumer) against the one dev server; each added worker's pool is " +
 		fmt.Sprintf("%d", extraWorkerConns) + " connections (`DATABASE_MAX_CONNS`; the first keeps the default), as Postgres here allows 100 connections in all.\n")
-	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker processes, the dev server, the harness, every `postgres` and `nats-server` process, sampled at each phase's start and end; `other` is the rest of the machine's busy time (`/proc/stat`). Peak RSS is the largest worker `VmHWM`.\n")
+	b.WriteString("- **CPU**: user+system seconds from `/proc/<pid>/stat` of the worker processes, the dev server, the harness, every `postgres` and `nats-server` process, sampled at each phase's start and end; `other` is the rest of the machine's busy time (`/proc/stat`). Peak RSS is the largest worker `VmHWM`. Instructions, where the machine counts them, are `perf stat -p` over the same interval of the e2e and floor runs.\n")
 
 	b.WriteString("\n## Notes\n\n")
 	for _, n := range r.notes() {
@@ -256,8 +320,9 @@ func (r Report) costSection() string {
 // pollers (and Postgres's own) over their interval.
 func (r Report) backgroundCommits() (float64, bool) {
 	var n, secs float64
-	for _, c := range []*Costs{r.Floor.Costs, r.FloorEnd.Costs} {
-		if c.CommitsMeasured() && c.Interval > 0 {
+	floors, _ := r.series()
+	for _, f := range floors {
+		if c := f.Costs; c.CommitsMeasured() && c.Interval > 0 {
 			n += c.Commits
 			secs += c.Interval.Seconds()
 		}
@@ -284,11 +349,22 @@ func (r Report) sweepSection(chart string) string {
 	return b.String()
 }
 
+// unsteadyFloors is how far apart the two floors of a round may be
+// before the report says the machine's speed changed within it.
+const unsteadyFloors = 1.3
+
 // notes are the honest remarks that follow from the numbers.
 func (r Report) notes() []string {
 	var n []string
 	if bg := r.Environment.BackgroundBusy; bg > 0.15 {
 		n = append(n, fmt.Sprintf("**The machine was not idle**: %.0f%% of the CPUs were busy during the 2 s before the run (load average %s); the timings are lower than this machine gives when idle. The counts are not affected.", bg*100, r.Environment.LoadAverage))
+	}
+	for i, x := range r.Rounds {
+		lo, hi := math.Min(x.FloorBefore, x.FloorAfter), math.Max(x.FloorBefore, x.FloorAfter)
+		if lo > 0 && hi/lo > unsteadyFloors {
+			n = append(n, fmt.Sprintf("Round %d's floors differ by %.1f× (%.1f and %.1f/s): the machine's speed changed within the round, so its rate ratio (%.2f×) says more about the load than about the code; its CPU per message (%.2f× the floors') less so.",
+				i+1, hi/lo, x.FloorBefore, x.FloorAfter, x.Ratio, x.CPURatio))
+		}
 	}
 	if r.E2E.Suppressed != r.E2E.Duplicates {
 		n = append(n, fmt.Sprintf("The inbox counted %d copies where %d were published (a redelivery counts as one more copy; a shortfall means copies were still in flight when the wait ended).", r.E2E.Suppressed, r.E2E.Duplicates))
@@ -318,9 +394,16 @@ func (r Report) cpuSection() string {
 		r    Result
 		n    int
 	}
-	runs := []named{{"e2e", r.E2E, r.E2E.Unique}, {"Temporal floor, before", r.Floor, r.Floor.Unique}, {"Temporal floor, after", r.FloorEnd, r.FloorEnd.Unique},
-		{"naive layout", r.Naive, r.Naive.Unique}, {"plain consumer", r.Plain, r.Plain.Messages},
-		{"duplicate burst (per copy)", Result{CPU: r.Burst.CPU, Throughput: r.Burst.Rate}, r.Burst.Suppressed}}
+	var runs []named
+	floors, e2es := r.series()
+	for i, f := range floors {
+		runs = append(runs, named{fmt.Sprintf("Temporal floor %d", i+1), f, f.Unique})
+		if i < len(e2es) {
+			runs = append(runs, named{fmt.Sprintf("e2e %d", i+1), e2es[i], e2es[i].Unique})
+		}
+	}
+	runs = append(runs, named{"naive layout", r.Naive, r.Naive.Unique}, named{"plain consumer", r.Plain, r.Plain.Messages},
+		named{"duplicate burst (per copy)", Result{CPU: r.Burst.CPU, Throughput: r.Burst.Rate}, r.Burst.Suppressed})
 	for _, s := range r.ScaleOut {
 		runs = append(runs, named{fmt.Sprintf("scale-out, %d workers", s.Workers), s, s.Unique})
 	}
@@ -386,7 +469,11 @@ func (r Report) scaleOutFinding() string {
 	return s
 }
 
-func (c CPU) total() float64 { return c.Server + c.Worker + c.Harness + c.Postgres + c.NATS + c.Other }
+func (c CPU) total() float64 { return c.own() + c.Other }
+
+// own is the CPU of the run's own processes: the machine's other work
+// (Other) left out, so that other tenants' load does not enter it.
+func (c CPU) own() float64 { return c.Server + c.Worker + c.Harness + c.Postgres + c.NATS }
 
 func perUnit(sec float64, n int) float64 {
 	if n == 0 {

@@ -202,6 +202,10 @@ type CPU struct {
 	// Other is the CPU seconds of everything else busy meanwhile: the
 	// kernel's own work, and whatever else ran on the machine.
 	Other float64 `json:"other_s"`
+	// Instructions are the CPU instructions perf counted by process group
+	// (worker, server, harness) for the e2e and floor runs; nil where perf
+	// cannot count them (Report.CPUMeasure says why).
+	Instructions map[string]float64 `json:"instructions,omitempty"`
 }
 
 func cpuBetween(a, b usage) CPU {

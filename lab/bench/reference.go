@@ -124,9 +124,11 @@ func (s *stack) runFloor(ctx context.Context, cfg Config, measure func(run func(
 	)
 	measured := func() error {
 		before := s.sample()
+		instr := s.startInstructions(cfg)
 		var err error
 		lat, elapsed, err = runConcurrent(ctx, cfg.FloorWorkflows, cfg.InFlight, run("run"))
 		res.CPU = cpuBetween(before, s.sample())
+		res.CPU.Instructions = s.stopInstructions(cfg, instr)
 		return err
 	}
 	if measure == nil {

@@ -74,6 +74,9 @@ type stack struct {
 	// compression is the gRPC compression of every client of the run,
 	// the worker's and the reference points' alike.
 	compression string
+	// perfEvent is the perf event that counts instructions here, "" when
+	// none does (probePerf).
+	perfEvent string
 
 	// broker is the run's broker (Config.Broker) and its stream, topic
 	// or queue.
@@ -569,8 +572,9 @@ func (s *stack) profileWorker(ctx context.Context, seconds int) <-chan profile {
 // dev server, no logs, and the run's gRPC compression.
 func (s *stack) clientOptions() client.Options {
 	o := client.Options{HostPort: s.temporalAddr, Logger: quietLogger()}
-	if s.compression == "none" {
-		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
-	}
+	// The worker's own choice (temporalclient.Compression), so that both
+	// sides of a ratio speak the same encoding; Run refuses a value it
+	// does not know.
+	o.ConnectionOptions.GrpcCompression, _ = temporalclient.Compression(s.compression, s.temporalAddr)
 	return o
 }

@@ -43,7 +43,7 @@ func TestTestDepsNamesWhatIsMissing(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr)
 	}
-	want := "apt-get install -y --no-install-recommends nats-server prometheus chromium rabbitmq-server"
+	want := "apt-get install -y --no-install-recommends nats-server prometheus chromium rabbitmq-server linux-perf"
 	if !strings.Contains(stderr, want) {
 		t.Fatalf("stderr does not name the install command %q:\n%s", want, stderr)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -29,8 +30,11 @@ import (
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/adapter/audit"
 	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/sim/sendgridsim"
@@ -142,9 +146,11 @@ func StartSims(t testing.TB) *Sims {
 }
 
 // PaymentClient returns a real stripe-go client pointed at the simulator.
-func (s *Sims) PaymentClient(t testing.TB) *payment.Client {
+func (s *Sims) PaymentClient(t testing.TB) *payment.Client { return s.paymentClient(t, nil) }
+
+func (s *Sims) paymentClient(t testing.TB, limit func(http.RoundTripper) http.RoundTripper) *payment.Client {
 	t.Helper()
-	c, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: s.StripeURL, Timeout: 10 * time.Second}) //nolint:gosec // fake key for the local Stripe simulator
+	c, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: s.StripeURL, Timeout: 10 * time.Second, Limit: limit}) //nolint:gosec // fake key for the local Stripe simulator
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,13 +158,29 @@ func (s *Sims) PaymentClient(t testing.TB) *payment.Client {
 }
 
 // EmailClient returns a real sendgrid-go client pointed at the simulator.
-func (s *Sims) EmailClient(t testing.TB) *email.Client {
+func (s *Sims) EmailClient(t testing.TB) *email.Client { return s.emailClient(t, nil) }
+
+func (s *Sims) emailClient(t testing.TB, limit func(http.RoundTripper) http.RoundTripper) *email.Client {
 	t.Helper()
-	c, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: s.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second}) //nolint:gosec // fake key for the local SendGrid simulator
+	c, err := email.New(email.Config{APIKey: "SG.testenv", BaseURL: s.SendGridURL, From: "receipts@example.com", Timeout: 5 * time.Second, Limit: limit}) //nolint:gosec // fake key for the local SendGrid simulator
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// limit is the transport wrapper of one provider's shared rate limits, as
+// the worker binary builds it; nil when neither rate is on.
+func limit(t testing.TB, st *store.Store, provider string, global, endpoint ratelimit.Rate) func(http.RoundTripper) http.RoundTripper {
+	t.Helper()
+	if !global.On() && !endpoint.On() {
+		return nil
+	}
+	l, err := ratelimit.New(st, ratelimit.Config{Provider: provider, Global: global, Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Transport
 }
 
 // Stack is every real component, with an in-process worker.
@@ -198,6 +220,10 @@ type StackOptions struct {
 	UIPort string
 	// Audit configures the activities' Auditor (AuditLedger).
 	Audit audit.Config
+	// RateLimits, when any is on, pace the worker's provider calls as the
+	// worker binary does (worker/deps.go): buckets shared in the stack's
+	// database, 429s honoured. Zero: no limiter.
+	RateLimits config.RateLimits
 }
 
 // NewStack starts a dev server, the simulators, a fresh database and a worker
@@ -241,12 +267,14 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 	}
 	s.Worker = worker.New(s.Client, s.TaskQueue, worker.Options{})
 	wfs.Register(s.Worker)
-	auditor, err := audit.New(s.Store, s.Sims.PaymentClient(t), o.Audit)
+	pay := s.Sims.paymentClient(t, limit(t, s.Store, metrics.ProviderStripe, o.RateLimits.Stripe, o.RateLimits.StripeEndpoint))
+	mail := s.Sims.emailClient(t, limit(t, s.Store, metrics.ProviderSendGrid, o.RateLimits.SendGrid, ratelimit.Rate{}))
+	auditor, err := audit.New(s.Store, pay, o.Audit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	activities.Register(s.Worker, &activities.Activities{
-		Store: s.Store, Payments: s.Sims.PaymentClient(t), Mailer: s.Sims.EmailClient(t), EmailPolicy: o.EmailPolicy,
+		Store: s.Store, Payments: pay, Mailer: mail, EmailPolicy: o.EmailPolicy,
 		Retention: o.Retention.Prune(), Auditor: auditor,
 	})
 	if err := s.Worker.Start(); err != nil {

@@ -124,11 +124,14 @@ type Report struct {
 	// of this deployment listed.
 	Requests int `json:"stripe_requests"`
 	Listed   int `json:"payment_intents_listed"`
-	// Findings are the findings of this run, each once; New counts the
-	// ones not kept before.
+	// Findings are the findings of this run, each once, as kept (first
+	// detail, resolution if any); New counts the ones not kept before, and
+	// Resolved the ones an operator marked resolved (`starter audit
+	// resolve`): found again, they stay resolved.
 	Findings []Reported `json:"-"`
 	New      int        `json:"new_findings"`
 	Found    int        `json:"findings"`
+	Resolved int        `json:"resolved_findings"`
 }
 
 // run is the state of one run.
@@ -179,14 +182,17 @@ func (r *run) report(ctx context.Context, f store.Finding) error {
 		return nil
 	}
 	r.seen[k] = true
-	isNew, err := r.a.store.RecordFinding(ctx, f)
+	kept, isNew, err := r.a.store.RecordFinding(ctx, f)
 	if err != nil {
 		return err
 	}
-	r.rep.Findings = append(r.rep.Findings, Reported{Finding: f, New: isNew})
+	r.rep.Findings = append(r.rep.Findings, Reported{Finding: kept, New: isNew})
 	r.rep.Found++
 	if isNew {
 		r.rep.New++
+	}
+	if kept.ResolvedAt != nil {
+		r.rep.Resolved++
 	}
 	return nil
 }

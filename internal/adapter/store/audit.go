@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,9 +69,11 @@ type Finding struct {
 }
 
 // RecordFinding keeps f, once per (kind, object): a finding seen before
-// only moves its last_seen_at (and keeps its first detail). It reports
-// whether the row is new.
-func (s *Store) RecordFinding(ctx context.Context, f Finding) (inserted bool, err error) {
+// only moves its last_seen_at (and keeps its first detail, and its
+// resolution if an operator resolved it: a difference settled outside the
+// ledger, such as a refunded second charge, is found again by every audit
+// of its window). It returns the row as kept and whether it is new.
+func (s *Store) RecordFinding(ctx context.Context, f Finding) (kept Finding, inserted bool, err error) {
 	ids := f.StripeIDs
 	if ids == nil {
 		ids = []string{}
@@ -79,16 +82,54 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (inserted bool, er
 	if f.OrderID != 0 {
 		orderID = &f.OrderID
 	}
-	err = s.pool.QueryRow(ctx, `
+	kept, err = scanFinding(s.pool.QueryRow(ctx, `
 		INSERT INTO audit_findings (kind, object, consumer, message_id, order_id, stripe_ids, ledger_ref, detail)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (kind, object) DO UPDATE SET last_seen_at = now()
-		RETURNING xmax = 0`,
-		string(f.Kind), f.Object, f.Consumer, f.MessageID, orderID, ids, f.LedgerRef, f.Detail).Scan(&inserted)
+		RETURNING `+findingColumns+`, xmax = 0`,
+		string(f.Kind), f.Object, f.Consumer, f.MessageID, orderID, ids, f.LedgerRef, f.Detail), &inserted)
 	if err != nil {
-		return false, fmt.Errorf("record audit finding %s %s: %w", f.Kind, f.Object, translate(err))
+		return Finding{}, false, fmt.Errorf("record audit finding %s %s: %w", f.Kind, f.Object, err)
 	}
-	return inserted, nil
+	return kept, inserted, nil
+}
+
+const findingColumns = `kind, object, consumer, message_id, coalesce(order_id, 0), stripe_ids, ledger_ref, detail,
+	found_at, last_seen_at, resolved_at, coalesce(resolution, '')`
+
+// scanFinding scans findingColumns, then extra.
+func scanFinding(row pgx.Row, extra ...any) (Finding, error) {
+	var x Finding
+	err := row.Scan(append([]any{&x.Kind, &x.Object, &x.Consumer, &x.MessageID, &x.OrderID, &x.StripeIDs, &x.LedgerRef, &x.Detail,
+		&x.FoundAt, &x.LastSeenAt, &x.ResolvedAt, &x.Resolution}, extra...)...)
+	return x, translate(err)
+}
+
+// ResolveFinding marks finding (kind, object) resolved with the operator's
+// reason, kept with the row; the open-findings gauge drops at once. It
+// changes nothing else: settling the difference (a refund, a corrected
+// row) is the operator's (docs/runbook.md). A finding that does not exist
+// is ErrNotFound; one resolved before is returned as it stands, its first
+// resolution kept, with ErrResolved.
+func (s *Store) ResolveFinding(ctx context.Context, kind FindingKind, object, reason string) (Finding, error) {
+	if strings.TrimSpace(reason) == "" {
+		return Finding{}, fmt.Errorf("resolve audit finding %s %s: a reason is required", kind, object)
+	}
+	f, err := scanFinding(s.pool.QueryRow(ctx, `
+		UPDATE audit_findings SET resolved_at = now(), resolution = $3
+		 WHERE kind = $1 AND object = $2 AND resolved_at IS NULL
+		RETURNING `+findingColumns, string(kind), object, reason))
+	if !errors.Is(err, ErrNotFound) {
+		if err != nil {
+			return Finding{}, fmt.Errorf("resolve audit finding %s %s: %w", kind, object, err)
+		}
+		return f, nil
+	}
+	f, err = scanFinding(s.pool.QueryRow(ctx, `SELECT `+findingColumns+` FROM audit_findings WHERE kind = $1 AND object = $2`, string(kind), object))
+	if err != nil {
+		return Finding{}, fmt.Errorf("resolve audit finding %s %s: %w", kind, object, err)
+	}
+	return f, fmt.Errorf("resolve audit finding %s %s: %w at %s", kind, object, ErrResolved, f.ResolvedAt.UTC().Format(time.RFC3339))
 }
 
 // FindingFilter selects findings. Zero fields select everything.
@@ -105,23 +146,15 @@ func (s *Store) Findings(ctx context.Context, f FindingFilter) ([]Finding, error
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT kind, object, consumer, message_id, coalesce(order_id, 0), stripe_ids, ledger_ref, detail,
-		       found_at, last_seen_at, resolved_at, coalesce(resolution, '')
-		  FROM audit_findings
+	rows, err := s.pool.Query(ctx, `SELECT `+findingColumns+` FROM audit_findings
 		 WHERE ($1 = '' OR kind = $1) AND ($2 OR resolved_at IS NULL)
 		 ORDER BY found_at, kind, object LIMIT $3`, string(f.Kind), f.All, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit findings: %w", translate(err))
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finding, error) {
-		var x Finding
-		err := row.Scan(&x.Kind, &x.Object, &x.Consumer, &x.MessageID, &x.OrderID, &x.StripeIDs, &x.LedgerRef, &x.Detail,
-			&x.FoundAt, &x.LastSeenAt, &x.ResolvedAt, &x.Resolution)
-		return x, err
-	})
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finding, error) { return scanFinding(row) })
 	if err != nil {
-		return nil, fmt.Errorf("list audit findings: %w", translate(err))
+		return nil, fmt.Errorf("list audit findings: %w", err)
 	}
 	return out, nil
 }

@@ -545,8 +545,8 @@ func (s *Store) PaymentAnomalies(ctx context.Context, all bool, limit int) ([]Pa
 	return out, nil
 }
 
-// ErrResolved is returned by ResolvePaymentAnomaly for an anomaly resolved
-// before: the first resolution and its reason stand.
+// ErrResolved is returned by ResolvePaymentAnomaly and ResolveFinding for
+// a row resolved before: the first resolution and its reason stand.
 var ErrResolved = errors.New("already resolved")
 
 // ResolvePaymentAnomaly marks anomaly eventID resolved with the operator's

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -62,22 +64,58 @@ func Options(cfg Config, logger *slog.Logger) client.Options {
 }
 
 // EnvCompression names the variable that chooses the gRPC compression of
-// requests to Temporal: gzip (the SDK's default) or none. gzip saves
-// bandwidth to a remote cluster; none saves the CPU of compressing every
-// request and response (the server answers in the request's encoding), which
-// is the better trade-off on a local network.
+// requests to Temporal: auto (the default), gzip (the SDK's default) or
+// none. gzip saves bandwidth to a remote cluster; none saves the CPU of
+// compressing every request and response on both sides (the server answers
+// in the request's encoding), which is the better trade-off on a local
+// network. auto picks none for a local address (LocalAddress), else gzip.
 const EnvCompression = "EFFECTIVELY_GRPC_COMPRESSION"
 
-// Compression parses the value of EnvCompression ("" is gzip).
-func Compression(v string) (client.GrpcCompression, error) {
+// Compression parses the value of EnvCompression for a client of the
+// frontend at hostPort (TEMPORAL_ADDRESS; "" is the SDK's default,
+// localhost:7233). "" and "auto" choose by the address: none when
+// LocalAddress(hostPort), gzip otherwise.
+func Compression(v, hostPort string) (client.GrpcCompression, error) {
 	switch v {
-	case "", "gzip":
+	case "", "auto":
+		if LocalAddress(hostPort) {
+			return &client.GrpcCompressionNone{}, nil
+		}
+		return &client.GrpcCompressionGzip{}, nil
+	case "gzip":
 		return &client.GrpcCompressionGzip{}, nil
 	case "none":
 		return &client.GrpcCompressionNone{}, nil
 	default:
-		return nil, fmt.Errorf("%s=%q: use gzip or none", EnvCompression, v)
+		return nil, fmt.Errorf("%s=%q: use auto, gzip or none", EnvCompression, v)
 	}
+}
+
+// LocalAddress reports whether hostPort names a server on this machine or
+// a private network, by its literal host alone: localhost, a loopback
+// address (127.0.0.0/8, ::1), a private one (RFC 1918, fc00::/7) or a
+// link-local one (169.254.0.0/16, fe80::/10). "" is the SDK's default,
+// localhost. Any other DNS name is not local, whatever it resolves to: the
+// decision needs no lookup and cannot change while the process runs, and a
+// wrong "not local" only costs the CPU of gzip.
+func LocalAddress(hostPort string) bool {
+	if hostPort == "" {
+		hostPort = client.DefaultHostPort
+	}
+	host := hostPort
+	if h, _, err := net.SplitHostPort(hostPort); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	addr = addr.Unmap()
+	return addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast()
 }
 
 // Dial connects with the options of cfg and returns the client and its

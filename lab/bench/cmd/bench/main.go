@@ -10,6 +10,7 @@
 //	go run ./lab/bench/cmd/bench -quick          # a small run
 //	go run ./lab/bench/cmd/bench -n 2000 -sweep 8,64 -latency 10ms
 //	go run ./lab/bench/cmd/bench -n 300 -sweep none -workers 1,2,3
+//	go run ./lab/bench/cmd/bench -n 400 -floor 300 -rounds 3 -sweep none -workers none -http-n -1 -drain -1 -cluster -1 -naive 50 -plain 300 -paid 50 -profile 0  # the floor/e2e series alone, a few minutes
 //
 // It needs Postgres (TEST_DATABASE_URL), NATS with JetStream (TEST_NATS_URL)
 // and the Temporal CLI (bin/temporal or TEMPORAL_CLI). Exit codes: 0 the run
@@ -56,7 +57,11 @@ func run() int {
 		waiters   = fs.Int("http-waiters", 0, "concurrent Prefer: wait requests of the HTTP phase (default 1000)")
 		settle    = fs.Duration("settle", 0, "wait before each reading of the counts, for the workers' trailing statements (default 2s)")
 		metrics   = fs.String("temporal-metrics", "", "Prometheus endpoint of the -temporal server, for its action counter (a dev server started here exposes its own)")
-		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: gzip or none (default gzip, the SDK's default)")
+		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: auto (none to a local address), gzip or none (default auto, the worker's default)")
+		rounds    = fs.Int("rounds", 0, "e2e runs interleaved with Temporal's floor (floor, e2e, floor, …, floor); each ratio uses the floors beside its e2e run (default 2)")
+		floorN    = fs.Int("floor", 0, "workflows of each Temporal floor run (default 2000)")
+		naiveN    = fs.Int("naive", 0, "workflows of the naive layout (default 1000)")
+		plainN    = fs.Int("plain", 0, "messages of the plain consumer, and copies of the duplicate burst (default -n)")
 		workerBin = fs.String("worker-bin", "", "a prebuilt worker binary to measure (default: build ./worker from this checkout)")
 		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20)")
 		out       = fs.String("out", "results", "folder for the markdown report, the PNG chart and the JSON")
@@ -118,6 +123,18 @@ func run() int {
 	if *scaleN > 0 {
 		cfg.ScaleMessages = *scaleN
 	}
+	if *rounds > 0 {
+		cfg.Rounds = *rounds
+	}
+	if *floorN > 0 {
+		cfg.FloorWorkflows = *floorN
+	}
+	if *naiveN > 0 {
+		cfg.NaiveWorkflows = *naiveN
+	}
+	if *plainN > 0 {
+		cfg.PlainMessages, cfg.DuplicateBurst = *plainN, *plainN
+	}
 	if *paidN > 0 {
 		cfg.PaidMessages = *paidN
 	}
@@ -145,10 +162,10 @@ func run() int {
 		return 2
 	}
 	switch *compress {
-	case "", "gzip", "none":
+	case "", "auto", "gzip", "none":
 		cfg.GrpcCompression = *compress
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -grpc-compression %q: use gzip or none\n", *compress)
+		fmt.Fprintf(os.Stderr, "bench: -grpc-compression %q: use auto, gzip or none\n", *compress)
 		return 2
 	}
 	fs.Visit(func(f *flag.Flag) {
