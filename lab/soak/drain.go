@@ -2,14 +2,14 @@ package soak
 
 import (
 	"context"
-
 	"fmt"
-	enumspb "go.temporal.io/api/enums/v1"
 	"math"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -319,21 +319,19 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		if err != nil {
 			return out, err
 		}
-		d, err := st.Temporal.DescribeWorkflowExecution(ctx, wf, "")
-		if err != nil {
-			return out, fmt.Errorf("describe %s: %w", wf, err)
-		}
-		out.created = append(out.created, d.GetWorkflowExecutionInfo().GetStartTime().AsTime().Sub(in))
-		task := time.Time{}
+		var created, task time.Time
 		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext() && task.IsZero(); {
 			ev, err := it.Next()
 			if err != nil {
 				return out, fmt.Errorf("history of %s: %w", wf, err)
 			}
-			if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
+			if t := ev.GetEventType(); t == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED {
+				created = ev.GetEventTime().AsTime()
+			} else if t == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
 				task = ev.GetEventTime().AsTime()
 			}
 		}
+		out.created = append(out.created, created.Sub(in))
 		out.task = append(out.task, task.Sub(in))
 		out.refund = append(out.refund, refunded.Sub(claimed))
 		out.receipt = append(out.receipt, mailed.Sub(refunded))

@@ -39,11 +39,12 @@ const (
 // with rate limits (Stripe global and per endpoint, SendGrid per key), a
 // database, JetStream and the worker binary configured with limits
 // (workerEndpoint per Stripe endpoint and for SendGrid, 4× for Stripe's
-// global).
+// global), a JetStream consumer per route, and the dev server's fairness on
+// (the routes' fairness keys at its task queues).
 func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack {
 	t.Helper()
 	ctx := context.Background()
-	tsrv := testenv.StartTemporal(t)
+	tsrv := testenv.StartTemporalWithFairness(t)
 	sims := testenv.StartSims(t)
 	sims.Stripe.SetRateLimits(stripesim.RateLimits{
 		Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
