@@ -30,9 +30,9 @@ type Activities struct {
 	// EmailPolicy chooses the duplicate-vs-loss trade-off of receipts.
 	// Default store.AtLeastOnce.
 	EmailPolicy store.EmailPolicy
-	// AmbiguousAttempts is how many claims of a payment (local and regular
-	// attempts together) list Stripe after an ambiguous create before its
-	// absence is taken as proof that nothing was created. Default 5.
+	// AmbiguousAttempts is how many lists of Stripe that find nothing after
+	// an ambiguous create (over the local and the regular attempts) its
+	// absence takes to be proof that nothing was created. Default 5.
 	AmbiguousAttempts int32
 	// Retention is how long Prune keeps processed, inbox, outbox and
 	// quarantine rows (internal/intake/retention checks it at start). Zero:

@@ -428,3 +428,48 @@ func TestChargeOrderAmbiguousCreateWithNothingListedFails(t *testing.T) {
 		t.Fatalf("creates %d → %d, confirms %d: Stripe was asked again", before, creates.Load(), confirms.Load())
 	}
 }
+
+// TestChargeOrderAmbiguousCreateCountsOnlyListsThatRan: the evidence that
+// an ambiguous create made nothing is lists that found nothing, not
+// claims: an attempt whose list failed (or that the rate limit sent back
+// before it listed) adds none. With AmbiguousAttempts 3 and every other
+// list failing, the payment is recorded failed at the fifth attempt, the
+// third empty list; counting claims would have decided at the third.
+func TestChargeOrderAmbiguousCreateCountsOnlyListsThatRan(t *testing.T) {
+	var lists atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"An unknown error occurred"}}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+			if lists.Add(1)%2 == 0 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"try again"}}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"object":"list","data":[],"has_more":false,"url":"/v1/payment_intents"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	pay, err := payment.New(payment.Config{APIKey: "sk_test_unknown", BaseURL: srv.URL, MaxNetworkRetries: payment.NoNetworkRetries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := store.New(storetest.NewPool(t))
+	f := &fixture{acts: &activities.Activities{Store: db, Payments: pay, AmbiguousAttempts: 3}, db: db}
+	in := charge("evt_unk_lists", 41, "pm_card_visa")
+	for attempt := 1; attempt < 5; attempt++ {
+		if r, err := run(t, f, f.acts.ChargeOrder, in); err == nil {
+			t.Fatalf("attempt %d = %+v: decided after %d lists, %d of them empty", attempt, r, lists.Load(), (lists.Load()+1)/2)
+		}
+	}
+	r, err := run(t, f, f.acts.ChargeOrder, in)
+	if err != nil || r.Outcome != activities.PaymentFailed || r.FailureCode != activities.CodeCreateFailed {
+		t.Fatalf("attempt 5 = %+v, %v; want %s after the third empty list", r, err, activities.CodeCreateFailed)
+	}
+}

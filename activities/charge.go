@@ -102,7 +102,7 @@ func init() { register(ChargeOrderName, func(a *Activities) any { return a.Charg
 // or 403 is retried as ErrTypeProviderAuth and alerts, never recorded.
 func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
 	count := func(r ChargeResult, err error) { a.countCharge(in.Consumer, r, err) }
-	return attempt(ctx, a, identity.EffectPayment, in.MessageID, count, func(ctx context.Context, key string) (ChargeResult, error) {
+	return attempt(ctx, a, identity.EffectPayment, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ChargeResult, error) {
 		return a.chargeOrder(ctx, key, in)
 	})
 }
@@ -247,15 +247,21 @@ func (c *charging) Foreign(ctx context.Context, found *payment.Charge, reason st
 }
 
 // Unfound settles an ambiguous create (Stripe replayed a saved 500 for the
-// create key) that the list, strongly consistent, does not show. The
-// claims count the tries of the local and the regular activity together:
-// after AmbiguousAttempts of them, nothing exists at Stripe, so nothing was
-// charged, and the payment is recorded as failed with code create_failed.
-// It never creates again on a guess.
+// create key) that the list, strongly consistent, does not show. The ledger
+// counts the lists that found nothing, over the tries of the local and the
+// regular activity together (a try the rate limit sent back, which listed
+// nothing, is not one): after AmbiguousAttempts of them, nothing exists at
+// Stripe, so nothing was charged, and the payment is recorded as failed
+// with code create_failed. It never creates again on a guess.
 func (c *charging) Unfound(ctx context.Context, cause error) (ChargeResult, error) {
 	in := c.in
-	if c.token < c.a.ambiguousAttempts() {
-		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous create and no payment intent listed yet (claim %d): %w", in.OrderID, c.token, cause)
+	n, err := c.a.Store.CountUnfound(ctx, c.key, c.token)
+	if err != nil {
+		return ChargeResult{}, err
+	}
+	if n < c.a.ambiguousAttempts() {
+		return ChargeResult{}, fmt.Errorf("charge order %d: ambiguous create and no payment intent listed yet (%d of %d lists, claim %d): %w",
+			in.OrderID, n, c.a.ambiguousAttempts(), c.token, cause)
 	}
 	logger(ctx).Error("stripe failed to create the payment intent; none exists: recorded as failed", "order_id", in.OrderID, "message_id", in.MessageID)
 	return c.a.recordRefusal(ctx, in, c.key, c.token, store.PaymentFailure{

@@ -14,6 +14,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/email"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/effect"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
@@ -104,10 +105,11 @@ func logger(ctx context.Context) log.Logger {
 // attempt is the frame of one activity attempt at an effect: begin it
 // under the protocol (drain-safe context, heartbeats, refused while
 // draining), derive its key (name, messageID), run fn with both, then end
-// it and count what fn returned.
-func attempt[T any](ctx context.Context, a *Activities, name identity.Effect, messageID string, count func(T, error),
+// it and count what fn returned. Its provider requests belong to the flow
+// of consumer at the shared rate limits (ratelimit.WithFlow).
+func attempt[T any](ctx context.Context, a *Activities, name identity.Effect, consumer, messageID string, count func(T, error),
 	fn func(ctx context.Context, key string) (T, error)) (res T, err error) {
-	ctx, end, err := a.beginEffect(ctx)
+	ctx, end, err := a.beginEffect(ratelimit.WithFlow(ctx, consumer))
 	if err != nil {
 		return res, err
 	}

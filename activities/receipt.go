@@ -67,7 +67,7 @@ func init() { register(SendReceiptName, func(a *Activities) any { return a.SendR
 // 404 (our key or base URL) is retried and alerts, never recorded.
 func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptResult, error) {
 	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectReceipt, r, err) }
-	return attempt(ctx, a, identity.EffectEmail, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
+	return attempt(ctx, a, identity.EffectEmail, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
 		m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", in.OrderID), orderID: in.OrderID, statusOrder: in.OrderID}
 		return m.send(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key},
 			func(key string) email.Mail { return receiptMail(key, in) }, "")

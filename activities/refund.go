@@ -97,7 +97,7 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundRes
 	// Like a charge: a worker stop lets the claim, the refund and its record
 	// finish, and a regular attempt heartbeats (refundOptions set a
 	// HeartbeatTimeout).
-	return attempt(ctx, a, identity.EffectRefund, in.MessageID, a.countRefund, func(ctx context.Context, key string) (RefundResult, error) {
+	return attempt(ctx, a, identity.EffectRefund, in.Consumer, in.MessageID, a.countRefund, func(ctx context.Context, key string) (RefundResult, error) {
 		return a.refundOrder(ctx, key, in)
 	})
 }
@@ -287,7 +287,7 @@ type RefundReceiptInput struct {
 // receipt is recorded as failed.
 func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInput) (ReceiptResult, error) {
 	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectRefundReceipt, r, err) }
-	return attempt(ctx, a, identity.EffectRefundEmail, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
+	return attempt(ctx, a, identity.EffectRefundEmail, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
 		return a.sendRefundReceipt(ctx, key, in)
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,16 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 			}
 			jsCfg := cfg.NATS.JetStream
 			jsCfg.Name, jsCfg.Logger, jsCfg.Metrics = config.SourceJetStream, logger, m
+			if cfg.NATS.PerRoute {
+				routed, err := routeConsumers(ctx, in, b, jsCfg)
+				if err != nil {
+					return nil, err
+				}
+				for _, c := range routed {
+					sources = append(sources, c)
+					jsCfg.Skip = append(jsCfg.Skip, c.Subject())
+				}
+			}
 			c, err := jetstream.NewConsumer(ctx, in, b.js, jsCfg)
 			if err != nil {
 				return nil, err
@@ -53,4 +64,27 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 		}
 	}
 	return sources, nil
+}
+
+// routeConsumers are the durable consumers of NATS_CONSUMER_PER_ROUTE, one
+// per route: NATS_CONSUMER-<consumer> on the route's subject, starting
+// after NATS_CONSUMER's ack floor when created.
+func routeConsumers(ctx context.Context, in *intake.Intake, b *broker, all jetstream.Config) ([]*jetstream.Consumer, error) {
+	var out []*jetstream.Consumer
+	for _, r := range in.Routes().Routes() {
+		subject, err := jetstream.PublishSubject(cmp.Or(all.Subject, jetstream.DefaultSubject), r.Type)
+		if err != nil || subject == all.Subject {
+			return nil, fmt.Errorf("%w: NATS_CONSUMER_PER_ROUTE needs a NATS_SUBJECT ending in .> (one subject per type): %q", errBadConfig, all.Subject)
+		}
+		rc := all
+		rc.Name = config.SourceJetStream + "-" + r.Consumer
+		rc.Durable = cmp.Or(all.Durable, jetstream.DefaultDurable) + "-" + r.Consumer
+		rc.Subject, rc.StartAfter, rc.Skip = subject, cmp.Or(all.Durable, jetstream.DefaultDurable), nil
+		c, err := jetstream.NewConsumer(ctx, in, b.js, rc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

@@ -189,6 +189,10 @@ type NATS struct {
 	// JetStream is the consumer (NATS_STREAM, NATS_SUBJECT, NATS_CONSUMER,
 	// NATS_ACK_WAIT, NATS_BACKOFF, NATS_MAX_DELIVER, NATS_HANDLERS, NATS_STARTERS).
 	JetStream jetstream.Config
+	// PerRoute runs a durable consumer per route beside JetStream's
+	// (NATS_CONSUMER_PER_ROUTE): each route's messages come in their own
+	// stream order, not behind another route's backlog.
+	PerRoute bool
 	// DuplicateWindow is the deduplication window of a stream the worker
 	// creates (NATS_DUPLICATE_WINDOW); an existing stream keeps its own.
 	DuplicateWindow time.Duration

@@ -210,6 +210,9 @@ var variables = []variable{
 		"consumer filter; `starter publish` sends a message of type T to `effectively.messages.T`", func(c *Config) *string { return &c.NATS.JetStream.Subject }),
 	str("NATS_CONSUMER", jetstream.DefaultDurable, "NATS.JetStream.Durable", "durable consumer name, shared by all worker processes",
 		func(c *Config) *string { return &c.NATS.JetStream.Durable }),
+	flag("NATS_CONSUMER_PER_ROUTE", "NATS.PerRoute",
+		"also run a durable consumer per route (`NATS_CONSUMER-<consumer>`, filtering the route's subject, starting after `NATS_CONSUMER`'s ack floor when created), source `jetstream-<consumer>`; `NATS_CONSUMER` then acks the routes' subjects without recording them and takes the rest (unknown types). A route's messages no longer wait behind another route's backlog (docs/operations.md); needs a `NATS_SUBJECT` ending in `.>`. Turning it off: wait until the routes' consumers have no pending messages first",
+		func(c *Config) *bool { return &c.NATS.PerRoute }),
 	dur("NATS_ACK_WAIT", jetstream.DefaultAckWait, "NATS.JetStream.AckWait", "ack wait of the first delivery", func(c *Config) *time.Duration { return &c.NATS.JetStream.AckWait }),
 	{name: "NATS_BACKOFF", def: shortList(jetstream.DefaultBackOff), field: "NATS.JetStream.BackOff",
 		load: func(c *Config, v string, _ bool) error {

@@ -345,6 +345,12 @@ func looseID(raw []byte) string {
 //   - WorkflowExecutionErrorWhenAlreadyStarted: without it the Go SDK
 //     returns the existing run with a nil error, and a copy would look
 //     started.
+//
+// The route's consumer is the workflow's fairness key (its tasks and its
+// activities' inherit it): a Temporal server with matching.enableFairness
+// dispatches each task queue's tasks to the consumers in turn, so one
+// route's backlog does not hold back another's; a server without it
+// ignores the key.
 func StartOptions(taskQueue string, ws route.WorkflowStart) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                                       ws.ID,
@@ -355,6 +361,7 @@ func StartOptions(taskQueue string, ws route.WorkflowStart) client.StartWorkflow
 		TypedSearchAttributes:                    ws.SearchAttributes,
 		StaticSummary:                            ws.Summary,
 		StaticDetails:                            ws.Details,
+		Priority:                                 temporal.Priority{FairnessKey: ws.Consumer},
 	}
 }
 

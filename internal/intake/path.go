@@ -28,8 +28,8 @@ const (
 	// DefaultHandleTimeout bounds the handling of a delivery from a broker
 	// that does not redeliver on a timer (Delivery.AckWait 0).
 	DefaultHandleTimeout = 30 * time.Second
-	// DefaultStartQueue is how many recorded messages wait for a starter
-	// before the next one is left to the Dispatcher.
+	// DefaultStartQueue is how many recorded messages of one consumer wait
+	// for a starter before its next one is left to the Dispatcher.
 	DefaultStartQueue = 1000
 )
 
@@ -43,9 +43,9 @@ type PathConfig struct {
 	// (the fast path; the Dispatcher is the slow one). Default
 	// DefaultStarters.
 	Starters int
-	// StartQueue is how many recorded messages may wait for a starter; one
-	// that finds no room is left to the Dispatcher. Default
-	// DefaultStartQueue.
+	// StartQueue is how many recorded messages of one consumer may wait
+	// for a starter; one that finds no room is left to the Dispatcher. The
+	// consumers' queues are served in turn. Default DefaultStartQueue.
 	StartQueue int
 	// RetryBackoff is the delay of a retry from a broker without an ack
 	// wait, by attempt (1-based, the last entry repeating). Default
@@ -77,7 +77,7 @@ type Path struct {
 	in     *Intake
 	cfg    PathConfig
 	mu     sync.Mutex // guards starts against Close
-	starts chan fastStart
+	starts *lanes
 	wg     sync.WaitGroup
 	stats  struct {
 		delivered, recorded, duplicates, invalid, mismatches, maxDelivered, retries, started atomic.Int64
@@ -122,11 +122,15 @@ func (p *Path) Open(ctx context.Context) {
 	if p.starts != nil {
 		return
 	}
-	starts := make(chan fastStart, p.cfg.StartQueue)
+	starts := newLanes(p.cfg.StartQueue)
 	p.starts = starts
 	for range p.cfg.Starters {
 		p.wg.Go(func() {
-			for s := range starts {
+			for {
+				s, ok := starts.pop()
+				if !ok {
+					return
+				}
 				if ctx.Err() != nil {
 					continue // left pending: the next dispatcher pass starts it
 				}
@@ -145,7 +149,7 @@ func (p *Path) Close() {
 	p.starts = nil
 	p.mu.Unlock()
 	if starts != nil {
-		close(starts)
+		starts.close()
 		p.wg.Wait()
 	}
 }
@@ -319,10 +323,7 @@ func (p *Path) queueStart(s fastStart) {
 	if p.starts == nil {
 		return
 	}
-	select {
-	case p.starts <- s:
-	default: // starters busy: the dispatcher picks it up
-	}
+	_ = p.starts.push(s) // its lane full: the dispatcher picks it up
 }
 
 // startFast starts the workflow of a message just settled, and marks its

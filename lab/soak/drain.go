@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/tools/workerproc"
 )
 
@@ -74,6 +77,18 @@ type DrainReport struct {
 	// it (Temporal, the shared limits).
 	BusyIntakeP99 time.Duration `json:"busy_intake_p99"`
 	BusyWorkP99   time.Duration `json:"busy_work_p99"`
+	// The busy work's parts: inbox row to the refund's claim (the start,
+	// Temporal's task queue), the refund's claim to its record (Stripe's
+	// limits, the call), and its record to the receipt's (SendGrid's).
+	BusyStartP99 time.Duration `json:"busy_start_p99"`
+	// BusyCreatedP99 is the start's first part: inbox row to the
+	// workflow's creation at the Temporal server.
+	BusyCreatedP99 time.Duration `json:"busy_created_p99"`
+	// BusyTaskP99 is inbox row to the workflow's first task started at a
+	// worker.
+	BusyTaskP99    time.Duration `json:"busy_task_p99"`
+	BusyRefundP99  time.Duration `json:"busy_refund_p99"`
+	BusyReceiptP99 time.Duration `json:"busy_receipt_p99"`
 	// Charges and DoubleCharges count the backlog's charges at Stripe.
 	Charges       int      `json:"charges"`
 	DoubleCharges int      `json:"double_charges"`
@@ -92,6 +107,8 @@ func (r DrainReport) String() string {
 		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
 		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  after it: to the refund's claim p99 %s (to the workflow's creation %s, to its first task %s), the refund p99 %s, to the receipt's record p99 %s\n",
+		r.BusyStartP99.Round(time.Millisecond), r.BusyCreatedP99.Round(time.Millisecond), r.BusyTaskP99.Round(time.Millisecond), r.BusyRefundP99.Round(time.Millisecond), r.BusyReceiptP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
 }
@@ -204,6 +221,8 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	}
 	rep.BusyP99 = p99(busy.total)
 	rep.BusyIntakeP99, rep.BusyWorkP99 = p99(busy.intake), p99(busy.work)
+	rep.BusyStartP99, rep.BusyRefundP99, rep.BusyReceiptP99 = p99(busy.start), p99(busy.refund), p99(busy.receipt)
+	rep.BusyCreatedP99, rep.BusyTaskP99 = p99(busy.created), p99(busy.task)
 	rep.BusyMax = slices.Max(busy.total)
 	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
 		return rep, fmt.Errorf("drain: %w", err)
@@ -253,7 +272,7 @@ func orderMsg(id string, orderID int64) []byte {
 
 // latencies are the probes' latencies: publication to record (total), to
 // the inbox row (intake), and inbox row to record (work).
-type latencies struct{ total, intake, work []time.Duration }
+type latencies struct{ total, intake, work, start, created, task, refund, receipt []time.Duration }
 
 // probe publishes cfg.Probes refunds of the warm-up orders, one every
 // cfg.ProbeEvery, and returns their latencies.
@@ -277,23 +296,53 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 	if err := awaitProcessed(ctx, st, "order-refund", ids); err != nil {
 		return out, err
 	}
-	rows, err := st.Pool.Query(ctx, `SELECT p.message_id, i.received_at, p.processed_at FROM processed_messages p
-		JOIN inbox i USING (consumer, message_id) WHERE p.consumer = 'order-refund' AND p.message_id = ANY($1)`, ids)
+	rows, err := st.Pool.Query(ctx, `SELECT p.message_id, i.received_at, p.processed_at, r.created_at, r.updated_at, coalesce(m.updated_at, r.updated_at)
+		  FROM processed_messages p JOIN inbox i USING (consumer, message_id)
+		  JOIN effects r ON r.consumer = p.consumer AND r.message_id = p.message_id AND r.key LIKE 'refund:%'
+		  LEFT JOIN effects m ON m.consumer = p.consumer AND m.message_id = p.message_id AND m.key LIKE 'refundemail:%'
+		 WHERE p.consumer = 'order-refund' AND p.message_id = ANY($1)`, ids)
 	if err != nil {
 		return out, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		var in, at time.Time
-		if err := rows.Scan(&id, &in, &at); err != nil {
+		var in, at, claimed, refunded, mailed time.Time
+		if err := rows.Scan(&id, &in, &at, &claimed, &refunded, &mailed); err != nil {
 			return out, err
 		}
 		out.total = append(out.total, at.Sub(sent[id]))
 		out.intake = append(out.intake, in.Sub(sent[id]))
 		out.work = append(out.work, at.Sub(in))
+		out.start = append(out.start, claimed.Sub(in))
+		wf, err := identity.WorkflowID("order-refund", id)
+		if err != nil {
+			return out, err
+		}
+		var created, task time.Time
+		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext() && task.IsZero(); {
+			ev, err := it.Next()
+			if err != nil {
+				return out, fmt.Errorf("history of %s: %w", wf, err)
+			}
+			if t := ev.GetEventType(); t == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED {
+				created = ev.GetEventTime().AsTime()
+			} else if t == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
+				task = ev.GetEventTime().AsTime()
+			}
+		}
+		out.created = append(out.created, created.Sub(in))
+		out.task = append(out.task, task.Sub(in))
+		out.refund = append(out.refund, refunded.Sub(claimed))
+		out.receipt = append(out.receipt, mailed.Sub(refunded))
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	if len(out.total) != len(ids) {
+		return out, fmt.Errorf("%d of %d refunds have their timings (inbox, processed and refund rows)", len(out.total), len(ids))
+	}
+	return out, nil
 }
 
 // awaitProcessed waits until every id of consumer has its processed row.

@@ -39,11 +39,12 @@ const (
 // with rate limits (Stripe global and per endpoint, SendGrid per key), a
 // database, JetStream and the worker binary configured with limits
 // (workerEndpoint per Stripe endpoint and for SendGrid, 4× for Stripe's
-// global).
+// global), a JetStream consumer per route, and the dev server's fairness on
+// (the routes' fairness keys at its task queues).
 func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack {
 	t.Helper()
 	ctx := context.Background()
-	tsrv := testenv.StartTemporal(t)
+	tsrv := testenv.StartTemporalWithFairness(t)
 	sims := testenv.StartSims(t)
 	sims.Stripe.SetRateLimits(stripesim.RateLimits{
 		Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
@@ -83,7 +84,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 				StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
 				Extra: []string{
 					"LOG_LEVEL=warn",
-					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain",
+					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain", "NATS_CONSUMER_PER_ROUTE=true",
 					"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
 					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
 					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),

@@ -76,13 +76,21 @@ func fileExists(p string) bool {
 // attributes registered and one task-queue partition, stopped when t ends.
 func StartTemporal(t testing.TB) *testsuite.DevServer { return startTemporal(t, "") }
 
+// StartTemporalWithFairness is StartTemporal with the matching service's
+// fairness on (matching.enableFairness): each task queue dispatches the
+// tasks of its fairness keys (a route's consumer, intake.StartOptions) in
+// turn.
+func StartTemporalWithFairness(t testing.TB) *testsuite.DevServer {
+	return startTemporal(t, "", "--dynamic-config-value", "matching.enableFairness=true")
+}
+
 // StartTemporalWithUI is StartTemporal with the Temporal UI served on
 // 127.0.0.1:uiPort.
 func StartTemporalWithUI(t testing.TB, uiPort string) *testsuite.DevServer {
 	return startTemporal(t, uiPort)
 }
 
-func startTemporal(t testing.TB, uiPort string) *testsuite.DevServer {
+func startTemporal(t testing.TB, uiPort string, extraArgs ...string) *testsuite.DevServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -93,10 +101,10 @@ func startTemporal(t testing.TB, uiPort string) *testsuite.DevServer {
 		LogLevel:         "error",
 		SearchAttributes: workflows.SearchAttributes("x", "x", 0),
 		ClientOptions:    &client.Options{Logger: Logger(t)},
-		ExtraArgs: []string{
+		ExtraArgs: append([]string{
 			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
-		},
+		}, extraArgs...),
 		Stdout: io.Discard,
 		Stderr: io.Discard,
 	})

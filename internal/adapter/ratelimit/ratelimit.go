@@ -78,8 +78,33 @@ type Config struct {
 	// SendMargin is the time a request needs after its wait, kept free
 	// before its context's deadline. Zero means 2s.
 	SendMargin time.Duration
+	// ExpressShare is the share of each bucket's rate kept for the express
+	// lane: a request of a flow with no slot to come there (no backlog)
+	// takes an express slot when one is at most an express interval away,
+	// rather than waiting behind another flow's backlog in the line. Each
+	// express slot pushes the line back by one interval, so the bucket's
+	// rate holds over time; while a backlog's slots are reserved ahead, up
+	// to this share comes on top of them. Zero means 0.25; negative, no
+	// express lane.
+	ExpressShare float64
 	// Observer counts waits, 429s and fallbacks; nil counts nothing.
 	Observer Observer
+}
+
+type flowKey struct{}
+
+// WithFlow returns ctx whose requests belong to flow (a route's consumer):
+// a flow without a backlog at a bucket takes its express lane, so one
+// flow's backlog does not hold back another's requests
+// (Config.ExpressShare).
+func WithFlow(ctx context.Context, flow string) context.Context {
+	return context.WithValue(ctx, flowKey{}, flow)
+}
+
+// FlowOf is ctx's flow (WithFlow); "" for none, which is a flow too.
+func FlowOf(ctx context.Context) string {
+	f, _ := ctx.Value(flowKey{}).(string)
+	return f
 }
 
 // DeferredError is a request that was not sent: the shared limit has no
@@ -120,7 +145,7 @@ type Observer interface {
 
 // Backend keeps the buckets: *store.Store.
 type Backend interface {
-	ReserveRate(ctx context.Context, buckets []store.RateBucket, maxWait time.Duration) (time.Duration, bool, error)
+	ReserveRate(ctx context.Context, r store.Reservation) (store.Reserved, error)
 	PauseRate(ctx context.Context, names []string, d time.Duration) error
 }
 
@@ -169,6 +194,14 @@ func New(backend Backend, cfg Config) (*Limiter, error) {
 	if cfg.SendMargin <= 0 {
 		cfg.SendMargin = 2 * time.Second
 	}
+	switch {
+	case cfg.ExpressShare == 0:
+		cfg.ExpressShare = 0.25
+	case cfg.ExpressShare < 0:
+		cfg.ExpressShare = 0
+	case cfg.ExpressShare > 1:
+		return nil, fmt.Errorf("ratelimit: %s express share %v: at most 1", cfg.Provider, cfg.ExpressShare)
+	}
 	return &Limiter{cfg: cfg, backend: backend, local: &local{tat: map[string]time.Time{}}}, nil
 }
 
@@ -190,10 +223,12 @@ func (l *Limiter) buckets(endpoint string) []store.RateBucket {
 	return bs
 }
 
-// Wait takes a request's slot and waits for it. It returns a
-// *DeferredError, taking no slot, when the wait would be longer than
-// Config.MaxWait or run into ctx's deadline, and ctx's error (not sent)
-// when ctx ends while it waits.
+// Wait takes a request's slot and waits for it. A request of a flow
+// (WithFlow) with no slot to come at its buckets takes an express slot when
+// one is near (Config.ExpressShare); the others wait in the buckets' line.
+// It returns a *DeferredError, taking no slot, when the wait would be
+// longer than Config.MaxWait or run into ctx's deadline, and ctx's error
+// (not sent) when ctx ends while it waits.
 func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 	bs := l.buckets(endpoint)
 	if len(bs) == 0 {
@@ -203,17 +238,20 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		maxWait = min(maxWait, time.Until(dl)-l.cfg.SendMargin)
 	}
-	d, ok, err := l.backend.ReserveRate(ctx, bs, maxWait)
+	res, err := l.backend.ReserveRate(ctx, store.Reservation{
+		Buckets: bs, MaxWait: maxWait, Flow: FlowOf(ctx), Share: l.cfg.ExpressShare, ExpressWait: l.expressWait(bs),
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s %s: not sent, waiting for the rate limit: %w", l.cfg.Provider, endpoint, context.Cause(ctx))
 		}
-		d, ok = l.local.reserve(bs, time.Now(), maxWait)
+		res.Wait, res.OK = l.local.reserve(bs, time.Now(), maxWait)
 		if o := l.cfg.Observer; o != nil {
 			o.RateFallback(l.cfg.Provider)
 		}
 	}
-	if !ok {
+	d := res.Wait
+	if !res.OK {
 		if o := l.cfg.Observer; o != nil {
 			o.RateDeferred(l.cfg.Provider, endpoint, d)
 		}
@@ -233,6 +271,19 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%s %s: not sent, waiting %s for the rate limit: %w", l.cfg.Provider, endpoint, d, context.Cause(ctx))
 	}
+}
+
+// expressWait is how far away an express slot may be: one express
+// interval of the request's slowest bucket.
+func (l *Limiter) expressWait(bs []store.RateBucket) time.Duration {
+	if l.cfg.ExpressShare <= 0 {
+		return 0
+	}
+	var slowest float64
+	for _, b := range bs {
+		slowest = max(slowest, 1/b.Rate)
+	}
+	return time.Duration(slowest / l.cfg.ExpressShare * float64(time.Second))
 }
 
 // Throttled holds the buckets a 429 names (Stripe-Rate-Limited-Reason

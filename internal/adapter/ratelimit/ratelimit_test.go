@@ -186,8 +186,8 @@ func TestGivesUpAfterMaxRetries(t *testing.T) {
 // downBackend is Postgres not answering.
 type downBackend struct{}
 
-func (downBackend) ReserveRate(context.Context, []store.RateBucket, time.Duration) (time.Duration, bool, error) {
-	return 0, false, errors.New("connection refused")
+func (downBackend) ReserveRate(context.Context, store.Reservation) (store.Reserved, error) {
+	return store.Reserved{}, errors.New("connection refused")
 }
 func (downBackend) PauseRate(context.Context, []string, time.Duration) error {
 	return errors.New("connection refused")
@@ -231,10 +231,11 @@ func TestWaitEndsWithContext(t *testing.T) {
 // TestDeferredTakesNoSlot: a request whose slot is further away than
 // MaxWait (or than its deadline allows) is sent back with a
 // *DeferredError, and takes no slot: the next request's wait is unchanged.
+// (No express lane: a request of a flow without a backlog would take it.)
 func TestDeferredTakesNoSlot(t *testing.T) {
 	st := store.New(storetest.NewPool(t))
 	var o observer
-	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}, MaxWait: 300 * time.Millisecond, Observer: &o})
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}, MaxWait: 300 * time.Millisecond, ExpressShare: -1, Observer: &o})
 	ep := "POST /v1/refunds"
 	if err := l.Wait(context.Background(), ep); err != nil { // the burst
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestDeferredTakesNoSlot(t *testing.T) {
 	// A deadline closer than the slot defers too.
 	ctx, cancel := context.WithTimeout(context.Background(), 2100*time.Millisecond)
 	defer cancel()
-	l2 := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}})
+	l2 := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 2, Burst: 1}, ExpressShare: -1})
 	if _, ok := ratelimit.Deferred(l2.Wait(ctx, ep)); !ok {
 		t.Fatal("a slot past the deadline less the send margin was taken")
 	}
@@ -287,5 +288,75 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := ratelimit.New(st, cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+}
+
+// TestFlowsTakeTurns: while one flow has a backlog reserved at a bucket
+// (60 requests at 20/s: three seconds of it), another flow's request goes
+// within about an express interval (200ms at a share of 0.25), not behind
+// the backlog; the backlog still goes at the limit, and the express slots
+// come on top of it only while its slots were reserved ahead.
+func TestFlowsTakeTurns(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	const rate, n = 20.0, 60
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Endpoint: ratelimit.Rate{PerSecond: rate, Burst: 1}, MaxWait: 10 * time.Second})
+	ep := "POST /v1/payment_intents"
+	backlog := ratelimit.WithFlow(context.Background(), "order-placed")
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := l.Wait(backlog, ep); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	other := ratelimit.WithFlow(context.Background(), "order-refund")
+	var waits []time.Duration
+	for range 5 {
+		t0 := time.Now()
+		if err := l.Wait(other, ep); err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, time.Since(t0))
+		time.Sleep(250 * time.Millisecond)
+	}
+	// Behind the backlog it would be seconds; the database's round trips
+	// and a busy machine add a little to the express interval.
+	if worst := slices.Max(waits); worst > 400*time.Millisecond {
+		t.Errorf("the other flow's requests waited %v behind a backlog of %d; want at most about an express interval (200ms)", waits, n)
+	}
+	// The same flow again, while it still has no slot to come: express too.
+	wg.Wait()
+	elapsed := time.Since(start)
+	if least := time.Duration(float64(n-1) / rate * float64(time.Second)); elapsed < least*9/10 {
+		t.Errorf("the backlog of %d took %s; the limit of %v/s allows no less than %s", n, elapsed, rate, least)
+	}
+	t.Logf("other flow's waits %v; the backlog's %d requests in %s", waits, n, elapsed.Round(time.Millisecond))
+}
+
+// TestExpressLaneKeepsTheRate: a flow alone asking faster than the
+// express share soon has slots to come, and from then on waits in the
+// line: n requests still take (n - 1) / rate, the express slots having
+// pushed the line back.
+func TestExpressLaneKeepsTheRate(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	const rate, n = 50.0, 100
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: rate, Burst: 1}, MaxWait: 10 * time.Second})
+	ctx := ratelimit.WithFlow(context.Background(), "order-placed")
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := l.Wait(ctx, "POST /v1/refunds"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	ideal := time.Duration(float64(n-1) / rate * float64(time.Second))
+	if elapsed := time.Since(start); elapsed > ideal*13/10 || elapsed < ideal*9/10 {
+		t.Errorf("%d requests of one flow took %s; at %v/s they take %s", n, elapsed, rate, ideal)
 	}
 }

@@ -204,3 +204,21 @@ func (s *Store) Effect(ctx context.Context, key string) (Effect, error) {
 	}
 	return e, nil
 }
+
+// CountUnfound counts one more lookup of the effect key, under claim, that
+// found nothing at the provider, and returns how many have: an ambiguous
+// create is taken as not created only after enough of them (attempts that
+// never reached the provider do not count). ErrFenced for a superseded
+// claim.
+func (s *Store) CountUnfound(ctx context.Context, key string, claim int32) (int32, error) {
+	var n int32
+	err := s.pool.QueryRow(ctx, `UPDATE effects SET unfound = unfound + 1, updated_at = now()
+		WHERE key = $1 AND claim = $2 RETURNING unfound`, key, claim).Scan(&n)
+	if err = translate(err); errors.Is(err, ErrNotFound) {
+		return 0, fmt.Errorf("count a lookup of %s that found nothing under claim %d: %w", key, claim, ErrFenced)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count a lookup of %s that found nothing: %w", key, err)
+	}
+	return n, nil
+}

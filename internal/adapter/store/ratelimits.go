@@ -14,29 +14,56 @@ type RateBucket struct {
 	Burst float64
 }
 
+// Reservation is one request's claim on its rate buckets.
+type Reservation struct {
+	// Buckets are the request's buckets, in name order.
+	Buckets []RateBucket
+	// MaxWait is the longest the request may wait in the buckets' line.
+	MaxWait time.Duration
+	// Flow is who asks (a route's consumer). A flow with no slot to come in
+	// these buckets takes an express slot, from a Share of each bucket's
+	// rate, when one is at most ExpressWait away. Share 0: no express lane.
+	Flow        string
+	Share       float64
+	ExpressWait time.Duration
+}
+
+// Reserved is what ReserveRate did.
+type Reserved struct {
+	// OK: the slots are taken; the request goes after Wait. Not OK, Wait
+	// is what it would have waited in the line.
+	OK   bool
+	Wait time.Duration
+	// Express: the slots are the express lane's.
+	Express bool
+}
+
 // ReserveRate takes one request's slot in every bucket (row rate_limits,
-// created at its first use), all or none, in one statement (rate_reserve):
-// only when the request would wait at most maxWait. It returns the wait
-// and whether the slots were taken; when not, the wait is what the request
-// would have waited (a retry-after). Times are the database's, so the
-// workers' clocks do not matter.
-func (s *Store) ReserveRate(ctx context.Context, buckets []RateBucket, maxWait time.Duration) (wait time.Duration, reserved bool, err error) {
-	names := make([]string, len(buckets))
-	emission := make([]float64, len(buckets))
-	burst := make([]float64, len(buckets))
-	for i, b := range buckets {
+// created at its first use), all or none, in one statement
+// (rate_reserve_flow, see migration 00014): an express slot for a flow
+// without a backlog there, else the line's slots when the request would
+// wait at most r.MaxWait. Times are the database's, so the workers' clocks
+// do not matter.
+func (s *Store) ReserveRate(ctx context.Context, r Reservation) (Reserved, error) {
+	names := make([]string, len(r.Buckets))
+	emission := make([]float64, len(r.Buckets))
+	burst := make([]float64, len(r.Buckets))
+	for i, b := range r.Buckets {
 		if b.Rate <= 0 {
-			return 0, false, fmt.Errorf("rate bucket %q: rate %v is not positive", b.Name, b.Rate)
+			return Reserved{}, fmt.Errorf("rate bucket %q: rate %v is not positive", b.Name, b.Rate)
 		}
 		names[i], emission[i], burst[i] = b.Name, 1/b.Rate, max(b.Burst, 1)
 	}
-	var secs float64
-	err = s.pool.QueryRow(ctx, `SELECT wait, reserved FROM rate_reserve($1, $2, $3, $4)`,
-		names, emission, burst, max(maxWait, 0).Seconds()).Scan(&secs, &reserved)
+	var wait float64
+	var res Reserved
+	err := s.pool.QueryRow(ctx, `SELECT wait, reserved, express FROM rate_reserve_flow($1, $2, $3, $4, $5, $6, $7)`,
+		names, emission, burst, max(r.MaxWait, 0).Seconds(), r.Flow, max(r.Share, 0), max(r.ExpressWait, 0).Seconds()).
+		Scan(&wait, &res.OK, &res.Express)
 	if err != nil {
-		return 0, false, fmt.Errorf("reserve rate %v: %w", names, translate(err))
+		return Reserved{}, fmt.Errorf("reserve rate %v: %w", names, translate(err))
 	}
-	return time.Duration(secs * float64(time.Second)), reserved, nil
+	res.Wait = time.Duration(wait * float64(time.Second))
+	return res, nil
 }
 
 // PauseRate holds every named bucket for d from now: no request reserved
@@ -46,6 +73,7 @@ func (s *Store) PauseRate(ctx context.Context, names []string, d time.Duration) 
 	_, err := s.pool.Exec(ctx, `
 		UPDATE rate_limits
 		   SET tat = greatest(tat, clock_timestamp() + make_interval(secs => $2) + make_interval(secs => (burst - 1) * emission)),
+		       express_tat = greatest(express_tat, clock_timestamp() + make_interval(secs => $2)),
 		       updated_at = clock_timestamp()
 		 WHERE bucket = ANY($1)`, names, d.Seconds())
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,16 @@ type Config struct {
 	Subject string
 	// Durable names the durable pull consumer. Default DefaultDurable.
 	Durable string
+	// Skip lists subjects that another consumer of this worker records
+	// (a route's own, NATS_CONSUMER_PER_ROUTE): their deliveries are acked
+	// here without being recorded.
+	Skip []string
+	// StartAfter names a durable consumer of the stream whose acked
+	// messages a new durable skips: created, it starts after that one's
+	// ack floor instead of at the stream's first message (a route's
+	// consumer taking over from the consumer of every subject). An
+	// existing durable keeps its position.
+	StartAfter string
 	// AckWait bounds the first delivery's processing: without an ack by
 	// then, the broker redelivers. Default DefaultAckWait.
 	AckWait time.Duration
@@ -181,6 +192,14 @@ func (c Config) Validate() error {
 	if err := validSubject(c.Subject, true); err != nil {
 		bad(err, "Subject")
 	}
+	for _, sk := range c.Skip {
+		if err := validSubject(sk, false); err != nil {
+			bad(err, "Skip")
+		}
+	}
+	if strings.ContainsAny(c.StartAfter, ". *>\t") {
+		bad(fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.StartAfter), "StartAfter")
+	}
 	return errors.Join(errs...)
 }
 
@@ -262,6 +281,10 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 	if err != nil {
 		return nil, fmt.Errorf("jetstream consumer: %w", err)
 	}
+	deliver, startSeq, err := startOf(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, natsjs.ConsumerConfig{
 		Durable:       cfg.Durable,
 		Description:   "effectively: order messages into the Postgres inbox",
@@ -271,7 +294,8 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 		MaxDeliver:    cfg.MaxDeliver,
 		BackOff:       cfg.ackWaits(),
 		MaxAckPending: cfg.MaxAckPending,
-		DeliverPolicy: natsjs.DeliverAllPolicy,
+		DeliverPolicy: deliver,
+		OptStartSeq:   startSeq,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
@@ -279,8 +303,35 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 	return &Consumer{path: path, js: js, cons: cons, cfg: cfg}, nil
 }
 
+// startOf is where cfg's durable starts: where it is for one that exists
+// (the broker refuses to change it), after cfg.StartAfter's ack floor for a
+// new one when that durable exists, else at the stream's first message.
+func startOf(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.DeliverPolicy, uint64, error) {
+	cur, err := js.Consumer(ctx, cfg.Stream, cfg.Durable)
+	switch {
+	case err == nil:
+		ci := cur.CachedInfo()
+		return ci.Config.DeliverPolicy, ci.Config.OptStartSeq, nil
+	case !errors.Is(err, natsjs.ErrConsumerNotFound):
+		return 0, 0, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	case cfg.StartAfter == "":
+		return natsjs.DeliverAllPolicy, 0, nil
+	}
+	prev, err := js.Consumer(ctx, cfg.Stream, cfg.StartAfter)
+	if errors.Is(err, natsjs.ErrConsumerNotFound) {
+		return natsjs.DeliverAllPolicy, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("consumer %s on stream %s: %w", cfg.StartAfter, cfg.Stream, err)
+	}
+	return natsjs.DeliverByStartSequencePolicy, prev.CachedInfo().AckFloor.Stream + 1, nil
+}
+
 // Name is the source's name (Config.Name).
 func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Subject is the consumer's subject filter (Config.Subject).
+func (c *Consumer) Subject() string { return c.cfg.Subject }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() intake.SourceStats { return c.path.Stats() }
@@ -425,6 +476,14 @@ func (c *Consumer) handle(ctx context.Context, msg natsjs.Msg) {
 	if err != nil {
 		// Not a JetStream delivery: nothing to ack, nothing to record.
 		c.cfg.Logger.Error("message without jetstream metadata", "subject", msg.Subject(), "error", err.Error())
+		return
+	}
+	if slices.Contains(c.cfg.Skip, msg.Subject()) {
+		// A route's own consumer records it.
+		if err := msg.Ack(); err != nil {
+			c.cfg.Logger.Warn("ack of a message another consumer records failed; it comes again", "subject", msg.Subject(),
+				"position", fmt.Sprintf("stream %s seq %d", md.Stream, md.Sequence.Stream), "error", err.Error())
+		}
 		return
 	}
 	c.path.Handle(ctx, c.delivery(msg, md))

@@ -222,6 +222,9 @@ func (reg *Registry) DecodeStream(r io.Reader, fn func(line int, raw []byte, m *
 type WorkflowStart struct {
 	// ID is the workflow ID, identity.WorkflowID(consumer, message ID).
 	ID string
+	// Consumer is the route's consumer: the workflow's fairness key at
+	// Temporal's task queues.
+	Consumer string
 	// Workflow is the workflow type.
 	Workflow string
 	// Input is the workflow's input.
@@ -246,6 +249,6 @@ func (reg *Registry) Start(m *message.Message) (WorkflowStart, error) {
 	if err != nil {
 		return WorkflowStart{}, err
 	}
-	ws.ID, ws.Workflow = id, r.Workflow
+	ws.ID, ws.Workflow, ws.Consumer = id, r.Workflow, r.Consumer
 	return ws, nil
 }

@@ -1,0 +1,93 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/intake/jetstream"
+)
+
+// TestRouteConsumerTakesOverFromTheSharedOne is NATS_CONSUMER_PER_ROUTE on
+// a stream the shared consumer has been consuming: the route's new
+// durable starts after the shared one's ack floor (what it recorded is
+// not delivered again), records its route's messages from then on, and
+// the shared consumer acks that subject without recording it while it
+// still records the others (bytes that are no message, quarantined as
+// before).
+func TestRouteConsumerTakesOverFromTheSharedOne(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	shared := h.j.ConsumerConfig(t, 5*time.Second, 5)
+	// Before: the shared consumer records two orders.
+	for i := range 2 {
+		h.j.Publish(t, orderMsg(fmt.Sprintf("evt_before_%d", i), 100+i), "")
+	}
+	c, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream'`, 2)
+	stop()
+
+	// After: a route's consumer beside it, and the shared one skipping the
+	// route's subject.
+	subject, err := jetstream.PublishSubject(h.j.Subject, "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := shared
+	route.Name, route.Durable, route.Subject, route.StartAfter = "jetstream-order-placed", shared.Durable+"-order-placed", subject, shared.Durable
+	rc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared.Skip = []string{subject}
+	sc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, rc)
+	run(t, sc)
+	for i := range 3 {
+		h.j.Publish(t, orderMsg(fmt.Sprintf("evt_after_%d", i), 200+i), "")
+	}
+	other, err := jetstream.PublishSubject(h.j.Subject, "garbage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.j.JS.Publish(ctx, other, []byte(`not a message`)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream-order-placed'`, 3)
+	waitCount(t, h, `SELECT count(*) FROM quarantine WHERE source = 'jetstream'`, 1)
+	time.Sleep(500 * time.Millisecond) // anything more would have come by now
+	if n := h.count(t, `SELECT count(*) FROM inbox WHERE source = 'jetstream'`); n != 2 {
+		t.Errorf("the shared consumer recorded %d messages, want the 2 from before: it recorded the route's", n)
+	}
+	if n := h.count(t, `SELECT coalesce(sum(duplicates), 0) FROM inbox`); n != 0 {
+		t.Errorf("%d duplicates: the route's consumer started before the shared one's ack floor", n)
+	}
+	for _, durable := range []string{shared.Durable, route.Durable} {
+		if ackPending, pending, _ := h.consumerInfo(t, durable); ackPending != 0 || pending != 0 {
+			t.Errorf("consumer %s: %d unacked, %d pending; want every message settled", durable, ackPending, pending)
+		}
+	}
+}
+
+func waitCount(t *testing.T, h *harness, q string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n := h.count(t, q)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %d, want %d", q, n, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
