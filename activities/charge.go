@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/reconcile"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/effect"
@@ -152,7 +153,8 @@ func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput
 // ChargeOrder). A failed confirmation is a *confirmError.
 func (c *charging) Call(ctx context.Context) (*payment.Charge, error) {
 	in := c.in
-	if c.piID == "" {
+	created := c.piID == ""
+	if created {
 		created, err := c.a.Payments.Create(ctx, payment.ChargeRequest{
 			IdempotencyKey: c.createKey, MessageID: in.MessageID, OrderID: in.OrderID,
 			Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
@@ -165,6 +167,13 @@ func (c *charging) Call(ctx context.Context) (*payment.Charge, error) {
 	}
 	ch, err := c.a.Payments.Confirm(ctx, c.piID, c.key)
 	if err != nil {
+		if _, deferred := ratelimit.Deferred(err); deferred && created {
+			// The confirm was not sent: the next attempt confirms this
+			// PaymentIntent instead of creating it again.
+			if rerr := c.recordID(ctx, c.piID); rerr != nil {
+				return nil, rerr
+			}
+		}
 		return nil, &confirmError{piID: c.piID, err: err}
 	}
 	failpoint.Hit(failpoint.PaymentAfterCharge)

@@ -81,6 +81,44 @@ func TestChargeDeferredByTheRateLimit(t *testing.T) {
 	}
 }
 
+// TestChargeWhoseConfirmIsDeferredKeepsItsPaymentIntent: the create got
+// its slot and the confirm did not: the PaymentIntent's ID is recorded, so
+// the next attempt confirms it without creating it again (no replay of the
+// create's key, one request fewer at the limit), and charges once.
+func TestChargeWhoseConfirmIsDeferredKeepsItsPaymentIntent(t *testing.T) {
+	confirm := "POST /v1/payment_intents/{id}/confirm"
+	slow := map[string]ratelimit.Rate{confirm: {PerSecond: 0.25, Burst: 1}} // a confirm every 4s
+	f := limitedFixture(t, ratelimit.Config{Provider: "stripe", Endpoints: slow, MaxWait: 100 * time.Millisecond, ExpressShare: -1})
+	// Take the only confirm slot.
+	l, _ := ratelimit.New(f.db, ratelimit.Config{Provider: "stripe", Endpoints: slow, ExpressShare: -1})
+	if err := l.Wait(context.Background(), confirm); err != nil {
+		t.Fatal(err)
+	}
+	in := charge("evt_rl_confirm", 72, "pm_card_visa")
+	if _, err := run(t, f, f.acts.ChargeOrder, in); !isType(err, activities.ErrTypeRateLimited) {
+		t.Fatalf("err = %v, want %s (the confirm not sent)", err, activities.ErrTypeRateLimited)
+	}
+	p, err := f.db.PaymentOf(context.Background(), "order-placed", "evt_rl_confirm")
+	if err != nil || p.PaymentIntentID == "" {
+		t.Fatalf("payment = %+v, %v; want the created PaymentIntent's ID recorded", p, err)
+	}
+	before := f.sims.Stripe.Stats().Requests
+	l2, _ := ratelimit.New(f.db, ratelimit.Config{Provider: "stripe", Endpoints: slow, MaxWait: 10 * time.Second})
+	pc, err := payment.New(payment.Config{APIKey: "sk_test_testenv", BaseURL: f.sims.StripeURL, Timeout: 10 * time.Second, Limit: l2.Transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.acts.Payments = pc
+	if r, err := run(t, f, f.acts.ChargeOrder, in); err != nil || r.Outcome != activities.PaymentPaid {
+		t.Fatalf("retry = %+v, %v", r, err)
+	}
+	st := f.sims.Stripe.Stats()
+	if st.ChargesByMessage["evt_rl_confirm"] != 1 || st.Replays != 0 || st.Requests-before != 1 {
+		t.Fatalf("charges %v, replays %d, requests of the retry %d; want one charge by one confirm, no create again",
+			st.ChargesByMessage, st.Replays, st.Requests-before)
+	}
+}
+
 // TestChargesUnderTheSimulatorsLimits: 30 charges at once against a
 // simulator enforcing Stripe's per-endpoint limit: paced by the limiter
 // under it, every charge succeeds once and the simulator answers no 429.

@@ -239,7 +239,7 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 		maxWait = min(maxWait, time.Until(dl)-l.cfg.SendMargin)
 	}
 	res, err := l.backend.ReserveRate(ctx, store.Reservation{
-		Buckets: bs, MaxWait: maxWait, Flow: FlowOf(ctx), Share: l.cfg.ExpressShare, ExpressWait: l.expressWait(bs),
+		Buckets: bs, MaxWait: maxWait, Flow: FlowOf(ctx), Share: l.cfg.ExpressShare, ExpressWait: min(l.expressWait(bs), maxWait),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -274,7 +274,8 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 }
 
 // expressWait is how far away an express slot may be: one express
-// interval of the request's slowest bucket.
+// interval of the request's slowest bucket (and never beyond the
+// request's own longest wait).
 func (l *Limiter) expressWait(bs []store.RateBucket) time.Duration {
 	if l.cfg.ExpressShare <= 0 {
 		return 0

@@ -360,3 +360,19 @@ func TestExpressLaneKeepsTheRate(t *testing.T) {
 		t.Errorf("%d requests of one flow took %s; at %v/s they take %s", n, elapsed, rate, ideal)
 	}
 }
+
+// TestExpressWaitsNoLongerThanMaxWait: at a slow bucket an express
+// interval is long (16s at 0.25/s); a request may not wait for an express
+// slot longer than its own MaxWait: it is sent back instead.
+func TestExpressWaitsNoLongerThanMaxWait(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 0.25, Burst: 1}, MaxWait: 100 * time.Millisecond})
+	if err := l.Wait(ratelimit.WithFlow(context.Background(), "a"), "POST /v1/refunds"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := l.Wait(ratelimit.WithFlow(context.Background(), "b"), "POST /v1/refunds")
+	if _, ok := ratelimit.Deferred(err); !ok || time.Since(start) > time.Second {
+		t.Fatalf("err = %v after %s; want sent back at once", err, time.Since(start))
+	}
+}
