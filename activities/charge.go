@@ -153,8 +153,8 @@ func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput
 // ChargeOrder). A failed confirmation is a *confirmError.
 func (c *charging) Call(ctx context.Context) (*payment.Charge, error) {
 	in := c.in
-	created := c.piID == ""
-	if created {
+	fresh := c.piID == "" // this attempt creates the PaymentIntent
+	if fresh {
 		created, err := c.a.Payments.Create(ctx, payment.ChargeRequest{
 			IdempotencyKey: c.createKey, MessageID: in.MessageID, OrderID: in.OrderID,
 			Amount: in.Amount, Currency: in.Currency, PaymentMethod: in.PaymentMethod,
@@ -167,7 +167,7 @@ func (c *charging) Call(ctx context.Context) (*payment.Charge, error) {
 	}
 	ch, err := c.a.Payments.Confirm(ctx, c.piID, c.key)
 	if err != nil {
-		if _, deferred := ratelimit.Deferred(err); deferred && created {
+		if _, deferred := ratelimit.Deferred(err); deferred && fresh {
 			// The confirm was not sent: the next attempt confirms this
 			// PaymentIntent instead of creating it again.
 			if rerr := c.recordID(ctx, c.piID); rerr != nil {

@@ -23,6 +23,23 @@ import (
 // noTemporal stands in for the Temporal client: connectBroker starts nothing.
 type noTemporal struct{ client.Client }
 
+// offlineIntake is an Intake on a pool that never connects (pools connect
+// lazily) and no Temporal: enough to connect the broker and build the
+// sources, which record nothing yet.
+func offlineIntake(t *testing.T) *intake.Intake {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	in, err := intake.New(store.New(pool), noTemporal{}, intake.Config{Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
 // TestConnectBrokerWithTLSAndUser: the worker's broker connection takes the
 // NATS_* credentials and CA. Against a real nats-server requiring TLS and a
 // user it creates both streams and the consumer; with a wrong password it
@@ -34,16 +51,7 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 	pki := natstest.NewPKI(t)
 	const password = "pw_broker_77d2"
 	srv := natstest.Start(t, natstest.TLSBlock(pki, false)+fmt.Sprintf("authorization {\n  users: [ {user: worker, password: %q} ]\n}\n", password))
-	// The pool connects lazily: connecting to the broker needs no Postgres.
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	in, err := intake.New(store.New(pool), noTemporal{}, intake.Config{Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := offlineIntake(t)
 	pwFile := filepath.Join(t.TempDir(), "nats-password")
 	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -98,11 +98,11 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	cfg.Email.HTTPClient = m.InstrumentClient(metrics.ProviderSendGrid, &http.Client{Timeout: cfg.Email.Timeout})
 	// Every worker paces its provider calls under the same limits, kept in
 	// Postgres; a 429 that still comes through pauses them all.
-	if cfg.Stripe.Limit, err = limit(d.pool, ratelimit.Config{Provider: metrics.ProviderStripe,
+	if cfg.Stripe.Limit, err = ratelimit.Wrap(store.New(d.pool), ratelimit.Config{Provider: metrics.ProviderStripe,
 		Global: cfg.RateLimits.Stripe, Endpoint: cfg.RateLimits.StripeEndpoint, Observer: m}); err != nil {
 		return d, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
-	if cfg.Email.Limit, err = limit(d.pool, ratelimit.Config{Provider: metrics.ProviderSendGrid,
+	if cfg.Email.Limit, err = ratelimit.Wrap(store.New(d.pool), ratelimit.Config{Provider: metrics.ProviderSendGrid,
 		Global: cfg.RateLimits.SendGrid, Observer: m}); err != nil {
 		return d, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
@@ -384,17 +384,4 @@ func connectBroker(ctx context.Context, cfg config.Config, in *intake.Intake, lo
 func (b *broker) close() {
 	_ = b.nc.FlushTimeout(5 * time.Second)
 	b.nc.Close()
-}
-
-// limit is the transport wrapper of one provider's rate limits, nil when
-// cfg limits nothing.
-func limit(pool *pgxpool.Pool, cfg ratelimit.Config) (func(http.RoundTripper) http.RoundTripper, error) {
-	if !cfg.Global.On() && !cfg.Endpoint.On() {
-		return nil, nil
-	}
-	l, err := ratelimit.New(store.New(pool), cfg)
-	if err != nil {
-		return nil, err
-	}
-	return l.Transport, nil
 }

@@ -180,14 +180,11 @@ func (s *Sims) emailClient(t testing.TB, limit func(http.RoundTripper) http.Roun
 // the worker binary builds it; nil when neither rate is on.
 func limit(t testing.TB, st *store.Store, provider string, global, endpoint ratelimit.Rate) func(http.RoundTripper) http.RoundTripper {
 	t.Helper()
-	if !global.On() && !endpoint.On() {
-		return nil
-	}
-	l, err := ratelimit.New(st, ratelimit.Config{Provider: provider, Global: global, Endpoint: endpoint})
+	wrap, err := ratelimit.Wrap(st, ratelimit.Config{Provider: provider, Global: global, Endpoint: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l.Transport
+	return wrap
 }
 
 // Stack is every real component, with an in-process worker.

@@ -101,8 +101,8 @@ func WithFlow(ctx context.Context, flow string) context.Context {
 	return context.WithValue(ctx, flowKey{}, flow)
 }
 
-// FlowOf is ctx's flow (WithFlow); "" for none, which is a flow too.
-func FlowOf(ctx context.Context) string {
+// flowOf is ctx's flow (WithFlow); "" for none, which is a flow too.
+func flowOf(ctx context.Context) string {
 	f, _ := ctx.Value(flowKey{}).(string)
 	return f
 }
@@ -239,7 +239,7 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 		maxWait = min(maxWait, time.Until(dl)-l.cfg.SendMargin)
 	}
 	res, err := l.backend.ReserveRate(ctx, store.Reservation{
-		Buckets: bs, MaxWait: maxWait, Flow: FlowOf(ctx), Share: l.cfg.ExpressShare, ExpressWait: min(l.expressWait(bs), maxWait),
+		Buckets: bs, MaxWait: maxWait, Flow: flowOf(ctx), Share: l.cfg.ExpressShare, ExpressWait: min(l.expressWait(bs), maxWait),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -335,6 +335,20 @@ func (l *Limiter) pauseOf(h http.Header, now time.Time) (time.Duration, string) 
 		}
 	}
 	return min(max(d, 0), l.cfg.MaxPause), reason
+}
+
+// Wrap returns the transport wrapper of cfg's limits kept in backend (a
+// Limiter's Transport), nil when cfg limits nothing, or an error naming a
+// bad field of cfg.
+func Wrap(backend Backend, cfg Config) (func(http.RoundTripper) http.RoundTripper, error) {
+	if !cfg.Global.On() && !cfg.Endpoint.On() && len(cfg.Endpoints) == 0 {
+		return nil, nil
+	}
+	l, err := New(backend, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return l.Transport, nil
 }
 
 // Transport returns base paced by l: each request waits for its slot, is

@@ -327,7 +327,6 @@ func TestFlowsTakeTurns(t *testing.T) {
 	if worst := slices.Max(waits); worst > 400*time.Millisecond {
 		t.Errorf("the other flow's requests waited %v behind a backlog of %d; want at most about an express interval (200ms)", waits, n)
 	}
-	// The same flow again, while it still has no slot to come: express too.
 	wg.Wait()
 	elapsed := time.Since(start)
 	if least := time.Duration(float64(n-1) / rate * float64(time.Second)); elapsed < least*9/10 {

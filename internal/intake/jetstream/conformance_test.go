@@ -20,6 +20,11 @@ import (
 // a nats-server of its own per case (so that it can be restarted).
 func TestConformance(t *testing.T) { sourcetest.Run(t, jsHarness{}) }
 
+// TestConformanceOfARouteConsumer runs the suite against a route's own
+// consumer (NATS_CONSUMER_PER_ROUTE): the route's subject alone, beside a
+// consumer of every subject that skips it.
+func TestConformanceOfARouteConsumer(t *testing.T) { sourcetest.Run(t, jsHarness{route: true}) }
+
 // natsConf has two users: worker, and lossy, whose acks the server drops
 // (publish to $JS.ACK.> denied) while its connection stays up.
 const natsConf = `
@@ -34,9 +39,16 @@ accounts {
 }
 `
 
-type jsHarness struct{}
+// jsHarness runs the JetStream consumer of every subject, or with route a
+// route's consumer of its subject alone.
+type jsHarness struct{ route bool }
 
-func (jsHarness) Name() string { return "jetstream" }
+func (h jsHarness) Name() string {
+	if h.route {
+		return "jetstream-order-placed"
+	}
+	return "jetstream"
+}
 
 func (jsHarness) NA(c sourcetest.Case) string {
 	if c == sourcetest.CaseOrdering {
@@ -45,9 +57,9 @@ func (jsHarness) NA(c sourcetest.Case) string {
 	return ""
 }
 
-func (jsHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOptions) sourcetest.Subscription {
+func (h jsHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOptions) sourcetest.Subscription {
 	t.Helper()
-	s := &jsSub{srv: natstest.Start(t, natsConf), opts: o}
+	s := &jsSub{srv: natstest.Start(t, natsConf), opts: o, route: h.route}
 	s.nc, s.js = s.connect(t, "worker")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -61,10 +73,11 @@ func (jsHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOptions)
 }
 
 type jsSub struct {
-	srv  *natstest.Server
-	opts sourcetest.SubscriptionOptions
-	nc   *nats.Conn
-	js   natsjs.JetStream
+	srv   *natstest.Server
+	opts  sourcetest.SubscriptionOptions
+	route bool
+	nc    *nats.Conn
+	js    natsjs.JetStream
 }
 
 func (s *jsSub) connect(t testing.TB, user string) (*nats.Conn, natsjs.JetStream) {
@@ -98,11 +111,22 @@ func (s *jsSub) NewWorker(t testing.TB, in *intake.Intake, o sourcetest.WorkerOp
 	nc, js := s.connect(t, user)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := jetstream.NewConsumer(ctx, in, js, jetstream.Config{
+	cfg := jetstream.Config{
 		Stream: "CONF", Subject: "conf.messages.>", Durable: "worker",
 		AckWait: s.opts.Redelivery, MaxDeliver: s.opts.MaxAttempts, BackOff: []time.Duration{},
 		FetchBatch: 5, FetchWait: time.Second, Logger: testenv.Logger(t),
-	})
+	}
+	if s.route {
+		// The route's consumer, as the worker builds it beside the shared
+		// one (which acks the route's subject without recording it).
+		shared := cfg
+		shared.Skip = []string{"conf.messages.order.placed"}
+		if _, err := jetstream.NewConsumer(ctx, in, js, shared); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Name, cfg.Durable, cfg.Subject, cfg.StartAfter = "jetstream-order-placed", "worker-order-placed", "conf.messages.order.placed", "worker"
+	}
+	c, err := jetstream.NewConsumer(ctx, in, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +138,11 @@ func (s *jsSub) RestartBroker(t testing.TB) { s.srv.Restart(t) }
 func (s *jsSub) Unsettled(testing.TB) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, err := s.js.Consumer(ctx, "CONF", "worker")
+	durable := "worker"
+	if s.route {
+		durable = "worker-order-placed"
+	}
+	c, err := s.js.Consumer(ctx, "CONF", durable)
 	if err != nil {
 		return -1
 	}
