@@ -112,20 +112,8 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
+	addr, _ := testenv.ServeAPI(t, api)
+	base := "http://" + addr
 
 	type call struct {
 		method, path string
@@ -172,21 +160,10 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdone := make(chan error, 1)
-	go func() { sdone <- slow.ServeOn(ctx, sln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-sdone; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	saddr, _ := testenv.ServeAPI(t, slow)
 	var limited exchange
 	for range 3 {
-		if limited, err = apiCall(t, "http://"+sln.Addr().String(), "GET", "/v1/messages/order-placed/evt_oa1", nil); err != nil {
+		if limited, err = apiCall(t, "http://"+saddr, "GET", "/v1/messages/order-placed/evt_oa1", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -331,25 +308,13 @@ func TestAPITraceContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	addr, _ := testenv.ServeAPI(t, api)
 
 	cctx, client := tp.Tracer("checkout").Start(context.Background(), "checkout", trace.WithSpanKind(trace.SpanKindClient))
 	h := http.Header{}
 	tracing.Propagator.Inject(cctx, propagation.HeaderCarrier(h))
 	client.End()
-	x, err := apiCall(t, "http://"+ln.Addr().String(), "POST", "/v1/messages", apiOrder("evt_tr1", 7101, 4200),
+	x, err := apiCall(t, "http://"+addr, "POST", "/v1/messages", apiOrder("evt_tr1", 7101, 4200),
 		"Idempotency-Key", "evt_tr1", "Prefer", "wait=20", "traceparent", h.Get("traceparent"))
 	if err != nil || x.resp.StatusCode != 202 {
 		t.Fatalf("POST: %v %s", err, x.body)

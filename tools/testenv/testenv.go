@@ -11,6 +11,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,6 +37,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/intake/httpapi"
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
@@ -319,3 +321,24 @@ func (s *Stack) RefuseInbox(t testing.TB, messageID string) (lift func()) {
 
 // pgQuote quotes s as an SQL string literal.
 func pgQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// ServeAPI serves api on a free loopback port until t ends (a serve error
+// fails t) and returns the address and the context it serves under.
+func ServeAPI(t testing.TB, api *httpapi.API) (addr string, ctx context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- api.ServeOn(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String(), ctx
+}

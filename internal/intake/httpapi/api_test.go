@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,21 +70,9 @@ func newEnvRate(t *testing.T, s *testenv.Stack, taskQueue string, perSecond floa
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	addr, ctx := testenv.ServeAPI(t, api)
 	testenv.Eventually(t, 5*time.Second, "the API listener serves", func() bool { return api.Ready(ctx) == nil })
-	return &env{s: s, api: api, base: "http://" + ln.Addr().String(), proxy: proxy, tokens: tokens, client: &http.Client{Timeout: 60 * time.Second}}
+	return &env{s: s, api: api, base: "http://" + addr, proxy: proxy, tokens: tokens, client: &http.Client{Timeout: 60 * time.Second}}
 }
 
 type answer struct {

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -34,20 +33,8 @@ func TestTemporalDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	e.base = "http://" + ln.Addr().String()
+	addr, _ := testenv.ServeAPI(t, api)
+	e.base = "http://" + addr
 
 	start := time.Now()
 	first := e.post(t, "evt_td1", order("evt_td1", 9201, 900))

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -94,20 +93,8 @@ func TestMutualTLSAndRequestLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.ServeOn(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	url := "https://" + ln.Addr().String() + "/v1/messages"
+	addr, _ := testenv.ServeAPI(t, api)
+	url := "https://" + addr + "/v1/messages"
 	client := func(withCert bool) *http.Client {
 		cfg := &tls.Config{RootCAs: c.caPool, MinVersion: tls.VersionTLS12}
 		if withCert {
