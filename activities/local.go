@@ -1,6 +1,11 @@
 package activities
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/effectively/effectively/internal/adapter/ratelimit"
+)
 
 // The workflow runs each effect once as a local activity first, through
 // ChargeOrderLocally and SendReceiptLocally, and falls back to the regular
@@ -29,6 +34,13 @@ type LocalReceipt struct {
 // Outcome is the attempt's result, or its error as data.
 func (l LocalReceipt) Outcome() (ReceiptResult, *AttemptError) { return l.Result, l.Err }
 
+// LocalRateWait is the longest a local attempt waits for its slot at a
+// provider's shared rate limit (ratelimit.WithMaxWait). It holds its
+// workflow's task and a local slot of the workflow worker meanwhile, so in
+// a backlog it steps aside at once: the regular activity, on its route's
+// queue (workflows.Config.RouteQueues), waits in the line instead.
+const LocalRateWait = time.Second
+
 // Activity type names of the local activities.
 const (
 	ChargeOrderLocallyName = "ChargeOrderLocally"
@@ -43,7 +55,7 @@ func init() {
 // ChargeOrderLocally is ChargeOrder for a local activity: the same work,
 // its error returned inside the result.
 func (a *Activities) ChargeOrderLocally(ctx context.Context, in ChargeInput) (LocalCharge, error) {
-	r, err := a.ChargeOrder(ctx, in)
+	r, err := a.ChargeOrder(ratelimit.WithMaxWait(ctx, LocalRateWait), in)
 	e, err := attemptError(ctx, err)
 	return LocalCharge{Result: r, Err: e}, err
 }
@@ -51,7 +63,7 @@ func (a *Activities) ChargeOrderLocally(ctx context.Context, in ChargeInput) (Lo
 // SendReceiptLocally is SendReceipt for a local activity: the same work,
 // its error returned inside the result.
 func (a *Activities) SendReceiptLocally(ctx context.Context, in ReceiptInput) (LocalReceipt, error) {
-	r, err := a.SendReceipt(ctx, in)
+	r, err := a.SendReceipt(ratelimit.WithMaxWait(ctx, LocalRateWait), in)
 	e, err := attemptError(ctx, err)
 	return LocalReceipt{Result: r, Err: e}, err
 }

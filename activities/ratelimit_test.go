@@ -158,3 +158,34 @@ func TestChargesUnderTheSimulatorsLimits(t *testing.T) {
 		t.Fatalf("%d charges in %s: faster than the 8/s endpoint limit allows", n, el)
 	}
 }
+
+// TestLocalChargeStepsAsideInABacklog: a local attempt waits at most
+// LocalRateWait for its slot; with the slot 4 s away (a backlog's line) it
+// ends RateLimited at once, sending nothing, where the regular activity,
+// allowed the limiter's full wait, takes the slot and charges once.
+func TestLocalChargeStepsAsideInABacklog(t *testing.T) {
+	limit := ratelimit.Rate{PerSecond: 0.25, Burst: 1} // a slot every 4s
+	f := limitedFixture(t, ratelimit.Config{Provider: "stripe", Global: limit, ExpressShare: -1})
+	l, _ := ratelimit.New(f.db, ratelimit.Config{Provider: "stripe", Global: limit})
+	if err := l.Wait(context.Background(), "GET /v1/x"); err != nil { // the line: the next slot in 4s
+		t.Fatal(err)
+	}
+	start := time.Now()
+	lc, err := run(t, f, f.acts.ChargeOrderLocally, charge("evt_rl_local", 73, "pm_card_visa"))
+	if err != nil || lc.Err == nil || lc.Err.Type != activities.ErrTypeRateLimited {
+		t.Fatalf("local attempt = %+v, %v; want its error RateLimited", lc, err)
+	}
+	if took := time.Since(start); took > activities.LocalRateWait+time.Second {
+		t.Fatalf("the local attempt took %s at the limit, want at most about %s", took, activities.LocalRateWait)
+	}
+	if n := f.sims.Stripe.Stats().Requests; n != 0 {
+		t.Fatalf("stripe got %d requests from a local attempt sent back", n)
+	}
+	// The regular attempt waits its turn (both slots: create and confirm).
+	if r, err := run(t, f, f.acts.ChargeOrder, charge("evt_rl_local", 73, "pm_card_visa")); err != nil || r.Outcome != activities.PaymentPaid {
+		t.Fatalf("regular attempt = %+v, %v", r, err)
+	}
+	if st := f.sims.Stripe.Stats(); st.ChargesByMessage["evt_rl_local"] != 1 {
+		t.Fatalf("charges %v, want one", st.ChargesByMessage)
+	}
+}

@@ -54,6 +54,7 @@ type deps struct {
 	webhooks    http.Handler       // nil without a webhook secret or key
 	api         *httpapi.API       // nil without EFFECTIVELY_API_ADDR
 	codecServer *codecServerConfig // nil without EFFECTIVELY_CODEC_SERVER_ADDR
+	consumers   []string           // the routes' consumers: each has an effect queue (routeWorkers)
 	closers     []func()
 }
 
@@ -141,6 +142,9 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	in, err := intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m})
 	if err != nil {
 		return d, err
+	}
+	for _, r := range in.Routes().Routes() {
+		d.consumers = append(d.consumers, r.Consumer)
 	}
 	// The broker comes before the Temporal worker: the retention check
 	// needs the consumer's configuration, and nothing may run before it.

@@ -56,6 +56,7 @@ import (
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/leaf/codec"
 	"github.com/effectively/effectively/internal/leaf/listener"
+	"github.com/effectively/effectively/workflows"
 )
 
 func main() {
@@ -165,11 +166,15 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	w := worker.New(d.tc, cfg.TaskQueue, worker.Options{WorkerStopTimeout: stopTimeout})
 	d.workflows.Register(w)
 	activities.Register(w, d.activities)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("start worker: %w", err)
+	workers := append([]worker.Worker{w}, routeWorkers(d, cfg.TaskQueue, cfg.RouteEffectSlots, stopTimeout)...)
+	for _, w := range workers {
+		if err := w.Start(); err != nil {
+			stopWorkers(workers)
+			return fmt.Errorf("start worker: %w", err)
+		}
 	}
-	defer w.Stop()
-	logger.Info("worker polling", "task_queue", cfg.TaskQueue)
+	defer stopWorkers(workers)
+	logger.Info("worker polling", "task_queue", cfg.TaskQueue, "route_queues", cfg.Workflows.RouteQueues != "")
 	// Without the schedule nothing is pruned, and the tables grow; that is
 	// no reason to stop taking messages. The next worker start tries again.
 	if _, err := retention.EnsureSchedule(ctx, d.tc, retention.ScheduleConfig{Every: cfg.PruneEvery, TaskQueue: cfg.TaskQueue}); err != nil {
@@ -221,8 +226,35 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if d.relay != nil {
 		logger.Info("outbox relay stopped", "outbox", d.relay.Stats())
 	}
-	shutdown(w, d.activities.Drain, effectsTimeout, logger)
+	shutdown(workers, d.activities.Drain, effectsTimeout, logger)
 	return err
+}
+
+// routeWorkers are the workers of the routes' effect queues
+// (workflows.RouteQueue), one per route, each with slots of its own
+// (EFFECTIVELY_ROUTE_EFFECT_SLOTS): with EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE a
+// route's charges waiting at a provider's rate limit hold none of another
+// route's slots, and a backlog past its slots waits in Temporal's task
+// queue rather than at the limiter. They poll whether it is on or not, so
+// that turning it off, or running workers of both settings side by side,
+// strands no activity.
+func routeWorkers(d *deps, queue string, slots int, stopTimeout time.Duration) []worker.Worker {
+	out := make([]worker.Worker, 0, len(d.consumers))
+	for _, consumer := range d.consumers {
+		rw := worker.New(d.tc, workflows.RouteQueue(queue, consumer), worker.Options{WorkerStopTimeout: stopTimeout, DisableWorkflowWorker: true, MaxConcurrentActivityExecutionSize: slots})
+		activities.Register(rw, d.activities)
+		out = append(out, rw)
+	}
+	return out
+}
+
+// stopWorkers stops the Temporal workers, each stop waiting for its
+// activities up to WorkerStopTimeout; Stop of a worker never started is a
+// no-op.
+func stopWorkers(workers []worker.Worker) {
+	for _, w := range workers {
+		w.Stop()
+	}
 }
 
 // runHealth serves the health listener (GET /livez, /readyz, /metrics) on
@@ -271,7 +303,7 @@ func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool,
 // and only then is the worker stopped. An effect still running then keeps
 // going on its own context until the process exits; if it has not recorded
 // by then, its retry replays it from the ledger or the provider's key.
-func shutdown(w worker.Worker, drain *activities.Drainer, wait time.Duration, logger *slog.Logger) {
+func shutdown(workers []worker.Worker, drain *activities.Drainer, wait time.Duration, logger *slog.Logger) {
 	start := time.Now()
 	inFlight := drain.InFlight()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -281,8 +313,8 @@ func shutdown(w worker.Worker, drain *activities.Drainer, wait time.Duration, lo
 	} else {
 		logger.Info("effects drained", "in_flight_at_start", inFlight, "took", time.Since(start).Round(time.Millisecond).String())
 	}
-	w.Stop()
-	logger.Info("temporal worker stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	stopWorkers(workers)
+	logger.Info("temporal workers stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 // serveHealth answers GET /livez, /healthz (alias of /livez), /readyz and

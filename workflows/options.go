@@ -59,6 +59,27 @@ type Config struct {
 	// a heartbeat (sent every 2s) before Temporal retries it elsewhere.
 	// Default 10s.
 	HeartbeatTimeout time.Duration
+	// RouteQueues, when set, is the base of the routes' effect task queues:
+	// a route's charges, refunds, receipts and settles run on
+	// RouteQueue(RouteQueues, consumer), polled by workers of their own
+	// (with slots of their own), so effects waiting at a provider's rate
+	// limit on one route hold no slot another route needs. Empty: they run
+	// on the workflow's task queue. Replay does not compare task queues, so
+	// it may change while workflows run.
+	RouteQueues string
+}
+
+// RouteQueue is the task queue of consumer's effect activities under base
+// (Config.RouteQueues).
+func RouteQueue(base, consumer string) string { return base + "-effects-" + consumer }
+
+// onRoute puts opts on consumer's effect queue when routes have their own
+// (Config.RouteQueues).
+func (c Config) onRoute(consumer string, opts workflow.ActivityOptions) workflow.ActivityOptions {
+	if c.RouteQueues != "" {
+		opts.TaskQueue = RouteQueue(c.RouteQueues, consumer)
+	}
+	return opts
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -156,38 +177,38 @@ func (c Config) retryPolicy() *temporal.RetryPolicy {
 	}
 }
 
-func (c Config) paymentOptions(summary string) workflow.ActivityOptions {
-	return workflow.ActivityOptions{
+func (c Config) paymentOptions(consumer, summary string) workflow.ActivityOptions {
+	return c.onRoute(consumer, workflow.ActivityOptions{
 		StartToCloseTimeout:    c.PaymentStartToClose,
 		ScheduleToCloseTimeout: c.PaymentScheduleToClose,
 		HeartbeatTimeout:       c.HeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
-	}
+	})
 }
 
-func (c Config) emailOptions(summary string) workflow.ActivityOptions {
-	return workflow.ActivityOptions{
+func (c Config) emailOptions(consumer, summary string) workflow.ActivityOptions {
+	return c.onRoute(consumer, workflow.ActivityOptions{
 		StartToCloseTimeout:    c.EmailStartToClose,
 		ScheduleToCloseTimeout: c.EmailScheduleToClose,
 		HeartbeatTimeout:       c.HeartbeatTimeout,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
-	}
+	})
 }
 
 // settleOptions are the options of SettlePayment, run at each wake-up of
 // the wait for a processing payment: a read of Stripe and one statement,
 // retried for a few minutes; a wake-up whose retries run out leaves it to
 // the next one.
-func (c Config) settleOptions(summary string) workflow.ActivityOptions {
+func (c Config) settleOptions(consumer, summary string) workflow.ActivityOptions {
 	schedule := min(10*time.Minute, c.PaymentProcessingPoll)
-	return workflow.ActivityOptions{
+	return c.onRoute(consumer, workflow.ActivityOptions{
 		StartToCloseTimeout:    min(time.Minute, schedule),
 		ScheduleToCloseTimeout: schedule,
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
-	}
+	})
 }
 
 // localOptions are the options of an effect's local attempt: one try of at

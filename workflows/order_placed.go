@@ -97,7 +97,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 		activities.ChargeOrderLocallyName, activities.ChargeOrderName, activities.ChargeInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 			Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
-		}, w.cfg.paymentOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
+		}, w.cfg.paymentOptions(in.Consumer, fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("charge order %d: %w", in.Order.OrderID, err)
@@ -134,7 +134,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 			Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
 			PaymentIntentID: charge.PaymentIntentID,
-		}, w.cfg.emailOptions(fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
+		}, w.cfg.emailOptions(in.Consumer, fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid; sending the receipt failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("send receipt of order %d: %w", in.Order.OrderID, err)
@@ -187,7 +187,7 @@ func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlace
 		cancelTimer()
 
 		var out activities.ChargeResult
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, w.cfg.settleOptions(fmt.Sprintf("settle payment of order %d", in.Order.OrderID))),
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, w.cfg.settleOptions(in.Consumer, fmt.Sprintf("settle payment of order %d", in.Order.OrderID))),
 			activities.SettlePaymentName, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
 		var appErr *temporal.ApplicationError
 		switch {

@@ -64,8 +64,8 @@ type RefundStatus struct {
 // payment's timeouts apply; a refund waiting for its order's payment to
 // settle (PaymentPending) backs off meanwhile, and OrderRefund runs it again
 // while the payment may still settle (refundPaymentWait).
-func (c Config) refundOptions(summary string) workflow.ActivityOptions {
-	return c.paymentOptions(summary)
+func (c Config) refundOptions(consumer, summary string) workflow.ActivityOptions {
+	return c.paymentOptions(consumer, summary)
 }
 
 // refundPaymentWait is how long a refund waits for its order's payment to
@@ -124,7 +124,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding %d of order %d under key `%s`.", in.Refund.Amount, in.Refund.OrderID, refundKey))
 	var refund activities.RefundResult
-	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)))
+	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(in.Consumer, fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)))
 	start := workflow.Now(ctx)
 	deadline := start.Add(w.cfg.refundPaymentWait())
 	// A refund that came before its order's payment waits for it, up to
@@ -182,7 +182,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded (%s). Sending the refund receipt under ledger key `%s`.", in.Refund.OrderID, refund.RefundID, mailKey))
 	var receipt activities.ReceiptResult
-	mctx := workflow.WithActivityOptions(ctx, w.cfg.emailOptions(fmt.Sprintf("send refund receipt of order %d (%s)", in.Refund.OrderID, mailKey)))
+	mctx := workflow.WithActivityOptions(ctx, w.cfg.emailOptions(in.Consumer, fmt.Sprintf("send refund receipt of order %d (%s)", in.Refund.OrderID, mailKey)))
 	err = workflow.ExecuteActivity(mctx, activities.SendRefundReceiptName, activities.RefundReceiptInput{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
 		Amount: in.Refund.Amount, Currency: refund.Currency, RefundID: refund.RefundID,

@@ -73,6 +73,9 @@ type Config struct {
 	DatabaseMaxConns int
 	// TaskQueue is the Temporal task queue of both processes (EFFECTIVELY_TASK_QUEUE).
 	TaskQueue string
+	// RouteEffectSlots bounds the effect activities a worker runs at once
+	// for each route's queue (EFFECTIVELY_ROUTE_EFFECT_SLOTS).
+	RouteEffectSlots int
 	// KeyNamespace scopes the provider keys and tags the provider objects
 	// (EFFECTIVELY_KEY_NAMESPACE); LoadEnv copies it into Stripe, Email and
 	// Webhooks. Read docs/configuration.md#key-namespace before changing it.
@@ -244,6 +247,11 @@ const DefaultDrainTimeout = 20 * time.Second
 
 // DefaultDatabaseMaxConns is the worker's Postgres pool size.
 const DefaultDatabaseMaxConns = 32
+
+// DefaultRouteEffectSlots is EFFECTIVELY_ROUTE_EFFECT_SLOTS' default: with
+// two workers, 200 effects in flight per route, which at Stripe's sandbox
+// limit (25 per second an endpoint) is 8 s of the limiter's line.
+const DefaultRouteEffectSlots = 100
 
 // OTelLookup reads the OpenTelemetry variables (OTEL_*) from the process
 // environment for internal/leaf/tracing, and nothing else: they are the

@@ -59,6 +59,23 @@ var variables = []variable{
 		func(c *Config) *int { return &c.DatabaseMaxConns }).
 		checked(func(c Config) error { return within(c.DatabaseMaxConns, 4, 1000) }),
 	str("EFFECTIVELY_TASK_QUEUE", workflows.DefaultTaskQueue, "TaskQueue", "task queue of the worker and the starter", func(c *Config) *string { return &c.TaskQueue }),
+	{name: "EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE", def: "false", field: "Workflows.RouteQueues",
+		load: func(c *Config, v string, _ bool) error {
+			on, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q: use true or false", v)
+			}
+			c.Workflows.RouteQueues = ""
+			if on {
+				c.Workflows.RouteQueues = c.TaskQueue
+			}
+			return nil
+		},
+		doc: "run each route's effects (charges, refunds, receipts, settles) on a task queue of its own, `EFFECTIVELY_TASK_QUEUE-effects-<consumer>`, so that a route's backlog waiting at a provider's rate limit holds none of the activity slots another route needs (docs/operations.md). Every worker polls these queues whatever the setting, so workers of both settings may run side by side; roll back only to a version that polls them"},
+	num("EFFECTIVELY_ROUTE_EFFECT_SLOTS", DefaultRouteEffectSlots, "RouteEffectSlots",
+		"effect activities each worker process runs at once for one route's queue (`EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE`), 1–10000; the rest wait in Temporal's task queue, holding nothing. Keep slots × workers under what the route's provider limit sends in 20 s (the limiter's longest wait), or the extra ones are sent back and retried (docs/operations.md)",
+		func(c *Config) *int { return &c.RouteEffectSlots }).
+		checked(func(c Config) error { return within(c.RouteEffectSlots, 1, 10000) }),
 	{name: EnvKeyNamespace, field: "KeyNamespace", docDefault: "empty (none: keys stay `payment:evt_…`)",
 		load: func(c *Config, v string, _ bool) error {
 			c.KeyNamespace = v

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -66,12 +67,21 @@ type DrainReport struct {
 	// lived from its first claim to its record (Stripe keeps keys 24 h).
 	OldestMessage time.Duration `json:"oldest_message"`
 	OldestKey     time.Duration `json:"oldest_key"`
+	// AttemptsPerCharge is the mean of the regular charge activity's
+	// attempts per backlog message, over a sample (0 for a charge that
+	// its local attempt made): each attempt past the first is a request
+	// the shared limit sent back (or a failure), a round trip through
+	// Temporal that costs its server and the workers.
+	AttemptsPerCharge float64 `json:"attempts_per_charge"`
 	// IdleP99 and BusyP99 are the other route's (refunds') p99 latency,
 	// publication to record, without and with the backlog; BusyMax its
 	// longest wait behind the backlog.
 	IdleP99 time.Duration `json:"idle_p99"`
 	BusyP99 time.Duration `json:"busy_p99"`
 	BusyMax time.Duration `json:"busy_max"`
+	// IdleP50 and BusyP50 are the medians of the same latencies.
+	IdleP50 time.Duration `json:"idle_p50"`
+	BusyP50 time.Duration `json:"busy_p50"`
 	// BusyIntakeP99 is the part of the busy latency before the inbox row
 	// (the broker delivering in stream order), BusyWorkP99 the part after
 	// it (Temporal, the shared limits).
@@ -86,9 +96,14 @@ type DrainReport struct {
 	BusyCreatedP99 time.Duration `json:"busy_created_p99"`
 	// BusyTaskP99 is inbox row to the workflow's first task started at a
 	// worker.
-	BusyTaskP99    time.Duration `json:"busy_task_p99"`
-	BusyRefundP99  time.Duration `json:"busy_refund_p99"`
-	BusyReceiptP99 time.Duration `json:"busy_receipt_p99"`
+	BusyTaskP99 time.Duration `json:"busy_task_p99"`
+	// BusyScheduledP99 is inbox row to the refund activity's schedule,
+	// BusyDispatchP99 its schedule to its start at a worker (the task
+	// queue and the worker's slots).
+	BusyScheduledP99 time.Duration `json:"busy_scheduled_p99"`
+	BusyDispatchP99  time.Duration `json:"busy_dispatch_p99"`
+	BusyRefundP99    time.Duration `json:"busy_refund_p99"`
+	BusyReceiptP99   time.Duration `json:"busy_receipt_p99"`
 	// Charges and DoubleCharges count the backlog's charges at Stripe.
 	Charges       int      `json:"charges"`
 	DoubleCharges int      `json:"double_charges"`
@@ -103,12 +118,16 @@ func (r DrainReport) String() string {
 	fmt.Fprintf(&b, "provider requests %d, 429s %d (%.2f%%, target < 1%%)\n", r.Requests, r.TooMany, 100*r.TooManyShare)
 	fmt.Fprintf(&b, "oldest message waited %s; oldest payment key used %s after its first claim (Stripe keeps keys 24 h)\n",
 		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
+	fmt.Fprintf(&b, "regular charge attempts per backlog message %.1f (a sample; each past the first sent back by the limit or failed)\n", r.AttemptsPerCharge)
 	fmt.Fprintf(&b, "other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s\n",
 		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  median idle %s, during the drain %s\n", r.IdleP50.Round(time.Millisecond), r.BusyP50.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
 		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  after it: to the refund's claim p99 %s (to the workflow's creation %s, to its first task %s), the refund p99 %s, to the receipt's record p99 %s\n",
 		r.BusyStartP99.Round(time.Millisecond), r.BusyCreatedP99.Round(time.Millisecond), r.BusyTaskP99.Round(time.Millisecond), r.BusyRefundP99.Round(time.Millisecond), r.BusyReceiptP99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  the refund activity: scheduled p99 %s after the inbox row, started p99 %s after its schedule\n",
+		r.BusyScheduledP99.Round(time.Millisecond), r.BusyDispatchP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
 }
@@ -223,7 +242,9 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyIntakeP99, rep.BusyWorkP99 = p99(busy.intake), p99(busy.work)
 	rep.BusyStartP99, rep.BusyRefundP99, rep.BusyReceiptP99 = p99(busy.start), p99(busy.refund), p99(busy.receipt)
 	rep.BusyCreatedP99, rep.BusyTaskP99 = p99(busy.created), p99(busy.task)
+	rep.BusyScheduledP99, rep.BusyDispatchP99 = p99(busy.scheduled), p99(busy.dispatch)
 	rep.BusyMax = slices.Max(busy.total)
+	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
 	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
 		return rep, fmt.Errorf("drain: %w", err)
 	}
@@ -249,6 +270,9 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	}
 	rep.OldestKey = time.Duration(oldestKey * float64(time.Second))
 	rep.OldestMessage = last.Sub(publishedAt)
+	if rep.AttemptsPerCharge, err = chargeAttempts(ctx, st, backlog); err != nil {
+		return rep, err
+	}
 	for _, id := range backlog {
 		switch n := s1.ChargesByMessage[id]; {
 		case n == 1:
@@ -272,7 +296,9 @@ func orderMsg(id string, orderID int64) []byte {
 
 // latencies are the probes' latencies: publication to record (total), to
 // the inbox row (intake), and inbox row to record (work).
-type latencies struct{ total, intake, work, start, created, task, refund, receipt []time.Duration }
+type latencies struct {
+	total, intake, work, start, created, task, scheduled, dispatch, refund, receipt []time.Duration
+}
 
 // probe publishes cfg.Probes refunds of the warm-up orders, one every
 // cfg.ProbeEvery, and returns their latencies.
@@ -319,20 +345,28 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		if err != nil {
 			return out, err
 		}
-		var created, task time.Time
-		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext() && task.IsZero(); {
+		var created, task, scheduled, started time.Time
+		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext() && started.IsZero(); {
 			ev, err := it.Next()
 			if err != nil {
 				return out, fmt.Errorf("history of %s: %w", wf, err)
 			}
-			if t := ev.GetEventType(); t == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED {
-				created = ev.GetEventTime().AsTime()
-			} else if t == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
-				task = ev.GetEventTime().AsTime()
+			switch at := ev.GetEventTime().AsTime(); ev.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+				created = at
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+				task = cmp.Or(task, at)
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+				scheduled = cmp.Or(scheduled, at)
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+				started = at
+			default:
 			}
 		}
 		out.created = append(out.created, created.Sub(in))
 		out.task = append(out.task, task.Sub(in))
+		out.scheduled = append(out.scheduled, scheduled.Sub(in))
+		out.dispatch = append(out.dispatch, started.Sub(scheduled))
 		out.refund = append(out.refund, refunded.Sub(claimed))
 		out.receipt = append(out.receipt, mailed.Sub(refunded))
 	}
@@ -343,6 +377,33 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		return out, fmt.Errorf("%d of %d refunds have their timings (inbox, processed and refund rows)", len(out.total), len(ids))
 	}
 	return out, nil
+}
+
+// chargeAttempts is the mean number of regular ChargeOrder attempts of 50
+// of ids' workflows, spread over ids.
+func chargeAttempts(ctx context.Context, st DrainStack, ids []string) (float64, error) {
+	var sample []string
+	for i := 0; i < len(ids); i += max(1, len(ids)/50) {
+		sample = append(sample, ids[i])
+	}
+	var total int32
+	for _, id := range sample {
+		wf, err := identity.WorkflowID("order-placed", id)
+		if err != nil {
+			return 0, err
+		}
+		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
+			ev, err := it.Next()
+			if err != nil {
+				return 0, fmt.Errorf("history of %s: %w", wf, err)
+			}
+			if a := ev.GetActivityTaskStartedEventAttributes(); a != nil {
+				total += a.GetAttempt()
+				break
+			}
+		}
+	}
+	return float64(total) / float64(len(sample)), nil
 }
 
 // awaitProcessed waits until every id of consumer has its processed row.
@@ -401,6 +462,16 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// p50 is the median of ds.
+func p50(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }
 
 // p99 is the 99th percentile of ds (nearest rank).

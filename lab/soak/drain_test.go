@@ -84,7 +84,12 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 				StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
 				Extra: []string{
 					"LOG_LEVEL=warn",
-					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain", "NATS_CONSUMER_PER_ROUTE=true",
+					// The production defaults, not the tests' short ones: a
+					// regular attempt waits for its slot at the limit up to
+					// its start-to-close less a margin, and the limiter, the
+					// claims and the records share the pool.
+					"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m", "DATABASE_MAX_CONNS=32",
+					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain", "NATS_CONSUMER_PER_ROUTE=true", "EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE=true",
 					"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
 					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
 					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),

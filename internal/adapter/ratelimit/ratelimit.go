@@ -107,6 +107,17 @@ func flowOf(ctx context.Context) string {
 	return f
 }
 
+type maxWaitKey struct{}
+
+// WithMaxWait returns ctx whose requests wait at most d for their slot, when
+// that is shorter than Config.MaxWait; one that would wait longer is sent
+// back at once (*DeferredError). A local activity, which holds its
+// workflow's task open while it waits, uses it so that in a backlog the
+// regular activity waits instead.
+func WithMaxWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, maxWaitKey{}, d)
+}
+
 // DeferredError is a request that was not sent: the shared limit has no
 // slot for it within Config.MaxWait or its deadline. Try again after
 // RetryAfter; nothing reached the provider and no slot was taken.
@@ -235,6 +246,9 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 		return nil
 	}
 	maxWait := l.cfg.MaxWait
+	if d, ok := ctx.Value(maxWaitKey{}).(time.Duration); ok {
+		maxWait = min(maxWait, d)
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		maxWait = min(maxWait, time.Until(dl)-l.cfg.SendMargin)
 	}

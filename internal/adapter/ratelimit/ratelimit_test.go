@@ -375,3 +375,26 @@ func TestExpressWaitsNoLongerThanMaxWait(t *testing.T) {
 		t.Fatalf("err = %v after %s; want sent back at once", err, time.Since(start))
 	}
 }
+
+// TestWithMaxWaitSendsBackSooner: a request whose context caps its wait
+// (a local attempt's, ratelimit.WithMaxWait) is sent back at once, taking
+// no slot, where one without the cap waits for the same slot.
+func TestWithMaxWaitSendsBackSooner(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 4, Burst: 1}, ExpressShare: -1})
+	ep := "POST /v1/payment_intents"
+	if err := l.Wait(context.Background(), ep); err != nil { // the burst
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if d, ok := ratelimit.Deferred(l.Wait(ratelimit.WithMaxWait(context.Background(), 50*time.Millisecond), ep)); !ok || d <= 0 || time.Since(start) > 200*time.Millisecond {
+		t.Fatalf("capped at 50ms with the slot 250ms away: deferred %v (retry after %s) after %s; want sent back at once", ok, d, time.Since(start))
+	}
+	start = time.Now()
+	if err := l.Wait(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 150*time.Millisecond || waited > time.Second {
+		t.Errorf("uncapped: waited %s, want the next slot (about 250ms): the capped request took none", waited)
+	}
+}

@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/workflows"
+)
+
+// TestEffectsOnTheirRoutesQueues runs the worker binary with
+// EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE: a refund's activities are scheduled
+// on the refund route's own queue. The worker is killed between Stripe's
+// refund and its record, and a worker with the setting off takes over: it
+// still polls the route's queue, so the retry left there runs, replays the
+// refund under its key, and the customer is refunded once, with one
+// receipt.
+func TestEffectsOnTheirRoutesQueues(t *testing.T) {
+	s := newProcStack(t)
+	ctx := context.Background()
+	first := s.start(t, "EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE=true", failpoint.EnvVar+"="+failpoint.RefundAfterRefund)
+	if res, err := s.intake.Accept(ctx, order("evt_rq_o", 91, "pm_card_visa"), "test"); err != nil || res.Status != intake.StatusStarted {
+		t.Fatalf("accept order = %+v, %v", res, err)
+	}
+	if st := s.waitOutcome(t, "evt_rq_o"); st.Outcome != workflows.OutcomeCompleted {
+		t.Fatalf("order outcome = %+v", st)
+	}
+	const id = "evt_rq_refund"
+	if res, err := s.intake.Accept(ctx, refundMsg(id, 91, 500), "test"); err != nil || res.Status != intake.StatusStarted {
+		t.Fatalf("accept refund = %+v, %v", res, err)
+	}
+	killedAt(t, first, failpoint.RefundAfterRefund)
+
+	s.start(t) // the setting off
+	st := s.waitRefundOutcome(t, id)
+	if st.Outcome != workflows.OutcomeRefunded || !st.Refund.Replayed {
+		t.Errorf("outcome = %+v (want refunded, replayed by Stripe's key)", st)
+	}
+	if n := s.sims.Stripe.Stats().RefundsByMessage[id]; n != 1 {
+		t.Errorf("refunds = %d, want exactly 1", n)
+	}
+	if n := s.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+id]; n != 1 {
+		t.Errorf("refund receipts = %d, want 1", n)
+	}
+
+	// Where each activity was scheduled: the refund by the first worker on
+	// the route's queue; the receipt by the second on the workflow's.
+	queues := map[string]string{}
+	for it := s.client.GetWorkflowHistory(ctx, "order-refund/"+id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			queues[a.GetActivityType().GetName()] = a.GetTaskQueue().GetName()
+		}
+	}
+	want := map[string]string{
+		activities.RefundOrderName:       workflows.RouteQueue(s.cfg.TaskQueue, "order-refund"),
+		activities.SendRefundReceiptName: s.cfg.TaskQueue,
+	}
+	for name, q := range want {
+		if queues[name] != q {
+			t.Errorf("%s scheduled on %q, want %q (all: %v)", name, queues[name], q, queues)
+		}
+	}
+}
