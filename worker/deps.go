@@ -139,7 +139,7 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	}
 	d.namespace = namespace
 	d.store = store.New(d.pool)
-	in, err := intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m})
+	in, err := intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m, StartRate: cfg.RouteStartRate()})
 	if err != nil {
 		return d, err
 	}

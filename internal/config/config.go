@@ -73,6 +73,9 @@ type Config struct {
 	DatabaseMaxConns int
 	// TaskQueue is the Temporal task queue of both processes (EFFECTIVELY_TASK_QUEUE).
 	TaskQueue string
+	// StartRate paces each route's workflow starts per worker process
+	// (EFFECTIVELY_START_RATE); negative is auto (RouteStartRate).
+	StartRate float64
 	// RouteEffectSlots bounds the effect activities a worker runs at once
 	// for each route's queue (EFFECTIVELY_ROUTE_EFFECT_SLOTS).
 	RouteEffectSlots int
@@ -247,6 +250,23 @@ const DefaultDrainTimeout = 20 * time.Second
 
 // DefaultDatabaseMaxConns is the worker's Postgres pool size.
 const DefaultDatabaseMaxConns = 32
+
+// RouteStartRate is the pace of each route's workflow starts per worker
+// process (intake.Config.StartRate): StartRate, or with auto twice the paid
+// messages per second the provider limits allow (a create and a confirm,
+// two Stripe endpoints; one mail), 0 when no limit is set.
+func (c Config) RouteStartRate() float64 {
+	if c.StartRate >= 0 {
+		return c.StartRate
+	}
+	var tightest float64
+	for _, r := range []float64{c.RateLimits.StripeEndpoint.PerSecond, c.RateLimits.Stripe.PerSecond / 2, c.RateLimits.SendGrid.PerSecond} {
+		if r > 0 && (tightest == 0 || r < tightest) {
+			tightest = r
+		}
+	}
+	return 2 * tightest
+}
 
 // DefaultRouteEffectSlots is EFFECTIVELY_ROUTE_EFFECT_SLOTS' default: with
 // two workers, 200 effects in flight per route, which at Stripe's sandbox

@@ -21,3 +21,31 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteStartRate: auto paces a route's starts at twice the paid
+// messages per second the limits allow, none without limits; a number is
+// taken as it is.
+func TestRouteStartRate(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want float64
+	}{
+		{map[string]string{}, 40}, // the defaults: 20/s an endpoint, 80/s in all, no SendGrid limit
+		{map[string]string{"STRIPE_RATE_LIMIT": "30"}, 30},
+		{map[string]string{"SENDGRID_RATE_LIMIT": "5"}, 10},
+		{map[string]string{"STRIPE_RATE_LIMIT": "0", "STRIPE_ENDPOINT_RATE_LIMIT": "0"}, 0},
+		{map[string]string{"EFFECTIVELY_START_RATE": "7"}, 7},
+		{map[string]string{"EFFECTIVELY_START_RATE": "0"}, 0},
+	} {
+		cfg, err := Load(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		if got := cfg.RouteStartRate(); got != tc.want {
+			t.Errorf("%v: RouteStartRate() = %v, want %v", tc.env, got, tc.want)
+		}
+	}
+	if _, err := Load(func(k string) (string, bool) { return "fast", k == "EFFECTIVELY_START_RATE" }); err == nil || !strings.Contains(err.Error(), "EFFECTIVELY_START_RATE") {
+		t.Errorf("EFFECTIVELY_START_RATE=fast: %v, want an error naming it", err)
+	}
+}

@@ -72,6 +72,20 @@ var variables = []variable{
 			return nil
 		},
 		doc: "run each route's effects (charges, refunds, receipts, settles) on a task queue of its own, `EFFECTIVELY_TASK_QUEUE-effects-<consumer>`, so that a route's backlog waiting at a provider's rate limit holds none of the activity slots another route needs (docs/operations.md). Every worker polls these queues whatever the setting, so workers of both settings may run side by side; roll back only to a version that polls them"},
+	{name: "EFFECTIVELY_START_RATE", def: "auto", field: "StartRate",
+		load: func(c *Config, v string, _ bool) error {
+			if v == "auto" {
+				c.StartRate = -1
+				return nil
+			}
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil || r < 0 || r > 1e6 {
+				return fmt.Errorf("%q: want auto, or workflow starts per second (0 to 1000000)", v)
+			}
+			c.StartRate = r
+			return nil
+		},
+		doc: "workflow starts per second of each route in each worker process; a message past it stays pending in the inbox (recorded and acknowledged) and is started when the route has room, so that a backlog after an outage waits in Postgres instead of flooding Temporal (docs/operations.md). `auto`: twice the paid messages per second the provider limits allow, `min(STRIPE_ENDPOINT_RATE_LIMIT, STRIPE_RATE_LIMIT/2, SENDGRID_RATE_LIMIT)` of those set, none when none is; `0`: none"},
 	num("EFFECTIVELY_ROUTE_EFFECT_SLOTS", DefaultRouteEffectSlots, "RouteEffectSlots",
 		"effect activities each worker process runs at once for one route's queue (`EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE`), 1–10000; the rest wait in Temporal's task queue, holding nothing. Keep slots × workers under what the route's provider limit sends in 20 s (the limiter's longest wait), or the extra ones are sent back and retried (docs/operations.md)",
 		func(c *Config) *int { return &c.RouteEffectSlots }).

@@ -149,8 +149,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
 	total := 0
 	for {
+		// Only the routes with room for starts (Config.StartRate), no more
+		// rows than their room: a route out of it leaves the next batch to
+		// the others.
+		o := d.claim
+		o.Consumers, o.Limit = nil, 0
+		for _, c := range d.claim.Consumers {
+			if r := d.in.room(c, d.cfg.BatchSize); r > 0 {
+				o.Consumers, o.Limit = append(o.Consumers, c), o.Limit+r
+			}
+		}
+		o.Limit = min(o.Limit, d.cfg.BatchSize)
+		if o.Limit == 0 {
+			return total, nil
+		}
 		var claimed int
-		n, err := d.in.store.DispatchPending(ctx, d.claim, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
+		n, err := d.in.store.DispatchPending(ctx, o, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
 			claimed = len(batch)
 			return d.startAll(ctx, batch)
 		})
@@ -159,8 +173,8 @@ func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
 			return total, err
 		}
 		// A short batch, or a batch none of which could be started (Temporal
-		// down), ends the pass.
-		if claimed < d.cfg.BatchSize || n == 0 {
+		// down, or its routes out of room), ends the pass.
+		if claimed < o.Limit || n == 0 {
 			return total, nil
 		}
 	}
@@ -178,6 +192,9 @@ func (d *Dispatcher) startAll(ctx context.Context, batch []store.PendingMessage)
 		sem  = make(chan struct{}, d.cfg.Concurrency)
 	)
 	for _, p := range batch {
+		if !d.in.admit(p.Consumer) {
+			continue // released for a later pass
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()

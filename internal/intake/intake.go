@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"golang.org/x/time/rate"
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/metrics"
@@ -74,13 +76,23 @@ type Config struct {
 	// Metrics counts the intake's decisions (started, duplicate, and the
 	// quarantine reasons). Nil counts nothing.
 	Metrics *metrics.Metrics
+	// StartRate paces each route's workflow starts in this process, per
+	// second (a burst of one second's worth): a recorded message waits in
+	// its route's lane of the fast path for its turn, and past the lane it
+	// stays pending in the inbox, recorded and acknowledged, for the
+	// Dispatcher, which starts it when the route has room. After an outage the backlog then
+	// waits in Postgres instead of flooding Temporal, where its tasks would
+	// delay every route's. Zero: no pacing.
+	StartRate float64
 }
 
 // Intake accepts messages from any source.
 type Intake struct {
-	store *store.Store
-	tc    client.Client
-	cfg   Config
+	store  *store.Store
+	tc     client.Client
+	cfg    Config
+	paceMu sync.Mutex
+	pace   map[string]*rate.Limiter // by consumer; see Config.StartRate
 }
 
 // New returns an Intake that records in st and starts workflows through tc.
@@ -100,7 +112,51 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.Routes == nil {
 		cfg.Routes = route.Default()
 	}
-	return &Intake{store: st, tc: tc, cfg: cfg}, nil
+	return &Intake{store: st, tc: tc, cfg: cfg, pace: map[string]*rate.Limiter{}}, nil
+}
+
+// pacer is consumer's start pacer (Config.StartRate); nil without pacing.
+func (in *Intake) pacer(consumer string) *rate.Limiter {
+	if in.cfg.StartRate <= 0 {
+		return nil
+	}
+	in.paceMu.Lock()
+	defer in.paceMu.Unlock()
+	l := in.pace[consumer]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(in.cfg.StartRate), max(1, int(in.cfg.StartRate)))
+		in.pace[consumer] = l
+	}
+	return l
+}
+
+// awaitStart waits for one of consumer's starts (Config.StartRate); an
+// error when ctx ends first.
+func (in *Intake) awaitStart(ctx context.Context, consumer string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l := in.pacer(consumer); l != nil {
+		return l.Wait(ctx)
+	}
+	return nil
+}
+
+// admit takes one of consumer's starts now (Config.StartRate); false leaves
+// the message pending for a later Dispatcher pass.
+func (in *Intake) admit(consumer string) bool {
+	l := in.pacer(consumer)
+	return l == nil || l.Allow()
+}
+
+// room is how many starts consumer may make now (Config.StartRate), at
+// most limit.
+func (in *Intake) room(consumer string, limit int) int {
+	l := in.pacer(consumer)
+	if l == nil {
+		return limit
+	}
+	return min(limit, int(l.Tokens()))
 }
 
 // Accept handles one raw message from source ("starter", "jetstream", …).

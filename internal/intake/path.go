@@ -131,7 +131,9 @@ func (p *Path) Open(ctx context.Context) {
 				if !ok {
 					return
 				}
-				if ctx.Err() != nil {
+				// Its route's pace (Config.StartRate): the lanes fill
+				// meanwhile, then the Dispatcher takes what is past them.
+				if p.in.awaitStart(ctx, s.m.Consumer) != nil {
 					continue // left pending: the next dispatcher pass starts it
 				}
 				p.startFast(ctx, s)

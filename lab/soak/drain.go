@@ -29,6 +29,9 @@ type DrainConfig struct {
 	Probes int
 	// ProbeEvery spaces the probes. Default 250ms.
 	ProbeEvery time.Duration
+	// ProbeAfter is how long after the workers come back the busy probes
+	// start. Default 0: at once, while the backlog's workflows start.
+	ProbeAfter time.Duration
 	// Limit is the configured messages per second the providers' limits
 	// allow (the lowest of the endpoint and SendGrid limits), for the
 	// report. Required.
@@ -233,6 +236,11 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	back := time.Now()
 	if err := start(); err != nil {
 		return rep, err
+	}
+	select {
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	case <-time.After(cfg.ProbeAfter):
 	}
 	busy, err := probe(ctx, cfg, st, stem+"_rb", orderBase)
 	if err != nil {

@@ -6,16 +6,22 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/sim/simlimit"
 	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/cluster"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/tools/workerproc"
+	"github.com/effectively/effectively/workflows"
 )
 
 var (
@@ -23,6 +29,9 @@ var (
 	drainSimLimit    = flag.Float64("drain-sim-endpoint", drainSimEndpoint, "the simulators' limit per Stripe endpoint and SendGrid key (Stripe's global: 4×)")
 	drainWorkerLimit = flag.Float64("drain-endpoint", drainEndpoint, "the workers' STRIPE_ENDPOINT_RATE_LIMIT and SENDGRID_RATE_LIMIT (STRIPE_RATE_LIMIT: 4×)")
 	drainJSON        = flag.String("drain-json", "", "write the drain report as JSON to this file (lab/bench reads it)")
+	drainCluster     = flag.Bool("drain-cluster", false, "run the drain on Temporal server v1.29.1 on Postgres (tools/cluster: make bin/temporal-server), one process, 4 history shards, instead of the dev server")
+	drainProbeAfter  = flag.Duration("drain-probe-after", 0, "start the refund probes this long after the workers come back (default: at once)")
+	drainStartRate   = flag.String("drain-start-rate", "auto", "the workers' EFFECTIVELY_START_RATE")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target, not met yet: see docs/operations.md)")
 )
 
@@ -44,7 +53,7 @@ const (
 func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack {
 	t.Helper()
 	ctx := context.Background()
-	tsrv := testenv.StartTemporalWithFairness(t)
+	tc, address, namespace := drainTemporal(t)
 	sims := testenv.StartSims(t)
 	sims.Stripe.SetRateLimits(stripesim.RateLimits{
 		Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
@@ -78,12 +87,12 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 	}
 	return DrainStack{
 		Stack: Stack{
-			Temporal: tsrv.Client(), Pool: pool, Stripe: sims.Stripe, SendGrid: sims.SendGrid, WorkerBin: bin,
+			Temporal: tc, Pool: pool, Stripe: sims.Stripe, SendGrid: sims.SendGrid, WorkerBin: bin,
 			Worker: workerproc.Config{
-				DatabaseURL: dbURL, TemporalAddress: tsrv.FrontendHostPort(), TaskQueue: "effectively-drain",
+				DatabaseURL: dbURL, TemporalAddress: address, TaskQueue: "effectively-drain",
 				StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
 				Extra: []string{
-					"LOG_LEVEL=warn",
+					"LOG_LEVEL=warn", "TEMPORAL_NAMESPACE=" + namespace,
 					// The production defaults, not the tests' short ones: a
 					// regular attempt waits for its slot at the limit up to
 					// its start-to-close less a margin, and the limiter, the
@@ -91,6 +100,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 					"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m", "DATABASE_MAX_CONNS=32",
 					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain", "NATS_CONSUMER_PER_ROUTE=true", "EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE=true",
 					"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
+					"EFFECTIVELY_START_RATE=" + *drainStartRate,
 					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
 					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),
 					fmt.Sprintf("SENDGRID_RATE_LIMIT=%g", workerEndpoint),
@@ -102,6 +112,36 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 	}
 }
 
+// drainTemporal starts the drain's Temporal: the dev server with the
+// matching service's fairness on, or with -drain-cluster the server built
+// from source on the local Postgres, its namespace and search attributes
+// registered as `worker setup` does.
+func drainTemporal(t *testing.T) (client.Client, string, string) {
+	t.Helper()
+	if !*drainCluster {
+		srv := testenv.StartTemporalWithFairness(t)
+		return srv.Client(), srv.FrontendHostPort(), "default"
+	}
+	const namespace = "drain"
+	c, err := cluster.Start(context.Background(), cluster.Options{
+		Bin: filepath.Join(testenv.RepoRoot(), "bin"), Dir: t.TempDir(), Fresh: true,
+		Database: "temporal_drain", Namespace: namespace, Retention: 24 * time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	tc, err := client.Dial(client.Options{HostPort: c.Address(), Namespace: namespace, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	if err := temporalclient.EnsureSearchAttributes(context.Background(), tc, namespace, workflows.SearchAttributeKeys()); err != nil {
+		t.Fatal(err)
+	}
+	return tc, c.Address(), namespace
+}
+
 // TestBacklogDrain is the short backlog drain of `make soak` (issue 24):
 // 5,000 messages pile up with the workers stopped; brought back, they drain
 // at the configured limit with under 1% 429s from the rate-limited
@@ -110,7 +150,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 // reported; -drain-fairness makes it fail the test: it is not met yet.
 func TestBacklogDrain(t *testing.T) {
 	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
-	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Limit: *drainWorkerLimit, Logf: t.Logf}, st)
+	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,115 @@
+package intake_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// TestDispatcherPacesEachRoute: with StartRate, a pass starts no more of a
+// route's pending rows than its pace allows, leaving the rest pending;
+// another route's rows, younger than the backlog, are started in the same
+// pass; a later pass goes on with the backlog, and nothing is lost.
+func TestDispatcherPacesEachRoute(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	tc := testenv.NewFakeTemporal()
+	const pace = 5
+	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t), StartRate: pace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		recordPending(t, st, placed(fmt.Sprintf("evt_pace%02d", i), int64(900+i)))
+	}
+	for i := range 2 {
+		recordPending(t, st, refundRequested(fmt.Sprintf("evt_pace_r%d", i), int64(900+i)))
+	}
+	d, err := intake.NewDispatcher(in, intake.DispatcherConfig{MinAge: -1, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() (orders, refunds int) {
+		for id := range tc.Starts() {
+			switch {
+			case strings.HasPrefix(id, "order-placed/"):
+				orders++
+			case strings.HasPrefix(id, "order-refund/"):
+				refunds++
+			}
+		}
+		return orders, refunds
+	}
+	if _, err := d.DispatchPending(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if orders, refunds := count(); orders > pace+1 || orders == 0 || refunds != 2 {
+		t.Fatalf("first pass started %d orders and %d refunds, want at most %d orders (the pace's burst) and both refunds", orders, refunds, pace+1)
+	}
+	pending, _, err := st.InboxCounts(ctx)
+	if err != nil || pending < 30-pace-1 {
+		t.Fatalf("pending after the first pass = %d, %v; want the rest of the backlog left pending", pending, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := d.DispatchPending(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if orders, _ := count(); orders == 30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			orders, _ := count()
+			t.Fatalf("%d of 30 orders started after 15s at %d/s", orders, pace)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if pending, _, err := st.InboxCounts(ctx); err != nil || pending != 0 {
+		t.Fatalf("pending at the end = %d, %v", pending, err)
+	}
+}
+
+// TestFastPathPacesEachRoute: with StartRate, the fast path's starts of a
+// route come at its pace, each message acked when recorded and none lost,
+// while another route's start goes ahead of the queued ones.
+func TestFastPathPacesEachRoute(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	tc := testenv.NewFakeTemporal()
+	const pace = 5
+	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t), StartRate: pace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPath(t, in)
+	s := &settled{}
+	began := time.Now()
+	for i := range 20 {
+		if v := p.Handle(context.Background(), s.delivery(placed(fmt.Sprintf("evt_fp%02d", i), int64(950+i)), 1, false)); v.Settle != intake.SettleAck {
+			t.Fatalf("message %d: %s, want acked once recorded", i, v.Settle)
+		}
+	}
+	if v := p.Handle(context.Background(), s.delivery(refundRequested("evt_fp_r", 950), 1, false)); v.Settle != intake.SettleAck {
+		t.Fatalf("refund: %s", v.Settle)
+	}
+	orders := func() int {
+		n := 0
+		for id := range tc.Starts() {
+			if strings.HasPrefix(id, "order-placed/") {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, 5*time.Second, "the refund's start", func() bool { return tc.Starts()["order-refund/evt_fp_r"] == 1 })
+	if n, took := orders(), time.Since(began); n >= 20 || float64(n) > pace*took.Seconds()+pace+1 {
+		t.Fatalf("when the refund started, %d orders had started %s in; want it ahead of the queued orders, which go at most at the pace's %d/s and its burst", n, took.Round(time.Millisecond), pace)
+	}
+	testenv.Eventually(t, 10*time.Second, "every order started at the pace", func() bool { return orders() == 20 })
+}
