@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -266,6 +267,11 @@ func TestSendReceiptLedger(t *testing.T) {
 	}
 }
 
+// TestSendReceiptLostResponsePolicies: SendGrid accepts a receipt and the
+// answer is lost, the send being SendReceipt's or the charge's (under the
+// claim its record took: the charge still returns paid, with no receipt).
+// The retry's claim supersedes the lost send's (claim 2 at-least-once, the
+// row settled unknown at-most-once) and acts on the policy.
 func TestSendReceiptLostResponsePolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy         store.EmailPolicy
@@ -277,24 +283,40 @@ func TestSendReceiptLostResponsePolicies(t *testing.T) {
 		// Record-then-send: the retry refuses to resend.
 		{store.AtMostOnce, 1, activities.ReceiptUnknown},
 	} {
-		t.Run(string(tc.policy), func(t *testing.T) {
-			f := newFixture(t, tc.policy)
-			if _, err := run(t, f, f.acts.ChargeOrder, charge("evt_l", 21, "pm_card_visa")); err != nil {
-				t.Fatal(err)
-			}
-			f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultLostAfter, Times: 1})
-			in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_l", OrderID: 21, Amount: 1999, Currency: "usd", To: "ada@example.com"}
-			if _, err := run(t, f, f.acts.SendReceipt, in); err == nil {
-				t.Fatal("a lost response was reported as sent")
-			}
-			r, err := run(t, f, f.acts.SendReceipt, in)
-			if err != nil || r.Outcome != tc.wantOutcome {
-				t.Fatalf("retry = %+v, %v", r, err)
-			}
-			if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:evt_l"]; n != tc.wantDeliveries {
-				t.Fatalf("deliveries = %d, want %d", n, tc.wantDeliveries)
-			}
-		})
+		for _, byCharge := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/sent_by_charge=%v", tc.policy, byCharge), func(t *testing.T) {
+				f := newFixture(t, tc.policy)
+				ch := charge("evt_l", 21, "pm_card_visa")
+				in := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_l", OrderID: 21, Amount: 1999, Currency: "usd", To: "ada@example.com"}
+				if byCharge {
+					ch = withReceipt(ch)
+					f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultLostAfter, Times: 1})
+				}
+				c := chargeLocally(t, f, ch)
+				if c.Outcome != activities.PaymentPaid || c.Receipt != nil {
+					t.Fatalf("charge = %+v; want paid, no receipt recorded", c)
+				}
+				if byCharge {
+					in.PaymentIntentID = c.PaymentIntentID
+				} else {
+					f.sims.SendGrid.AddFault(sendgridsim.Fault{Kind: sendgridsim.FaultLostAfter, Times: 1})
+					if _, err := run(t, f, f.acts.SendReceipt, in); err == nil {
+						t.Fatal("a lost response was reported as sent")
+					}
+				}
+				r, err := run(t, f, f.acts.SendReceipt, in)
+				if err != nil || r.Outcome != tc.wantOutcome {
+					t.Fatalf("retry = %+v, %v", r, err)
+				}
+				if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:evt_l"]; n != tc.wantDeliveries {
+					t.Fatalf("deliveries = %d, want %d", n, tc.wantDeliveries)
+				}
+				e, err := f.db.Effect(context.Background(), "email:evt_l")
+				if err != nil || (tc.policy == store.AtLeastOnce && e.Claim != 2) || (tc.policy == store.AtMostOnce && e.State != store.StateUnknown) {
+					t.Errorf("receipt's ledger row = %+v, %v; want the lost send's claim 1 superseded", e, err)
+				}
+			})
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/ratelimit"
@@ -27,6 +28,60 @@ type ChargeInput struct {
 	Amount        int64  `json:"amount"`
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
+	// ReceiptTo, when set, is where the order's receipt goes: a local
+	// attempt whose record settles the payment paid claims the receipt in
+	// that record's transaction and sends it (see ChargeOrder). Empty (an
+	// older workflow's input): the workflow's SendReceipt sends it.
+	ReceiptTo string `json:"receipt_to,omitempty"`
+	// ReceiptBudget is the time the receipt's send keeps at the end of the
+	// attempt: the charge must be recorded that long before the attempt's
+	// deadline, else no receipt is claimed with it. The time the receipt's
+	// own first attempt would have, so a deadline falls between its send
+	// and its record no sooner than there. Zero: no receipt with the charge.
+	ReceiptBudget time.Duration `json:"receipt_budget,omitempty"`
+	// Claim, when set, is the payment's claim the intake took in the
+	// transaction that recorded the message (IntakeClaim). A local attempt
+	// inside the key window takes it as its own instead of claiming; the
+	// regular activity ignores it and claims (see ChargeOrder).
+	Claim *message.Claim `json:"claim,omitempty"`
+}
+
+// request is the charge request as hashed for its ledger row: without
+// ReceiptTo, ReceiptBudget and Claim, so the hash is the one an older worker's claim
+// recorded, and the one the intake's claim records.
+func (in ChargeInput) request() ChargeInput {
+	in.ReceiptTo, in.ReceiptBudget, in.Claim = "", 0, nil
+	return in
+}
+
+// IntakeClaim is the claim of in's payment that the intake takes in the
+// transaction that records the message (store.InboxEntry.Payment): the
+// order, key and request hash ChargeOrder's own claim would record.
+func IntakeClaim(in ChargeInput) (store.PaymentClaim, error) {
+	key, err := identity.Key(identity.EffectPayment, in.MessageID)
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
+	return store.PaymentClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
+		Amount: in.Amount, Currency: in.Currency, Key: key, RequestHash: requestHash(in.request())}, nil
+}
+
+// marks is the workflow whose inbox row the payment's record marks
+// dispatched: the attempt of a payment claimed at intake made no claim to
+// mark it. Empty when in carries no intake claim.
+func (in ChargeInput) marks() string {
+	if in.Claim == nil {
+		return ""
+	}
+	id, _ := identity.WorkflowID(in.Consumer, in.MessageID) // checked by the attempt first
+	return id
+}
+
+// receipt is the receipt of in's order, paid by PaymentIntent piID: the
+// very input the workflow gives SendReceipt, so both hash the same mail.
+func (in ChargeInput) receipt(piID string) ReceiptInput {
+	return ReceiptInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
+		Amount: in.Amount, Currency: in.Currency, To: in.ReceiptTo, PaymentIntentID: piID}
 }
 
 // PaymentOutcome is the outcome of ChargeOrder. Its values but processing
@@ -59,6 +114,21 @@ type ChargeResult struct {
 	Replayed   bool `json:"replayed,omitempty"`
 	Recorded   bool `json:"recorded,omitempty"`
 	Reconciled bool `json:"reconciled,omitempty"`
+	// Receipt is the receipt this attempt sent under the claim its record
+	// took, as recorded; nil when it recorded none (the workflow's
+	// SendReceipt then claims the receipt and sends it).
+	Receipt *ReceiptResult `json:"receipt,omitempty"`
+
+	// held is the receipt claim the record took, for this attempt alone:
+	// never serialized, so no other attempt, and no replay, can hold it.
+	held *heldReceipt
+}
+
+// heldReceipt is a receipt claimed by the payment's record.
+type heldReceipt struct {
+	in    ReceiptInput
+	key   string
+	token int32
 }
 
 // ChargeOrderName is ChargeOrder's activity type name.
@@ -101,7 +171,34 @@ func init() { register(ChargeOrderName, func(a *Activities) any { return a.Charg
 // the steps from the claim to the record run on a context that a worker
 // stop does not cancel (beginEffect), so a deploy lets them finish; a 401
 // or 403 is retried as ErrTypeProviderAuth and alerts, never recorded.
+//
+// A local attempt whose input carries the intake's claim (in.Claim, claim 1,
+// taken in the transaction that recorded the message; the workflow passes it
+// from its first task only) takes it as its own without a transaction of its
+// own, while the claim is inside the key window: no claim before it can have
+// reached Stripe. An attempt that runs again with the same token (one that
+// outlived its first task on a worker that then died) sends Stripe the same
+// requests under the same keys, which replay, and its record, a
+// compare-and-set on the token and the row's open state, finds the first
+// outcome recorded and changes nothing. Its record marks the inbox row
+// dispatched. The regular activity, and a local attempt past the window,
+// claim through the ledger as always, which counts the token up past the
+// intake's.
+//
+// A local attempt whose input names the receipt's address (in.ReceiptTo)
+// and keeps in.ReceiptBudget for it claims the receipt in the payment's
+// record, and sends it under that claim (sendHeldReceipt); its charge runs
+// on a deadline that much earlier than the attempt's. The regular activity
+// leaves the receipt to the workflow's SendReceipt.
 func (a *Activities) ChargeOrder(ctx context.Context, in ChargeInput) (ChargeResult, error) {
+	// Only a local attempt takes the intake's claim, or sends the receipt.
+	in.Claim, in.ReceiptTo, in.ReceiptBudget = nil, "", 0
+	return a.charge(ctx, in)
+}
+
+// charge is ChargeOrder's attempt, with the intake's claim and the receipt
+// when in carries them.
+func (a *Activities) charge(ctx context.Context, in ChargeInput) (ChargeResult, error) {
 	count := func(r ChargeResult, err error) { a.countCharge(in.Consumer, r, err) }
 	return attempt(ctx, a, identity.EffectPayment, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ChargeResult, error) {
 		return a.chargeOrder(ctx, key, in)
@@ -119,11 +216,7 @@ func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput
 		return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
 	}
 
-	claim, err := a.Store.ClaimPayment(ctx, store.PaymentClaim{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
-		Amount: in.Amount, Currency: in.Currency, Key: key,
-		RequestHash: requestHash(in), WorkflowID: wfID,
-	})
+	claim, err := a.claimPayment(ctx, key, wfID, in)
 	if err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("claim order %d: %w", in.OrderID, err))
 	}
@@ -139,12 +232,67 @@ func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput
 	token := claim.Claim
 	c := &charging{a: a, in: in, key: key, createKey: createKey, token: token, claimedAt: claim.Payment.CreatedAt, piID: claim.Payment.PaymentIntentID}
 	failpoint.Hit(failpoint.PaymentAfterClaim)
+	// The receipt keeps the end of the attempt: the charge runs on a
+	// deadline ReceiptBudget before the attempt's. An attempt with less time
+	// left than that sends no receipt.
+	cctx := ctx
+	if in.ReceiptTo != "" && in.ReceiptBudget > 0 {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) > in.ReceiptBudget {
+			c.receiptBy = deadline.Add(-in.ReceiptBudget)
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithDeadline(ctx, c.receiptBy)
+			defer cancel()
+		}
+	}
 	// The protocol (effect.Run): inside the key window the keys replay;
 	// past it, the PaymentIntent is looked up (retrieved by its recorded ID,
 	// or listed over the claim's window) before any create or confirm.
 	at := effect.Attempt{Claim: token, ClaimedAt: claim.Payment.CreatedAt, KeyWindow: a.keyTrust()}
-	res, err := effect.Run(ctx, at, a.now(), effect.Kind[*payment.Charge, ChargeResult](c))
-	return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
+	res, err := effect.Run(cctx, at, a.now(), effect.Kind[*payment.Charge, ChargeResult](c))
+	if err != nil {
+		return res, a.boundary(ctx, metrics.EffectPayment, fmt.Sprintf("charge order %d", in.OrderID), err)
+	}
+	if res.held != nil {
+		res.Receipt, res.held = a.sendHeldReceipt(ctx, *res.held), nil
+	}
+	return res, nil
+}
+
+// sendHeldReceipt sends the receipt under the claim the payment's record
+// took in its own transaction (h), and records the outcome: the receipt's
+// protocol from its first step, the call, since no attempt before this one
+// held the row. It returns the recorded outcome, or nil when none was
+// recorded (logged): the workflow's SendReceipt then claims the row through
+// the ledger, which fences h's token, and looks the mail up before it sends
+// (a send of this attempt may have reached SendGrid).
+func (a *Activities) sendHeldReceipt(ctx context.Context, h heldReceipt) *ReceiptResult {
+	m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", h.in.OrderID),
+		orderID: h.in.OrderID, statusOrder: h.in.OrderID, key: h.key, token: h.token, mail: receiptMail(h.key, h.in)}
+	out, err := effect.Run(ctx, effect.Attempt{Claim: h.token}, a.now(), effect.Kind[string, ReceiptResult](m))
+	err = a.boundary(ctx, m.kind, "send "+m.what, err)
+	a.countReceipt(m.kind, out, err)
+	if err != nil {
+		logger(ctx).Warn("receipt not sent with the charge: SendReceipt sends it", "order_id", h.in.OrderID, "key", h.key, "error", err)
+		return nil
+	}
+	return &out
+}
+
+// claimPayment claims in's payment through the ledger (store.ClaimPayment),
+// or takes the intake's claim as its own, without a transaction, when in
+// carries one still inside the key window (see ChargeOrder).
+func (a *Activities) claimPayment(ctx context.Context, key, wfID string, in ChargeInput) (store.ClaimResult, error) {
+	if c := in.Claim; c != nil && c.Token > 0 && !(effect.Attempt{Claim: c.Token, ClaimedAt: c.At, KeyWindow: a.keyTrust()}).PastWindow(a.now()) {
+		return store.ClaimResult{Outcome: store.ClaimOwned, Claim: c.Token, Payment: store.Payment{
+			OrderID: in.OrderID, Consumer: in.Consumer, MessageID: in.MessageID, Key: key, State: store.PaymentClaimed,
+			Amount: in.Amount, Currency: in.Currency, CreatedAt: c.At,
+		}}, nil
+	}
+	return a.Store.ClaimPayment(ctx, store.PaymentClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
+		Amount: in.Amount, Currency: in.Currency, Key: key,
+		RequestHash: requestHash(in.request()), WorkflowID: wfID,
+	})
 }
 
 // Call creates the PaymentIntent under the create key unless one is
@@ -330,6 +478,10 @@ type charging struct {
 	// claimedAt is when the payment was first claimed (payments.created_at):
 	// the start of the window a list searches.
 	claimedAt time.Time
+	// receiptBy is when the charge's record must have begun for the
+	// receipt to be claimed with it (ChargeInput.ReceiptBudget); zero: no
+	// receipt with the charge.
+	receiptBy time.Time
 }
 
 // recordID records the ID of a PaymentIntent found by a list under the
@@ -368,7 +520,7 @@ func (c charging) settle(ctx context.Context, ch *payment.Charge, reconciled boo
 	verdict, code, decline := ch.Verdict()
 	switch verdict {
 	case payment.VerdictPaid:
-		return c.a.recordCharge(ctx, in, c.key, c.token, ch, reconciled)
+		return c.a.recordCharge(ctx, in, c.key, c.token, ch, reconciled, c.receiptBy)
 	case payment.VerdictProcessing:
 		already, err := c.a.Store.RecordPaymentProcessing(ctx, store.PaymentOpen{
 			Consumer: in.Consumer, MessageID: in.MessageID, Key: c.key, Claim: c.token,
@@ -488,18 +640,39 @@ func recordedCharge(p store.Payment) (ChargeResult, error) {
 	return r, nil
 }
 
-func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key string, token int32, ch *payment.Charge, reconciled bool) (ChargeResult, error) {
-	_, err := a.Store.RecordPaymentSucceeded(ctx, store.PaymentSuccess{
+// recordCharge records the payment paid and, when in names the receipt's
+// address and the record begins before receiptBy, claims the receipt in the
+// same statement (store.RecordPaidClaimingReceipt): a claim this attempt
+// alone holds, in ChargeResult.held, when its record is the one that
+// settled the payment.
+func (a *Activities) recordCharge(ctx context.Context, in ChargeInput, key string, token int32, ch *payment.Charge, reconciled bool, receiptBy time.Time) (ChargeResult, error) {
+	r := store.PaymentSuccess{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, Claim: token,
 		PaymentIntentID: ch.PaymentIntentID, ChargeID: ch.ChargeID, Amount: in.Amount, Currency: in.Currency,
-		Reconciled: reconciled,
-	})
+		Reconciled: reconciled, WorkflowID: in.marks(),
+	}
+	var held *heldReceipt
+	// The real clock, as the deadline is (a.now may be a test's).
+	if in.ReceiptTo != "" && time.Now().Before(receiptBy) {
+		mailKey, err := identity.Key(identity.EffectEmail, in.MessageID)
+		if err != nil {
+			return ChargeResult{}, temporal.NewNonRetryableApplicationError("bad message id", ErrTypeInvalidInput, err)
+		}
+		held = &heldReceipt{in: in.receipt(ch.PaymentIntentID), key: mailKey}
+		r.Receipt = &store.EmailClaim{Key: mailKey, RequestHash: requestHash(receiptMail(mailKey, held.in)), Policy: a.emailPolicy()}
+	}
+	_, receipt, err := a.Store.RecordPaidClaimingReceipt(ctx, r)
 	if err != nil {
 		// The charge exists at Stripe; a retry replays it under the key and
 		// records it then.
 		return ChargeResult{}, fenced(fmt.Errorf("record payment of order %d: %w", in.OrderID, err))
 	}
-	return ChargeResult{Outcome: PaymentPaid, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}, nil
+	res := ChargeResult{Outcome: PaymentPaid, PaymentIntentID: ch.PaymentIntentID, Replayed: ch.Replayed, Reconciled: reconciled}
+	if receipt > 0 {
+		held.token = receipt
+		res.held = held
+	}
+	return res, nil
 }
 
 func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key string, token int32, piID string, cause error) (ChargeResult, error) {
@@ -518,7 +691,7 @@ func (a *Activities) recordDecline(ctx context.Context, in ChargeInput, key stri
 
 // recordRefusal records a refused payment as the order's final outcome.
 func (a *Activities) recordRefusal(ctx context.Context, in ChargeInput, key string, token int32, f store.PaymentFailure) (ChargeResult, error) {
-	f.Consumer, f.MessageID, f.OrderID, f.Key, f.Claim = in.Consumer, in.MessageID, in.OrderID, key, token
+	f.Consumer, f.MessageID, f.OrderID, f.Key, f.Claim, f.WorkflowID = in.Consumer, in.MessageID, in.OrderID, key, token, in.marks()
 	if _, err := a.Store.RecordPaymentFailed(ctx, f); err != nil {
 		return ChargeResult{}, fenced(fmt.Errorf("record declined payment of order %d: %w", in.OrderID, err))
 	}

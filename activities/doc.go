@@ -21,7 +21,8 @@
 //
 //   - ChargeOrder claims the order in Postgres before it calls Stripe (a
 //     second message for the same order is a business duplicate and never
-//     charges), then creates the PaymentIntent unconfirmed under the key
+//     charges; a local attempt takes the claim the intake took in the
+//     inbox transaction instead, inside the key window), then creates the PaymentIntent unconfirmed under the key
 //     "paymentintent:<message id>" and confirms it under
 //     "payment:<message id>", with parameters built from the message alone;
 //     the record after the confirmation carries its ID. A retried call is
@@ -30,12 +31,15 @@
 //     window, with Search only for what is older than Stripe's documented
 //     hour of Search lag), never by Search right after a write. Only a succeeded
 //     PaymentIntent is recorded as paid, together with the message's
-//     processed row in one transaction; processing and unexpected statuses
-//     are recorded as open cases.
+//     processed row in one transaction, which also claims the receipt: the
+//     attempt that made that record, and no other, sends the receipt under
+//     that claim and records it. Processing and unexpected statuses are
+//     recorded as open cases.
 //   - SettlePayment reads a processing payment back from Stripe by its
 //     recorded ID and records the outcome; the workflow runs it when a
 //     payment-settled signal or its poll timer wakes it.
-//   - SendReceipt consults the effect ledger under "email:<message id>"
+//   - SendReceipt returns the receipt the charge sent, when it did;
+//     otherwise it consults the effect ledger under "email:<message id>"
 //     before it sends, and records SendGrid's X-Message-Id after. SendGrid
 //     accepts no idempotency key, so a retry first waits ResendGrace for
 //     SendGrid's event about the earlier send; without one, a crash between

@@ -53,9 +53,10 @@ func init() {
 }
 
 // ChargeOrderLocally is ChargeOrder for a local activity: the same work,
-// its error returned inside the result.
+// its error returned inside the result. It alone takes the intake's claim
+// (ChargeInput.Claim).
 func (a *Activities) ChargeOrderLocally(ctx context.Context, in ChargeInput) (LocalCharge, error) {
-	r, err := a.ChargeOrder(ratelimit.WithMaxWait(ctx, LocalRateWait), in)
+	r, err := a.charge(ratelimit.WithMaxWait(ctx, LocalRateWait), in)
 	e, err := attemptError(ctx, err)
 	return LocalCharge{Result: r, Err: e}, err
 }

@@ -24,6 +24,10 @@ type ReceiptInput struct {
 	Currency        string `json:"currency"`
 	To              string `json:"to"`
 	PaymentIntentID string `json:"payment_intent_id"`
+	// Sent is the outcome ChargeOrder's attempt recorded for this receipt
+	// (ChargeResult.Receipt): SendReceipt returns it as it is, with no
+	// send and no transaction. Not part of the mail.
+	Sent *ReceiptResult `json:"sent,omitempty"`
 }
 
 // ReceiptOutcome is the outcome of SendReceipt.
@@ -65,7 +69,14 @@ func init() { register(SendReceiptName, func(a *Activities) any { return a.SendR
 // it, so with ResendGrace set the retry waits that long for SendGrid's event
 // and resends only when none arrives (see awaitEarlierSend). A 401, 403 or
 // 404 (our key or base URL) is retried and alerts, never recorded.
+//
+// A receipt the charge already sent and recorded (in.Sent) is returned as
+// it is: the workflow still schedules SendReceipt, so that its histories
+// keep the shape older workers replay.
 func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptResult, error) {
+	if in.Sent != nil {
+		return *in.Sent, nil
+	}
 	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectReceipt, r, err) }
 	return attempt(ctx, a, identity.EffectEmail, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
 		m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", in.OrderID), orderID: in.OrderID, statusOrder: in.OrderID}

@@ -28,8 +28,9 @@ import (
 // txCounter is a pgx tracer that counts the transactions its connections
 // commit, as pg_stat_database.xact_commit counts them: a statement sent
 // outside BEGIN … COMMIT is a transaction of its own (autocommit, reads
-// included), and a COMMIT ends one. It keeps each transaction's first
-// statement for the failure messages.
+// included), a batch sent outside one is a single implicit transaction,
+// and a COMMIT ends one. It keeps each transaction's first statement for
+// the failure messages.
 type txCounter struct {
 	mu    sync.Mutex
 	inTx  map[*pgx.Conn]bool
@@ -37,7 +38,32 @@ type txCounter struct {
 	first map[*pgx.Conn]string
 }
 
-type sqlKey struct{}
+type (
+	sqlKey   struct{}
+	batchKey struct{}
+)
+
+func (c *txCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	first := ""
+	if d.Batch != nil && len(d.Batch.QueuedQueries) > 0 {
+		first = d.Batch.QueuedQueries[0].SQL
+	}
+	return context.WithValue(ctx, batchKey{}, first)
+}
+
+func (c *txCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *txCounter) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchEndData) {
+	if d.Err != nil {
+		return // rolled back
+	}
+	first, _ := ctx.Value(batchKey{}).(string)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.inTx[conn] {
+		c.txns = append(c.txns, "batch("+short(strings.Join(strings.Fields(first), " "))+" …)")
+	}
+}
 
 func newTxCounter() *txCounter {
 	return &txCounter{inTx: map[*pgx.Conn]bool{}, first: map[*pgx.Conn]string{}}
@@ -50,6 +76,9 @@ func (c *txCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 func (c *txCounter) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryEndData) {
 	if d.Err != nil {
 		return // rolled back: xact_rollback, not xact_commit
+	}
+	if _, inBatch := ctx.Value(batchKey{}).(string); inBatch {
+		return // the batch's rows: its transaction is counted at its end
 	}
 	sql, _ := ctx.Value(sqlKey{}).(string)
 	stmt := strings.Join(strings.Fields(sql), " ")
@@ -115,8 +144,9 @@ func countedFixture(t *testing.T) (*fixture, *txCounter) {
 // attempt, the common case: a payment commits its claim and its record (the
 // PaymentIntent's ID rides in the record: no transaction of its own between
 // the create and the confirm), whatever the outcome; a receipt commits its
-// claim and its record. With the intake's inbox insert, a paid message
-// commits five.
+// claim and its record. This is the path of an input with neither the
+// intake's claim nor the receipt's address (an older workflow's); the
+// workflow's own path is TestPaidMessageClaimedAtIntake's.
 func TestEffectsCommitTwiceEach(t *testing.T) {
 	f, counter := countedFixture(t)
 	for i, pm := range []string{"pm_card_visa", "pm_card_chargeDeclined", "pm_card_processing"} {
@@ -146,6 +176,54 @@ func TestEffectsCommitTwiceEach(t *testing.T) {
 	if txns := counter.take(); len(txns) != 2 {
 		t.Errorf("receipt: %d transactions, want 2 (the claim, the record):\n  %s", len(txns), strings.Join(txns, "\n  "))
 	}
+}
+
+// TestPaidMessageCommitsThrice counts the Postgres transactions of a paid
+// order's effects when the local charge carries the receipt's address, as
+// the workflow's does: the payment's claim; its record, which claims the
+// receipt (claim 1) in the same statement; the receipt's record. SendReceipt
+// then returns the charge's outcome with none. This is the path of a
+// message the intake did not claim (started by the dispatcher or a copy);
+// any transaction more fails here.
+func TestPaidMessageCommitsThrice(t *testing.T) {
+	f, counter := countedFixture(t)
+	in := withReceipt(charge("evt_tx_three", 95, "pm_card_visa"))
+	counter.take()
+	r := chargeAndReceipt(t, f, counter, in, 3, "the claim, the record with the receipt's claim, the receipt's record")
+	e, err := f.db.Effect(context.Background(), "email:"+in.MessageID)
+	if err != nil || e.State != store.StateSucceeded || e.Claim != 1 || e.ProviderRef != r.Receipt.ProviderMessageID {
+		t.Errorf("receipt's ledger row = %+v, %v; want succeeded under claim 1 with %s", e, err, r.Receipt.ProviderMessageID)
+	}
+	if st, err := f.db.Status(context.Background(), in.Consumer, in.MessageID); err != nil || st.Order == nil || st.Order.ReceiptStatus != "sent" {
+		t.Errorf("order = %+v, %v; want its receipt sent", st.Order, err)
+	}
+}
+
+// chargeAndReceipt runs in's local charge, which must send the receipt,
+// then SendReceiptLocally as the workflow runs it after such a charge: the
+// charge must commit want transactions (why names them), SendReceipt none,
+// and SendGrid must hold one receipt.
+func chargeAndReceipt(t *testing.T, f *fixture, counter *txCounter, in activities.ChargeInput, want int, why string) activities.ChargeResult {
+	t.Helper()
+	r := chargeLocally(t, f, in)
+	if r.Outcome != activities.PaymentPaid || r.Receipt == nil || r.Receipt.Outcome != activities.ReceiptSent {
+		t.Fatalf("charge = %+v (receipt %+v); want paid with its receipt sent", r, r.Receipt)
+	}
+	if txns := counter.take(); len(txns) != want {
+		t.Errorf("charge and receipt: %d transactions, want %d (%s):\n  %s", len(txns), want, why, strings.Join(txns, "\n  "))
+	}
+	rec := activities.ReceiptInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		To: in.ReceiptTo, PaymentIntentID: r.PaymentIntentID, Sent: r.Receipt}
+	if lr, err := run(t, f, f.acts.SendReceiptLocally, rec); err != nil || lr.Err != nil || lr.Result != *r.Receipt {
+		t.Fatalf("receipt = %+v, %v; want the charge's %+v", lr, err, *r.Receipt)
+	}
+	if txns := counter.take(); len(txns) != 0 {
+		t.Errorf("SendReceipt after the charge sent it: %d transactions, want 0:\n  %s", len(txns), strings.Join(txns, "\n  "))
+	}
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:"+in.MessageID]; n != 1 {
+		t.Errorf("receipts at sendgrid = %d, want 1", n)
+	}
+	return r
 }
 
 // TestChargeOrderWebhookBeforeTheRecord: Stripe's payment_intent.succeeded

@@ -39,7 +39,8 @@ type Config struct {
 	RetryInitialInterval time.Duration
 	// RetryMaximumInterval caps the backoff. Default 5m.
 	RetryMaximumInterval time.Duration
-	// LocalStartToClose bounds an effect's first, local attempt; when it
+	// LocalStartToClose bounds an effect's first, local attempt (the
+	// charge's twice: the receipt it sends gets as long again); when it
 	// fails or times out, the regular activity takes over. Default 10s.
 	LocalStartToClose time.Duration
 	// PaymentProcessingPoll is how long a processing payment waits for
@@ -131,10 +132,11 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	limit := StripeKeyWindow - keyWindowMargin
 	// The local attempt comes first: the regular ones must still end inside
-	// the key window after it.
-	if c.PaymentScheduleToClose+c.LocalStartToClose > limit {
+	// the key window after it (with the receipt it may send, twice
+	// LocalStartToClose: chargeLocalOptions).
+	if local := c.chargeLocalOptions("").StartToCloseTimeout; c.PaymentScheduleToClose+local > limit {
 		return fmt.Errorf("PaymentScheduleToClose is %s and the local attempt takes up to %s: together at most %s (Stripe keeps idempotency keys for %s; a later retry could charge twice)",
-			c.PaymentScheduleToClose, c.LocalStartToClose, limit, StripeKeyWindow)
+			c.PaymentScheduleToClose, local, limit, StripeKeyWindow)
 	}
 	if c.PaymentStartToClose > c.PaymentScheduleToClose {
 		return fmt.Errorf("PaymentStartToClose (%s) is longer than PaymentScheduleToClose (%s)", c.PaymentStartToClose, c.PaymentScheduleToClose)
@@ -209,6 +211,16 @@ func (c Config) settleOptions(consumer, summary string) workflow.ActivityOptions
 		RetryPolicy:            c.retryPolicy(),
 		Summary:                summary,
 	})
+}
+
+// chargeLocalOptions are the options of the charge's local attempt, which
+// may send the receipt after the payment's record: LocalStartToClose for
+// the charge and as much again for the receipt (ChargeInput.ReceiptBudget),
+// so that the receipt's send has the time its own local attempt would.
+func (c Config) chargeLocalOptions(summary string) workflow.LocalActivityOptions {
+	o := c.localOptions(summary)
+	o.StartToCloseTimeout += c.LocalStartToClose
+	return o
 }
 
 // localOptions are the options of an effect's local attempt: one try of at

@@ -24,6 +24,41 @@ type OrderPlacedInput struct {
 	Consumer  string              `json:"consumer"`
 	MessageID string              `json:"message_id"`
 	Order     message.OrderPlaced `json:"order"`
+	// Claim is the payment's claim the intake took in the transaction that
+	// recorded the message, nil for none (activities.ChargeInput.Claim).
+	Claim *message.Claim `json:"claim,omitempty"`
+}
+
+// Charge is the charge of in's order, as the workflow asks for it and the
+// intake claims it (activities.IntakeClaim).
+func (in OrderPlacedInput) Charge() activities.ChargeInput {
+	return activities.ChargeInput{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
+		Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
+		ReceiptTo: in.Order.CustomerEmail, Claim: in.Claim,
+	}
+}
+
+// firstTaskStarted is the event ID of the first workflow task's start
+// (after WorkflowExecutionStarted and WorkflowTaskScheduled). Code that runs
+// in a task started later follows a task that failed or timed out (its
+// worker died or stopped), whose events the SDK skips, or another event.
+const firstTaskStarted = 3
+
+// charge is in's charge as the workflow runs it, with the time the
+// receipt's send keeps at the end of the charge's local attempt
+// (chargeLocalOptions). The intake's claim goes only to a local attempt
+// scheduled by the workflow's first task: one run again because that task
+// failed or timed out claims through the ledger, and so finds what the
+// first attempt recorded instead of calling Stripe again. The input of a
+// local activity is not part of the history, so this changes no replay.
+func (w *Workflows) charge(ctx workflow.Context, in OrderPlacedInput) activities.ChargeInput {
+	c := in.Charge()
+	c.ReceiptBudget = w.cfg.LocalStartToClose
+	if workflow.GetInfo(ctx).GetCurrentHistoryLength() > firstTaskStarted {
+		c.Claim = nil
+	}
+	return c
 }
 
 // ErrTypePaymentProcessingTimeout is the type of the non-retryable error an
@@ -72,6 +107,19 @@ type Status struct {
 // and, when paid, sends one receipt. Each step is an activity that is safe to
 // retry; this function only orders them, so it is deterministic.
 //
+// The intake claims the payment in the transaction that records the
+// message, and the input carries that claim (Claim) to the local attempt of
+// the first workflow task, which then needs no claim of its own. The charge's attempt that records
+// the payment paid also claims the receipt in that record's transaction and
+// sends it (ChargeInput.ReceiptTo, ChargeResult.Receipt); SendReceipt then
+// returns that outcome without a send or a transaction (ReceiptInput.Sent),
+// or, when the charge sent none, claims the receipt itself. The activities
+// and their order are those of every earlier release, so histories replay
+// both ways: older histories on this code, and this code's histories on a
+// worker still running the old code, which ignores the new fields and
+// claims the payment and the receipt through the ledger (docs/guarantees.md,
+// "Transactions of a paid message").
+//
 // Each effect first runs once as a local activity, inside the workflow task:
 // with the eager start of the worker's intake, a message then completes in
 // one workflow task and a handful of history events. A local attempt that
@@ -93,11 +141,10 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	}
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d with Stripe under key `%s`.", in.Order.OrderID, payKey))
-	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, w, &st, "payment",
-		activities.ChargeOrderLocallyName, activities.ChargeOrderName, activities.ChargeInput{
-			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
-			Amount: in.Order.Amount, Currency: in.Order.Currency, PaymentMethod: in.Order.PaymentMethod,
-		}, w.cfg.paymentOptions(in.Consumer, fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
+	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, &st, "payment",
+		activities.ChargeOrderLocallyName, activities.ChargeOrderName, w.charge(ctx, in),
+		w.cfg.chargeLocalOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)),
+		w.cfg.paymentOptions(in.Consumer, fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("charge order %d: %w", in.Order.OrderID, err)
@@ -129,12 +176,12 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s). Sending the receipt under ledger key `%s`.", in.Order.OrderID, charge.PaymentIntentID, mailKey))
-	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, w, &st, "receipt",
+	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, &st, "receipt",
 		activities.SendReceiptLocallyName, activities.SendReceiptName, activities.ReceiptInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 			Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
-			PaymentIntentID: charge.PaymentIntentID,
-		}, w.cfg.emailOptions(in.Consumer, fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
+			PaymentIntentID: charge.PaymentIntentID, Sent: charge.Receipt,
+		}, w.cfg.localOptions(fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)), w.cfg.emailOptions(in.Consumer, fmt.Sprintf("send receipt of order %d (%s)", in.Order.OrderID, mailKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid; sending the receipt failed: %s", in.Order.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("send receipt of order %d: %w", in.Order.OrderID, err)
@@ -211,16 +258,16 @@ type localOutcome[Out any] interface {
 }
 
 // effect runs one effect with input in: once as the local activity named
-// local first (ChargeOrderLocally, SendReceiptLocally), and as the regular
-// activity named regular, with opts and their retry policy, when that
+// local first (ChargeOrderLocally, SendReceiptLocally) with lopts, and as
+// the regular activity named regular, with opts and their retry policy, when that
 // attempt failed in a way a retry could cure. Activities are scheduled by
 // their registered names (activities.*Name), which a Go rename cannot
 // change.
-func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, w *Workflows, st *Status, name string,
-	local, regular string, in In, opts workflow.ActivityOptions,
+func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, st *Status, name string,
+	local, regular string, in In, lopts workflow.LocalActivityOptions, opts workflow.ActivityOptions,
 ) (Out, error) {
 	var lo L
-	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.localOptions(opts.Summary)), local, in).Get(ctx, &lo)
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), local, in).Get(ctx, &lo)
 	var attempt *activities.AttemptError
 	if err == nil {
 		var out Out

@@ -101,7 +101,7 @@ func TestPaidThenReceipt(t *testing.T) {
 	env, _ := newEnv(t)
 	var rec attempts
 	onCharge(env, &rec, func(in activities.ChargeInput) (activities.ChargeResult, error) {
-		if want := (activities.ChargeInput{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa"}); in != want {
+		if want := (activities.ChargeInput{Consumer: "order-placed", MessageID: "evt_1", OrderID: 42, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_visa", ReceiptTo: "ada@example.com", ReceiptBudget: DefaultConfig().LocalStartToClose}); in != want {
 			t.Errorf("charge input = %+v, want %+v", in, want)
 		}
 		return activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_1"}, nil
@@ -121,6 +121,57 @@ func TestPaidThenReceipt(t *testing.T) {
 	// Both effects ran once, locally: no regular activity, no fallback.
 	if want := "payment:local receipt:local"; rec.String() != want || len(st.Fallbacks) != 0 {
 		t.Fatalf("attempts = %s (want %s), fallbacks = %v", &rec, want, st.Fallbacks)
+	}
+}
+
+// TestIntakeClaimOnlyInTheFirstTask: the intake's claim reaches the local
+// charge scheduled by the workflow's first task, and not one scheduled by
+// a task that follows a failed or timed-out one (a later history length).
+func TestIntakeClaimOnlyInTheFirstTask(t *testing.T) {
+	claim := &message.Claim{Token: 1, At: time.Unix(1_800_000_000, 0).UTC()}
+	for length, want := range map[int]*message.Claim{3: claim, 6: nil} {
+		env, _ := newEnv(t)
+		env.SetCurrentHistoryLength(length)
+		var rec attempts
+		var got *message.Claim
+		onCharge(env, &rec, func(in activities.ChargeInput) (activities.ChargeResult, error) {
+			got = in.Claim
+			return activities.ChargeResult{Outcome: activities.PaymentFailed, FailureCode: "card_declined"}, nil
+		})
+		in := input("evt_claim")
+		in.Claim = claim
+		env.ExecuteWorkflow(OrderPlacedName, in)
+		result(t, env)
+		if got != want && (got == nil || want == nil || *got != *want) {
+			t.Errorf("history length %d: the charge's claim = %+v, want %+v", length, got, want)
+		}
+	}
+}
+
+// TestReceiptSentWithTheCharge: a charge that sent the receipt under its
+// record's claim returns it; the workflow still runs SendReceipt, in the
+// same place (the shape older workers replay), handing it that outcome.
+func TestReceiptSentWithTheCharge(t *testing.T) {
+	env, _ := newEnv(t)
+	var rec attempts
+	sent := activities.ReceiptResult{Outcome: activities.ReceiptSent, ProviderMessageID: "sg_with_charge"}
+	onCharge(env, &rec, func(activities.ChargeInput) (activities.ChargeResult, error) {
+		return activities.ChargeResult{Outcome: activities.PaymentPaid, PaymentIntentID: "pi_1", Receipt: &sent}, nil
+	})
+	onReceipt(env, &rec, func(in activities.ReceiptInput) (activities.ReceiptResult, error) {
+		if in.Sent == nil || *in.Sent != sent {
+			t.Errorf("receipt input = %+v, want the charge's outcome in Sent", in)
+			return activities.ReceiptResult{}, nil
+		}
+		return *in.Sent, nil
+	})
+	env.ExecuteWorkflow(OrderPlacedName, input("evt_with_charge"))
+	st := result(t, env)
+	if st.Outcome != OutcomeCompleted || st.Receipt == nil || *st.Receipt != sent {
+		t.Fatalf("status = %+v", st)
+	}
+	if want := "payment:local receipt:local"; rec.String() != want {
+		t.Fatalf("attempts = %s, want %s", &rec, want)
 	}
 }
 
@@ -264,7 +315,13 @@ func TestConfigRefusesKeyWindow(t *testing.T) {
 	if _, err := New(c); err == nil {
 		t.Fatal("23h of regular attempts after a local one of 10s was accepted")
 	}
+	// The charge's local attempt may take twice LocalStartToClose: its
+	// charge, then the receipt it sends (chargeLocalOptions).
 	c.PaymentScheduleToClose = 23*time.Hour - c.LocalStartToClose
+	if _, err := New(c); err == nil {
+		t.Fatal("23h less one LocalStartToClose was accepted: the charge's local attempt takes up to two")
+	}
+	c.PaymentScheduleToClose = 23*time.Hour - 2*c.LocalStartToClose
 	if _, err := New(c); err != nil {
 		t.Fatalf("23h less the local attempt refused: %v", err)
 	}

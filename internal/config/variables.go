@@ -137,7 +137,7 @@ var variables = []variable{
 	dur("EMAIL_START_TO_CLOSE", workflows.DefaultConfig().EmailStartToClose, "Workflows.EmailStartToClose", "receipt activity timeouts", func(c *Config) *time.Duration { return &c.Workflows.EmailStartToClose }),
 	dur("EMAIL_SCHEDULE_TO_CLOSE", workflows.DefaultConfig().EmailScheduleToClose, "Workflows.EmailScheduleToClose", "", func(c *Config) *time.Duration { return &c.Workflows.EmailScheduleToClose }),
 	dur("LOCAL_START_TO_CLOSE", workflows.DefaultConfig().LocalStartToClose, "Workflows.LocalStartToClose",
-		"the local attempt each effect gets before the regular activity (counts against the key window)", func(c *Config) *time.Duration { return &c.Workflows.LocalStartToClose }),
+		"the local attempt each effect gets before the regular activity (the charge's twice: its receipt gets as long again; counts against the key window)", func(c *Config) *time.Duration { return &c.Workflows.LocalStartToClose }),
 	dur("PAYMENT_PROCESSING_POLL", workflows.DefaultConfig().PaymentProcessingPoll, "Workflows.PaymentProcessingPoll",
 		"how long a workflow whose payment is `processing` waits for Stripe's webhook before it retrieves the PaymentIntent again (a durable timer)",
 		func(c *Config) *time.Duration { return &c.Workflows.PaymentProcessingPoll }),

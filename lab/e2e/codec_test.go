@@ -49,11 +49,12 @@ func TestCodecKeepsPIIOutOfHistory(t *testing.T) {
 		keys := newTestKeyring(t)
 		dc := codec.NewDataConverter(keys)
 		s := testenv.NewStack(t, testenv.StackOptions{DataConverter: dc, FailureConverter: codec.NewFailureConverter(dc)})
-		// The receipt is refused twice, matched by recipient: by the local
-		// attempt (its error travels as an encrypted result) and by the
+		// The receipt is refused three times, matched by recipient: by the
+		// send of the charge's local attempt and by the receipt's local
+		// attempt (their errors travel as encrypted results), and by the
 		// first regular attempt, which leaves a failure in the history; the
-		// faults firing prove the activity saw the decrypted address.
-		const refusals = 2
+		// faults firing prove the activities saw the decrypted address.
+		const refusals = 3
 		s.Sims.SendGrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{To: "ada@example.com"}, Kind: sendgridsim.FaultErrorBefore, Times: refusals})
 		wfID := runPIIOrder(t, s)
 

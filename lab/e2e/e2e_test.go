@@ -94,6 +94,37 @@ func count(t *testing.T, s *testenv.Stack, sql string, args ...any) int {
 	return n
 }
 
+// TestPaidMessageShortPath: a paid message with no fault takes the short
+// path end to end: the intake claims the payment with the inbox row, the
+// local charge takes that claim (claim 1, no claim of its own), its record
+// claims the receipt, which the charge sends (claim 1), and marks the inbox
+// row dispatched.
+func TestPaidMessageShortPath(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{})
+	const id = "evt_short"
+	if r := accept(t, s, order(id, 43, "pm_card_visa")); r.Status != intake.StatusStarted {
+		t.Fatalf("accept = %+v", r)
+	}
+	st := wait(t, s, id)
+	if st.Outcome != workflows.OutcomeCompleted || len(st.Fallbacks) != 0 || st.Payment == nil || st.Payment.Receipt == nil || st.Receipt == nil ||
+		*st.Receipt != *st.Payment.Receipt {
+		t.Fatalf("status = %+v; want completed locally, the receipt sent by the charge", st)
+	}
+	expectOnce(t, s, id)
+	for _, key := range []string{"payment:" + id, "email:" + id} {
+		if e, err := s.Store.Effect(context.Background(), key); err != nil || e.Claim != 1 || e.State != store.StateSucceeded {
+			t.Errorf("%s = %+v, %v; want succeeded under claim 1", key, e, err)
+		}
+	}
+	ms, err := s.Store.Status(context.Background(), message.ConsumerOrderPlaced, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.Inbox == nil || ms.Inbox.State != store.InboxDispatched || ms.Inbox.WorkflowID != "order-placed/"+id || ms.Order.ReceiptStatus != "sent" {
+		t.Errorf("inbox %+v, order %+v; want dispatched by its workflow, receipt sent", ms.Inbox, ms.Order)
+	}
+}
+
 func TestDuplicateWhileRunningAndAfterCompletion(t *testing.T) {
 	s := testenv.NewStack(t, testenv.StackOptions{})
 	// Hold the charge for a moment so the copy arrives while the workflow runs.

@@ -298,7 +298,12 @@ type inboxKey struct{}
 
 // TraceQueryEnd implements pgx.QueryTracer.
 func (h *pgHook) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
-	if ctx.Value(inboxKey{}) == nil || d.Err != nil {
+	h.ended(ctx, d.Err)
+}
+
+// ended runs afterInbox once an inbox statement or batch ended without err.
+func (h *pgHook) ended(ctx context.Context, err error) {
+	if ctx.Value(inboxKey{}) == nil || err != nil {
 		return
 	}
 	if f := h.take(&h.afterInbox); f != nil {
@@ -323,5 +328,9 @@ func (h *pgHook) TraceBatchStart(ctx context.Context, conn *pgx.Conn, d pgx.Trac
 // TraceBatchQuery implements pgx.BatchTracer.
 func (h *pgHook) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
-// TraceBatchEnd implements pgx.BatchTracer.
-func (h *pgHook) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// TraceBatchEnd implements pgx.BatchTracer: a batch of inbox statements
+// (a group, or one call that claims a payment) committed when it ended
+// without an error.
+func (h *pgHook) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	h.ended(ctx, d.Err)
+}

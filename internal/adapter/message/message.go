@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/effectively/effectively/internal/leaf/identity"
@@ -32,6 +33,18 @@ type Message struct {
 	// *OrderPlaced for order.placed, a *RefundRequested for
 	// order.refund_requested.
 	Value any
+
+	// Claimed is the claim the intake took for the message in the
+	// transaction that recorded it (the order's payment, for order.placed),
+	// nil for none. Set by the intake, never decoded.
+	Claimed *Claim
+}
+
+// Claim is a ledger claim the intake took for a message in the transaction
+// that recorded it: its fencing token and when it was taken.
+type Claim struct {
+	Token int32     `json:"token"`
+	At    time.Time `json:"at"`
 }
 
 // Schema validates the data object of one message type and returns it as a

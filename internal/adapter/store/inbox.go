@@ -29,6 +29,10 @@ type InboxEntry struct {
 	Payload     []byte // the message exactly as received
 	PayloadHash string // canonical hash; a different hash under a seen ID is a payload mismatch
 	Source      string // where it came from: "starter", "jetstream", ...
+	// Payment, when set, is the order's payment to claim in the insert's
+	// transaction, only when the insert creates the row (see InsertInbox):
+	// its OrderID, Amount, Currency, Key and RequestHash.
+	Payment *PaymentClaim
 }
 
 // InboxResult is what InsertInbox found.
@@ -41,6 +45,10 @@ type InboxResult struct {
 	PayloadHash string
 	// WorkflowID, once dispatched.
 	WorkflowID string
+	// Claim is the payment's fencing token when the insert claimed the
+	// entry's Payment (1), else 0; ClaimedAt is when.
+	Claim     int32
+	ClaimedAt time.Time
 }
 
 // Mismatch reports whether the row was recorded with a different payload
@@ -58,6 +66,13 @@ func (r InboxResult) Mismatch(e InboxEntry) bool { return r.PayloadHash != e.Pay
 // (inboxGroupInsert). A call that finds room goes at once, alone, so a
 // single caller pays nothing;
 // under load one commit (one WAL flush) records many messages.
+//
+// An entry with a Payment has that payment claimed in the same statement
+// when, and only when, the statement creates the inbox row and no payment
+// exists for the order or the message: the order, its payment row and the
+// ledger row under claim 1, which InboxResult.Claim returns. A copy, a
+// payload mismatch or an order another message holds claims nothing (0),
+// and the payment activity claims as it would without it.
 // Each call still returns only once its row is committed, so the caller
 // acks after the commit, as before. Should Postgres refuse the shared
 // statement (a deadlock with another process, a bad row), every call of it
@@ -152,7 +167,7 @@ func (s *Store) insertInboxGroup(group []*inboxCall) {
 		}
 		live = append(live, c)
 	}
-	if len(live) > 1 {
+	if len(live) > 1 || live[0].e.Payment != nil {
 		err := s.insertInboxTogether(live)
 		if err == nil {
 			return
@@ -209,7 +224,9 @@ const inboxGroupAsync = `
 			 WHERE (consumer, message_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 			   AND received_at = now())`
 
-// insertInboxOne records e in a transaction of its own.
+// insertInboxOne records e in a transaction of its own, claiming no
+// payment: the fallback of a group that failed, whose entries' payments the
+// activity claims.
 func (s *Store) insertInboxOne(ctx context.Context, e InboxEntry) (InboxResult, error) {
 	// A concurrent insert of the same key can commit after this statement's
 	// snapshot was taken, leaving both branches empty: run it again, and the
@@ -232,16 +249,20 @@ func (s *Store) insertInboxOne(ctx context.Context, e InboxEntry) (InboxResult, 
 // inboxGroupInsert records a group in one statement: each message ID once,
 // with the payload of its first copy in the group (ord, the calls' order)
 // and the group's other copies already counted, and for a row already
-// there, the group's copies added to its counter. It returns one row per
-// message ID: inserted or not, and the row's state and first payload hash.
+// there, the group's copies added to its counter, and the payments of the
+// rows it inserted claimed (inboxGroupClaims). It returns one row per
+// message ID: inserted or not, the row's state and first payload hash, and
+// the payment's claim (0 for none) and its time.
 // A message ID it returns no row for met another transaction's insert that
 // committed after this statement's snapshot, and changed nothing.
 const inboxGroupInsert = `
 		WITH input AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[]) WITH ORDINALITY
-			    AS t(consumer, message_id, payload, payload_sha256, source, ord)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[],
+			                     $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[]) WITH ORDINALITY
+			    AS t(consumer, message_id, payload, payload_sha256, source, order_id, amount, currency, key, request_sha256, ord)
 		), firsts AS (
 			SELECT DISTINCT ON (consumer, message_id) consumer, message_id, payload, payload_sha256, source,
+			       order_id, amount, currency, key, request_sha256,
 			       count(*) OVER (PARTITION BY consumer, message_id) AS n
 			  FROM input
 			 ORDER BY consumer, message_id, ord
@@ -256,10 +277,40 @@ const inboxGroupInsert = `
 			 WHERE i.consumer = f.consumer AND i.message_id = f.message_id
 			   AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.consumer = f.consumer AND ins.message_id = f.message_id)
 			RETURNING i.consumer, i.message_id, i.state, i.payload_sha256, coalesce(i.workflow_id, '') AS workflow_id
-		)
-		SELECT true, consumer, message_id, state, payload_sha256, workflow_id FROM ins
+		)` + inboxGroupClaims + `
+		SELECT true, ins.consumer, ins.message_id, state, payload_sha256, workflow_id, coalesce(eff.claim, 0), eff.created_at
+		  FROM ins LEFT JOIN eff ON eff.consumer = ins.consumer AND eff.message_id = ins.message_id
 		UNION ALL
-		SELECT false, consumer, message_id, state, payload_sha256, workflow_id FROM dup`
+		SELECT false, consumer, message_id, state, payload_sha256, workflow_id, 0, NULL FROM dup`
+
+// inboxGroupClaims follows inboxGroupInsert's CTEs: the payments of the
+// rows it inserted whose first copy carries one ($6 order IDs, 0 for none,
+// order IDs being positive; $7 amounts, $8 currencies, $9 keys, $10 request
+// hashes), claimed as ClaimPayment's first claim does: the order unless it
+// exists, the payment unless the order or the message has one (of two
+// messages of one order in a group, one; the other's activity finds a
+// business duplicate), and only then the ledger row under claim 1. Orders in ID order, so that two
+// groups lock them in the same order.
+const inboxGroupClaims = `, claims AS (
+			SELECT f.consumer, f.message_id, f.order_id, f.amount, f.currency, f.key, f.request_sha256
+			  FROM firsts f JOIN ins ON ins.consumer = f.consumer AND ins.message_id = f.message_id
+			 WHERE f.order_id <> 0
+		), ord AS (
+			INSERT INTO orders (id, amount, currency, message_id)
+			SELECT order_id, amount, currency, message_id FROM claims ORDER BY order_id
+			ON CONFLICT (id) DO NOTHING
+		), pay AS (
+			INSERT INTO payments (order_id, consumer, message_id, idempotency_key, amount, currency)
+			SELECT order_id, consumer, message_id, key, amount, currency FROM claims ORDER BY order_id
+			ON CONFLICT DO NOTHING
+			RETURNING consumer, message_id, idempotency_key
+		), eff AS (
+			INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+			SELECT p.idempotency_key, '` + string(KindPayment) + `', p.consumer, p.message_id, c.request_sha256, '` + string(StateClaimed) + `', 1
+			  FROM pay p JOIN claims c ON c.consumer = p.consumer AND c.message_id = p.message_id
+			ON CONFLICT (key) DO NOTHING
+			RETURNING consumer, message_id, claim, created_at
+		)`
 
 // insertInboxTogether records calls in one transaction: one pipelined
 // batch (statements sent before a single Sync run as one implicit
@@ -281,18 +332,27 @@ func (s *Store) insertInboxTogether(calls []*inboxCall) error {
 	n := len(calls)
 	consumers, ids, hashes, sources := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads := make([][]byte, n)
+	orders, amounts := make([]int64, n), make([]int64, n)
+	currencies, keys, requests := make([]string, n), make([]string, n), make([]string, n)
 	for i, c := range calls {
 		consumers[i], ids[i], payloads[i], hashes[i], sources[i] = c.e.Consumer, c.e.MessageID, c.e.Payload, c.e.PayloadHash, c.e.Source
+		if p := c.e.Payment; p != nil {
+			orders[i], amounts[i], currencies[i], keys[i], requests[i] = p.OrderID, p.Amount, p.Currency, p.Key, p.RequestHash
+		}
 	}
 	type key struct{ consumer, messageID string }
 	rows := make(map[key]InboxResult, n)
 	var b pgx.Batch
-	b.Queue(inboxGroupInsert, consumers, ids, payloads, hashes, sources).Query(func(rs pgx.Rows) error {
+	b.Queue(inboxGroupInsert, consumers, ids, payloads, hashes, sources, orders, amounts, currencies, keys, requests).Query(func(rs pgx.Rows) error {
 		for rs.Next() {
 			var k key
 			var r InboxResult
-			if err := rs.Scan(&r.Inserted, &k.consumer, &k.messageID, &r.State, &r.PayloadHash, &r.WorkflowID); err != nil {
+			var claimedAt *time.Time
+			if err := rs.Scan(&r.Inserted, &k.consumer, &k.messageID, &r.State, &r.PayloadHash, &r.WorkflowID, &r.Claim, &claimedAt); err != nil {
 				return err
+			}
+			if claimedAt != nil {
+				r.ClaimedAt = *claimedAt
 			}
 			rows[k] = r
 		}
@@ -311,7 +371,8 @@ func (s *Store) insertInboxTogether(calls []*inboxCall) error {
 			continue
 		}
 		c.res = r
-		r.Inserted = false // the next calls for this ID are its copies
+		// The next calls for this ID are its copies: they claimed nothing.
+		r.Inserted, r.Claim, r.ClaimedAt = false, 0, time.Time{}
 		rows[k] = r
 		close(c.done)
 	}

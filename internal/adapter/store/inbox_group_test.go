@@ -216,7 +216,8 @@ func TestInboxGroupSynchronousCommitOnlyForCopies(t *testing.T) {
 			for i := range n {
 				consumers[i], payloads[i], hashes[i], sources[i] = "order-placed", []byte(`{}`), "h", "test"
 			}
-			if _, err := tx.Exec(ctx, store.InboxGroupInsertSQL, consumers, tc.ids, payloads, hashes, sources); err != nil {
+			orders, amounts, currencies, keys, requests := make([]int64, n), make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+			if _, err := tx.Exec(ctx, store.InboxGroupInsertSQL, consumers, tc.ids, payloads, hashes, sources, orders, amounts, currencies, keys, requests); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tx.Exec(ctx, store.InboxGroupAsyncSQL, consumers, tc.ids); err != nil {
@@ -266,5 +267,83 @@ func TestInboxGroupUnreachableAnswersEveryCall(t *testing.T) {
 		t.Errorf("%d connection attempts for %d calls: the grouped calls were tried again one by one", n, len(entries))
 	} else {
 		t.Logf("%d connection attempts for %d calls", n, len(entries))
+	}
+}
+
+// TestInboxClaimsThePayment: an entry with a payment has it claimed in the
+// insert's statement (claim 1), alone or in a group, only when the insert
+// creates the row and the order is free; a copy, a second message for the
+// same order and a payload mismatch claim nothing. The activity's own claim
+// (an older worker's, or the regular activity's) takes the intake's over.
+func TestInboxClaimsThePayment(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	entry := func(id string, order int64, hash string) store.InboxEntry {
+		c := claim(id, order)
+		return store.InboxEntry{Consumer: "order-placed", MessageID: id, Payload: []byte(`{"id":"` + id + `"}`), PayloadHash: hash, Source: "test", Payment: &c}
+	}
+	r, err := s.InsertInbox(ctx, entry("evt_ic_1", 8100, "h1"))
+	if err != nil || !r.Inserted || r.Claim != 1 || r.ClaimedAt.IsZero() {
+		t.Fatalf("insert = %+v, %v; want inserted with claim 1", r, err)
+	}
+	for name, e := range map[string]store.InboxEntry{
+		"a copy":                          entry("evt_ic_1", 8100, "h1"),
+		"a payload mismatch":              entry("evt_ic_1", 8101, "h-other"),
+		"another message, the same order": entry("evt_ic_2", 8100, "h2"),
+	} {
+		r, err := s.InsertInbox(ctx, e)
+		if err != nil || r.Claim != 0 {
+			t.Errorf("%s: insert = %+v, %v; want no claim", name, r, err)
+		}
+	}
+	if p, err := s.PaymentOf(ctx, "order-placed", "evt_ic_1"); err != nil || p.State != store.PaymentClaimed || p.OrderID != 8100 {
+		t.Fatalf("payment = %+v, %v; want claimed for order 8100", p, err)
+	}
+	if _, err := s.PaymentOf(ctx, "order-placed", "evt_ic_2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("payment of the second message = %v, want none (the order is held)", err)
+	}
+	// A group: every new row with its payment claimed once.
+	var wg sync.WaitGroup
+	res := make([]store.InboxResult, 8)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("evt_icg_%d", i)
+			r, err := s.InsertInbox(ctx, entry(id, 8200+int64(i), "h"+id))
+			if err != nil {
+				t.Error(err)
+			}
+			res[i] = r
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if !r.Inserted || r.Claim != 1 {
+			t.Errorf("group call %d = %+v; want inserted with claim 1", i, r)
+		}
+	}
+	// The activity's claim through the ledger takes the intake's over.
+	c, err := s.ClaimPayment(ctx, claim("evt_ic_1", 8100))
+	if err != nil || c.Outcome != store.ClaimOwned || c.Claim != 2 {
+		t.Fatalf("ledger claim after the intake's = %+v, %v; want owned under claim 2", c, err)
+	}
+	if st, err := s.Status(ctx, "order-placed", "evt_ic_1"); err != nil || st.Inbox == nil || st.Inbox.State != store.InboxDispatched {
+		t.Errorf("inbox after the ledger claim = %+v, %v; want dispatched", st.Inbox, err)
+	}
+	// A record of a payment claimed at intake marks the inbox row.
+	if _, _, err := s.RecordPaidClaimingReceipt(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_icg_0", OrderID: 8200,
+		Key: "payment:evt_icg_0", Claim: 1, PaymentIntentID: "pi_icg_0", Amount: 1999, Currency: "usd", WorkflowID: "order-placed/evt_icg_0"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Status(ctx, "order-placed", "evt_icg_0"); err != nil || st.Inbox == nil || st.Inbox.State != store.InboxDispatched || st.Inbox.WorkflowID != "order-placed/evt_icg_0" {
+		t.Errorf("inbox after the record = %+v, %v; want dispatched by its workflow", st.Inbox, err)
+	}
+	if _, err := s.RecordPaymentFailed(ctx, store.PaymentFailure{Consumer: "order-placed", MessageID: "evt_icg_1", OrderID: 8201,
+		Key: "payment:evt_icg_1", Claim: 1, Code: "card_declined", WorkflowID: "order-placed/evt_icg_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Status(ctx, "order-placed", "evt_icg_1"); err != nil || st.Inbox == nil || st.Inbox.State != store.InboxDispatched {
+		t.Errorf("inbox after the refusal's record = %+v, %v; want dispatched", st.Inbox, err)
 	}
 }

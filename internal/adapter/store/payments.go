@@ -227,15 +227,8 @@ func (s *Store) ClaimPayment(ctx context.Context, c PaymentClaim) (ClaimResult, 
 // under claim 1; it returns the payment row and the claim, or no row. In
 // every case it marks the message's inbox row dispatched by workflow $10,
 // unless the row is marked already or locked by a Dispatcher.
-const firstClaimSQL = `
-	WITH inb AS (
-		UPDATE inbox SET state = 'dispatched', workflow_id = coalesce(nullif($10::text, ''), workflow_id),
-		       dispatched_at = coalesce(dispatched_at, now())
-		 WHERE (consumer, message_id) IN (
-			SELECT consumer, message_id FROM inbox
-			 WHERE consumer = $5 AND message_id = $4 AND state = 'pending'
-			 FOR UPDATE SKIP LOCKED)
-	), ord AS (
+var firstClaimSQL = `
+	WITH ` + markDispatchedCTE("$5", "$4", "$10", "true") + `, ord AS (
 		INSERT INTO orders (id, amount, currency, message_id) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (id) DO NOTHING
 	), pay AS (
@@ -249,6 +242,30 @@ const firstClaimSQL = `
 		RETURNING claim
 	)
 	SELECT ` + paymentColumns + `, eff.claim FROM pay, eff`
+
+// markDispatchedCTE is a CTE named inb that marks the inbox row of message
+// (consumer, messageID) dispatched by workflow workflowID (kept as it is
+// when empty) when cond holds, unless the row is marked already or locked
+// by a Dispatcher (SKIP LOCKED: never waited for, so it joins no
+// deadlock). Any transaction of the workflow's proves its start.
+func markDispatchedCTE(consumer, messageID, workflowID, cond string) string {
+	return `inb AS (
+		UPDATE inbox SET state = 'dispatched', workflow_id = coalesce(nullif(` + workflowID + `::text, ''), workflow_id),
+		       dispatched_at = coalesce(dispatched_at, now())
+		 WHERE (consumer, message_id) IN (
+			SELECT consumer, message_id FROM inbox
+			 WHERE consumer = ` + consumer + ` AND message_id = ` + messageID + ` AND state = 'pending' AND ` + cond + `
+			 FOR UPDATE SKIP LOCKED)
+	)`
+}
+
+// recordMarksDispatched is the CTE with which a payment's record marks the
+// message's ($7 consumer, $8 message ID) inbox row dispatched by workflow
+// $wf when the settle matched and $wf is not empty: the record of a
+// payment claimed at intake, whose attempt made no claim to mark it.
+func recordMarksDispatched(wf string) string {
+	return `, ` + markDispatchedCTE("$7", "$8", wf, `EXISTS (SELECT FROM settled) AND `+wf+`::text <> ''`)
+}
 
 // PaymentSuccess records a charge that Stripe confirmed.
 type PaymentSuccess struct {
@@ -264,6 +281,13 @@ type PaymentSuccess struct {
 	// Reconciled is true when the charge was found by lookup rather than
 	// returned by the create call.
 	Reconciled bool
+	// WorkflowID, when set, is the workflow whose record marks the
+	// message's inbox row dispatched.
+	WorkflowID string
+	// Receipt, when set, is the order's receipt to claim in the record's
+	// own statement (RecordPaidClaimingReceipt): its Key, RequestHash and
+	// Policy; Consumer, MessageID and OrderID are the payment's.
+	Receipt *EmailClaim
 }
 
 // RecordPaymentSucceeded records the charge, marks the order paid, inserts the
@@ -272,36 +296,93 @@ type PaymentSuccess struct {
 // committed is a no-op that reports already=true; a caller whose claim was
 // superseded gets ErrFenced.
 func (s *Store) RecordPaymentSucceeded(ctx context.Context, r PaymentSuccess) (already bool, err error) {
+	already, _, err = s.RecordPaidClaimingReceipt(ctx, r)
+	return already, err
+}
+
+// RecordPaidClaimingReceipt is RecordPaymentSucceeded and, when r.Receipt
+// is set, the claim of the order's receipt in the same statement: its
+// ledger row is created under claim 1 (in_flight under AtMostOnce, claimed
+// otherwise) and the order's receipt marked sending, only when this
+// statement settled the payment and no row exists under the key. receipt
+// is that claim's token, 0 when this statement claimed nothing.
+//
+// The token is good for the one execution that made the record, which
+// alone learns it: any other attempt at the receipt (a retry, a local
+// attempt run again after a crash, a workflow's SendReceipt) claims the row
+// through ClaimEmail, which counts the token up past it, so the first
+// holder can no longer record, and the new one looks the mail up first.
+func (s *Store) RecordPaidClaimingReceipt(ctx context.Context, r PaymentSuccess) (already bool, receipt int32, err error) {
 	result := map[string]any{"payment_intent_id": r.PaymentIntentID, "charge_id": r.ChargeID, "reconciled": r.Reconciled}
 	event := map[string]any{
 		"type": "order.paid", "order_id": r.OrderID, "message_id": r.MessageID,
 		"payment_intent_id": r.PaymentIntentID, "amount": r.Amount, "currency": r.Currency,
 	}
-	already, err = s.settleAnd(ctx, recordPaidSQL, r.Key, r.Claim, StateSucceeded, r.PaymentIntentID, result, "",
-		r.Consumer, r.MessageID, r.OrderID, r.ChargeID, OrderPaidEventID(r.MessageID), event)
-	if err != nil {
-		return false, fmt.Errorf("record payment of order %d: %w", r.OrderID, err)
+	var mail EmailClaim
+	mailState := StateClaimed
+	if r.Receipt != nil {
+		mail = *r.Receipt
+		if mail.Policy == AtMostOnce {
+			mailState = StateInFlight
+		}
 	}
-	return already, nil
+	res, err := encodeResult(r.Key, result)
+	if err != nil {
+		return false, 0, err
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, recordPaidClaimingReceiptSQL, r.Key, r.Claim, StateSucceeded, r.PaymentIntentID, res, "",
+		r.Consumer, r.MessageID, r.OrderID, r.ChargeID, OrderPaidEventID(r.MessageID), event,
+		mail.Key, KindEmail, mail.RequestHash, mailState, r.WorkflowID).Scan(&n, &receipt); err != nil {
+		return false, 0, fmt.Errorf("record payment of order %d: settle effect %s: %w", r.OrderID, r.Key, translate(err))
+	}
+	if n == 1 {
+		return false, receipt, nil
+	}
+	already, err = s.settledBefore(ctx, r.Key, r.Claim, StateSucceeded, r.PaymentIntentID)
+	if err != nil {
+		return false, 0, fmt.Errorf("record payment of order %d: %w", r.OrderID, err)
+	}
+	return already, 0, nil
 }
 
-// recordPaidSQL settles the payment's ledger row and, in the same
-// statement, records the charge ($7 consumer, $8 message ID, $9 order ID,
-// $10 charge ID), marks the order paid, inserts the processed row and the
-// order.paid outbox event ($11 event ID, $12 payload).
-var recordPaidSQL = settleCTE + paidSQL
+// recordPaidClaimingReceiptSQL settles the payment's ledger row and, in the
+// same statement, does what paidSQL does and, when the payment was
+// settled, the receipt's ledger row ($13 key, none when empty; $14 kind, $15
+// request hash, $16 state) inserted under claim 1 unless the key has one, the order's
+// receipt marked sending when it was, in the order's one update, and the
+// inbox row marked dispatched by workflow $17 (recordMarksDispatched). It
+// returns the settled count and the receipt's claim (0 for none).
+var recordPaidClaimingReceiptSQL = settleCTE + paidPaymentCTE + recordMarksDispatched("$17") + `, mail AS (
+		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+		SELECT $13::text, $14::text, $7::text, $8::text, $15::text, $16::text, 1 WHERE EXISTS (SELECT FROM settled) AND $13::text <> ''
+		ON CONFLICT (key) DO NOTHING
+		RETURNING claim
+	)` + orderOutcomeCTEs(OutcomePaid, `receipt_status = CASE WHEN EXISTS (SELECT FROM mail) THEN `+keepEventReceipt("'sending'")+` ELSE receipt_status END`) +
+	paidEventCTE + `
+	SELECT (SELECT count(*) FROM settled), coalesce((SELECT claim FROM mail), 0)`
 
-// paidSQL follows a settle CTE: see recordPaidSQL.
-var paidSQL = `, paid AS (
+// paidSQL follows a settle CTE: it records the charge ($7 consumer, $8
+// message ID, $9 order ID, $10 charge ID), marks the order paid, inserts the
+// processed row and the order.paid outbox event ($11 event ID, $12 payload)
+// when the ledger row was settled.
+var paidSQL = paidPaymentCTE + orderOutcomeCTEs(OutcomePaid, "") + paidEventCTE + `
+	SELECT count(*) FROM settled`
+
+// paidPaymentCTE and paidEventCTE are paidSQL's payment update and its
+// order.paid outbox insert.
+const (
+	paidPaymentCTE = `, paid AS (
 		UPDATE payments SET state = 'succeeded', payment_intent_id = $4, charge_id = nullif($10::text, ''),
 		       stripe_status = 'succeeded', updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
-	)` + orderOutcomeCTEs(OutcomePaid) + `, event AS (
+	)`
+	paidEventCTE = `, event AS (
 		INSERT INTO outbox (event_id, topic, payload)
 		SELECT $11::text, 'order.paid', $12::jsonb WHERE EXISTS (SELECT FROM settled)
 		ON CONFLICT (event_id) DO NOTHING
-	)
-	SELECT count(*) FROM settled`
+	)`
+)
 
 // OrderPaidEventID is the outbox event ID of the order.paid event a message
 // causes: derived from the message, so a repeat can never emit a second one.
@@ -323,6 +404,9 @@ type PaymentFailure struct {
 	PaymentIntentID string
 	// StripeStatus is the PaymentIntent's status, when one was seen.
 	StripeStatus string
+	// WorkflowID, when set, is the workflow whose record marks the
+	// message's inbox row dispatched.
+	WorkflowID string
 }
 
 // RecordPaymentFailed records the refusal, marks the order payment_failed and
@@ -331,7 +415,7 @@ type PaymentFailure struct {
 func (s *Store) RecordPaymentFailed(ctx context.Context, f PaymentFailure) (already bool, err error) {
 	result := map[string]any{"code": f.Code, "decline_code": f.DeclineCode}
 	already, err = s.settleAnd(ctx, recordRefusedSQL, f.Key, f.Claim, StateFailed, f.PaymentIntentID, result, f.Message,
-		f.Consumer, f.MessageID, f.OrderID, f.Code, f.DeclineCode, f.StripeStatus)
+		f.Consumer, f.MessageID, f.OrderID, f.Code, f.DeclineCode, f.StripeStatus, f.WorkflowID)
 	if err != nil {
 		return false, fmt.Errorf("record failed payment of order %d: %w", f.OrderID, err)
 	}
@@ -340,9 +424,10 @@ func (s *Store) RecordPaymentFailed(ctx context.Context, f PaymentFailure) (alre
 
 // recordRefusedSQL settles the payment's ledger row as failed and, in the
 // same statement, records the refusal ($7 consumer, $8 message ID, $9 order
-// ID, $10 failure code, $11 decline code, $12 Stripe status), marks the order payment_failed
-// and inserts the processed row.
-var recordRefusedSQL = settleCTE + refusedSQL
+// ID, $10 failure code, $11 decline code, $12 Stripe status), marks the order payment_failed,
+// inserts the processed row and marks the inbox row dispatched by workflow
+// $13 (recordMarksDispatched).
+var recordRefusedSQL = settleCTE + recordMarksDispatched("$13") + refusedSQL
 
 // refusedSQL follows a settle CTE: see recordRefusedSQL.
 var refusedSQL = `, refused AS (
@@ -350,15 +435,19 @@ var refusedSQL = `, refused AS (
 		       decline_code = nullif($11::text, ''), failure_message = nullif($6::text, ''),
 		       stripe_status = coalesce(nullif($12::text, ''), stripe_status), updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
-	)` + orderOutcomeCTEs(OutcomePaymentFailed) + `
+	)` + orderOutcomeCTEs(OutcomePaymentFailed, "") + `
 	SELECT count(*) FROM settled`
 
-// orderOutcomeCTEs sets the order's ($9) status to outcome and inserts the
-// message's ($7 consumer, $8 message ID) processed row with that outcome,
-// when the ledger row was settled.
-func orderOutcomeCTEs(outcome Outcome) string {
+// orderOutcomeCTEs sets the order's ($9) status to outcome (and the
+// assignments in set, when not empty) and inserts the message's ($7
+// consumer, $8 message ID) processed row with that outcome, when the ledger
+// row was settled.
+func orderOutcomeCTEs(outcome Outcome, set string) string {
+	if set != "" {
+		set = ", " + set
+	}
 	return `, ord AS (
-		UPDATE orders SET status = '` + string(outcome) + `', updated_at = now() WHERE id = $9 AND EXISTS (SELECT FROM settled)
+		UPDATE orders SET status = '` + string(outcome) + `'` + set + `, updated_at = now() WHERE id = $9 AND EXISTS (SELECT FROM settled)
 	), processed AS (
 		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
 		SELECT $7::text, $8::text, '` + string(outcome) + `', $9::bigint WHERE EXISTS (SELECT FROM settled)

@@ -374,3 +374,59 @@ func TestClaimMarksInboxDispatched(t *testing.T) {
 		t.Fatalf("locked inbox row is %s after the claim; want pending (its Dispatcher marks it)", st)
 	}
 }
+
+// TestReceiptClaimedByThePaymentRecord: the payment's record claims the
+// receipt under claim 1 for the one record that settles the payment; a
+// repeat of that record claims nothing, and any later claim through the
+// ledger counts the token up, so the record's holder is fenced.
+func TestReceiptClaimedByThePaymentRecord(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	for _, policy := range []store.EmailPolicy{store.AtLeastOnce, store.AtMostOnce} {
+		msg := "evt_rc_" + string(policy)
+		c, err := s.ClaimPayment(ctx, claim(msg, 7100+int64(len(policy))))
+		if err != nil || c.Outcome != store.ClaimOwned {
+			t.Fatalf("%s: claim = %+v, %v", policy, c, err)
+		}
+		mail := store.EmailClaim{Consumer: "order-placed", MessageID: msg, OrderID: c.Payment.OrderID, Key: "email:" + msg, RequestHash: "m-" + msg, Policy: policy}
+		rec := store.PaymentSuccess{Consumer: "order-placed", MessageID: msg, OrderID: c.Payment.OrderID, Key: "payment:" + msg, Claim: c.Claim,
+			PaymentIntentID: "pi_" + msg, Amount: 1999, Currency: "usd", Receipt: &mail}
+		already, token, err := s.RecordPaidClaimingReceipt(ctx, rec)
+		if err != nil || already || token != 1 {
+			t.Fatalf("%s: record = already %v, receipt claim %d, %v; want the receipt claimed under 1", policy, already, token, err)
+		}
+		e, err := s.Effect(ctx, mail.Key)
+		wantState := store.StateClaimed
+		if policy == store.AtMostOnce {
+			wantState = store.StateInFlight
+		}
+		if err != nil || e.State != wantState || e.Claim != 1 {
+			t.Fatalf("%s: receipt row = %+v, %v; want %s under claim 1", policy, e, err, wantState)
+		}
+		st, err := s.Status(ctx, "order-placed", msg)
+		if err != nil || st.Order == nil || st.Order.Status != store.OrderPaid || st.Order.ReceiptStatus != "sending" {
+			t.Fatalf("%s: order = %+v, %v; want paid, receipt sending", policy, st.Order, err)
+		}
+		// The same record again (an attempt run again): already, no claim.
+		already, token, err = s.RecordPaidClaimingReceipt(ctx, rec)
+		if err != nil || !already || token != 0 {
+			t.Fatalf("%s: repeated record = already %v, receipt claim %d, %v; want already and no claim", policy, already, token, err)
+		}
+		decision, e, err := s.ClaimEmail(ctx, mail)
+		switch policy {
+		case store.AtLeastOnce:
+			if err != nil || decision != store.EmailSend || e.Claim != 2 {
+				t.Fatalf("%s: claim after the record = %s %+v, %v; want send under claim 2", policy, decision, e, err)
+			}
+			if _, err := s.RecordEmailSent(ctx, mail.Key, 1, mail.OrderID, "x_zombie"); !errors.Is(err, store.ErrFenced) {
+				t.Fatalf("%s: record under the payment record's claim after a new claim: %v, want ErrFenced", policy, err)
+			}
+		case store.AtMostOnce:
+			// The record's claim is in flight: a later claim cannot know
+			// whether it sent, and never resends.
+			if err != nil || decision != store.EmailUnknown {
+				t.Fatalf("%s: claim after the record = %s %+v, %v; want unknown", policy, decision, e, err)
+			}
+		}
+	}
+}

@@ -5,10 +5,17 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/workflows"
 )
+
+// orderInput is the OrderPlaced workflow's input for m, without a claim.
+func orderInput(m *message.Message, o *message.OrderPlaced) workflows.OrderPlacedInput {
+	return workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *o}
+}
 
 // OrderPlaced routes order.placed: the consumer order-placed starts the
 // OrderPlaced workflow, which charges the order and sends its receipt.
@@ -19,10 +26,22 @@ func OrderPlaced() Route {
 		Schema:   message.OrderPlacedSchema,
 		Workflow: workflows.OrderPlacedName,
 		Effects:  []identity.Effect{identity.EffectPaymentIntent, identity.EffectPayment, identity.EffectEmail},
-		// ChargeOrder's claim marks the inbox row (store.ClaimPayment).
+		// ChargeOrder's claim marks the inbox row (store.ClaimPayment), or,
+		// for a payment the intake claimed, its record.
 		WorkflowMarksDispatched: true,
+		// The payment is claimed with the inbox row: the local attempt takes
+		// that claim as its own (activities.ChargeInput.Claim).
+		Claim: func(m *message.Message, o *message.OrderPlaced) *store.PaymentClaim {
+			c, err := activities.IntakeClaim(orderInput(m, o).Charge())
+			if err != nil {
+				return nil // the activity claims, and reports the error
+			}
+			return &c
+		},
 		Input: func(m *message.Message, o *message.OrderPlaced) any {
-			return workflows.OrderPlacedInput{Consumer: m.Consumer, MessageID: m.ID, Order: *o}
+			in := orderInput(m, o)
+			in.Claim = m.Claimed
+			return in
 		},
 		SearchAttributes: func(m *message.Message, o *message.OrderPlaced) temporal.SearchAttributes {
 			return workflows.SearchAttributes(m.Consumer, m.ID, o.OrderID)

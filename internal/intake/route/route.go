@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
@@ -52,6 +53,10 @@ type Spec[T any] struct {
 	// WorkflowMarksDispatched: the workflow marks its inbox row dispatched
 	// in its first transaction, so the intake does not (see Route).
 	WorkflowMarksDispatched bool
+	// Claim, optional, is the payment the intake claims in the transaction
+	// that records the message (store.InboxEntry.Payment); nil for none.
+	// Input then finds the claim in m.Claimed.
+	Claim func(m *message.Message, v *T) *store.PaymentClaim
 }
 
 // Route is everything the product knows about one message type, with its
@@ -64,11 +69,13 @@ type Route struct {
 	Workflow string
 	Effects  []identity.Effect
 	// WorkflowMarksDispatched: the workflow marks its inbox row dispatched
-	// in its first transaction, so the intake skips that commit; a row whose
+	// in its first transaction (a claim, or the record of a payment claimed
+	// at intake), so the intake skips that commit; a row whose
 	// workflow died first is marked by a later Dispatcher pass.
 	WorkflowMarksDispatched bool
 
 	start   func(m *message.Message) (WorkflowStart, error)
+	claim   func(m *message.Message) *store.PaymentClaim
 	missing []string
 }
 
@@ -88,6 +95,14 @@ func For[T any](spec Spec[T]) Route {
 	}
 	if len(r.missing) > 0 {
 		return r
+	}
+	if spec.Claim != nil {
+		r.claim = func(m *message.Message) *store.PaymentClaim {
+			if v, ok := m.Value.(*T); ok {
+				return spec.Claim(m, v)
+			}
+			return nil
+		}
 	}
 	r.start = func(m *message.Message) (WorkflowStart, error) {
 		v, ok := m.Value.(*T)
@@ -232,6 +247,16 @@ type WorkflowStart struct {
 	// SearchAttributes, Summary and Details go into the start options.
 	SearchAttributes temporal.SearchAttributes
 	Summary, Details string
+}
+
+// Claim returns the payment the intake claims with m's inbox row (Spec.Claim),
+// nil for none.
+func (reg *Registry) Claim(m *message.Message) *store.PaymentClaim {
+	r, ok := reg.byType[m.Type]
+	if !ok || r.Consumer != m.Consumer || r.claim == nil {
+		return nil
+	}
+	return r.claim(m)
 }
 
 // Start returns what starting m's workflow takes. m must have been decoded

@@ -20,7 +20,10 @@ import (
 // not flood the exporter with one-span traces.
 type PgxTracer struct{}
 
-var _ pgx.QueryTracer = PgxTracer{}
+var (
+	_ pgx.QueryTracer = PgxTracer{}
+	_ pgx.BatchTracer = PgxTracer{}
+)
 
 type pgxSpanKey struct{}
 
@@ -40,26 +43,63 @@ func (PgxTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Trac
 	return context.WithValue(ctx, pgxSpanKey{}, span)
 }
 
-// TraceQueryEnd ends the span TraceQueryStart started, if any. An error is
-// recorded by its SQLSTATE only: a Postgres message or detail can quote the
-// values of a row.
+// TraceQueryEnd ends the span TraceQueryStart started, if any (see end).
 func (PgxTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
 	span, ok := ctx.Value(pgxSpanKey{}).(trace.Span)
 	if !ok {
 		return
 	}
-	defer span.End()
 	span.SetAttributes(attribute.Int64("db.response.rows_affected", data.CommandTag.RowsAffected()))
-	if data.Err == nil || errors.Is(data.Err, pgx.ErrNoRows) {
+	end(span, data.Err)
+}
+
+// TraceBatchStart starts one span for a batch (the inbox's group commit,
+// say: its statements run as one transaction) when ctx is part of a trace,
+// with the statements' SQL text, never their arguments.
+func (PgxTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() || data.Batch == nil {
+		return ctx
+	}
+	sqls := make([]string, 0, len(data.Batch.QueuedQueries))
+	for _, q := range data.Batch.QueuedQueries {
+		sqls = append(sqls, q.SQL)
+	}
+	ctx, span := Tracer().Start(ctx, "postgres BATCH",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("db.system.name", "postgresql"),
+			attribute.String("db.operation.name", "BATCH"),
+			attribute.Int("db.operation.batch.size", len(sqls)),
+			attribute.String("db.query.text", strings.Join(sqls, ";\n")),
+		))
+	return context.WithValue(ctx, pgxSpanKey{}, span)
+}
+
+// TraceBatchQuery implements pgx.BatchTracer: the batch's span covers its
+// statements.
+func (PgxTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd ends the span TraceBatchStart started, if any.
+func (PgxTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	if span, ok := ctx.Value(pgxSpanKey{}).(trace.Span); ok {
+		end(span, data.Err)
+	}
+}
+
+// end ends span, recording err by its SQLSTATE only: a Postgres message or
+// detail can quote the values of a row.
+func end(span trace.Span, err error) {
+	defer span.End()
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
 		return
 	}
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(data.Err, &pgErr):
+	case errors.As(err, &pgErr):
 		span.SetAttributes(attribute.String("db.response.status_code", pgErr.Code))
 		span.SetStatus(codes.Error, "SQLSTATE "+pgErr.Code)
-	case errors.Is(data.Err, context.Canceled), errors.Is(data.Err, context.DeadlineExceeded):
-		span.SetStatus(codes.Error, data.Err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		span.SetStatus(codes.Error, err.Error())
 	default:
 		span.SetStatus(codes.Error, "query failed")
 	}

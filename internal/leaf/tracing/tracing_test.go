@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -81,13 +83,20 @@ func recorder(t *testing.T) (*tracetest.InMemoryExporter, trace.Tracer) {
 // by store.Open: inside a span each is a child span with its SQL text, and
 // neither an argument nor an error's message reaches the span; outside a
 // span nothing is recorded.
-func TestPgxTracerRecordsSQLNotArguments(t *testing.T) {
+// tracedPool is a recorder and a pool whose connections trace (PgxTracer).
+func tracedPool(t *testing.T) (*tracetest.InMemoryExporter, trace.Tracer, *pgxpool.Pool) {
+	t.Helper()
 	exp, tr := recorder(t)
 	pool, err := store.Open(context.Background(), storetest.NewDatabase(t), store.PoolConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return exp, tr, pool
+}
+
+func TestPgxTracerRecordsSQLNotArguments(t *testing.T) {
+	exp, tr, pool := tracedPool(t)
 	const secret = "ada.lovelace@example.com"
 
 	var s string
@@ -102,7 +111,7 @@ func TestPgxTracerRecordsSQLNotArguments(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT $1::text", secret).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
-	_, err = pool.Exec(ctx, "CREATE TABLE t (email text PRIMARY KEY); INSERT INTO t VALUES ('"+secret+"')")
+	_, err := pool.Exec(ctx, "CREATE TABLE t (email text PRIMARY KEY); INSERT INTO t VALUES ('"+secret+"')")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +152,46 @@ func TestPgxTracerRecordsSQLNotArguments(t *testing.T) {
 	}
 	if strings.Contains(queries[2].Status.Description, secret) {
 		t.Errorf("the error status quotes the row: %q", queries[2].Status.Description)
+	}
+}
+
+// TestPgxTracerSpansABatch: a batch (the inbox's group commit) is one span
+// under its caller's, with the statements' SQL and not their arguments; a
+// batch outside any trace makes none.
+func TestPgxTracerSpansABatch(t *testing.T) {
+	exp, tr, pool := tracedPool(t)
+	const secret = "ada.lovelace@example.com"
+	batch := func(ctx context.Context) {
+		var b pgx.Batch
+		b.Queue("SELECT $1::text", secret)
+		b.Queue("SELECT 2")
+		if err := pool.SendBatch(ctx, &b).Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch(context.Background())
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("a batch outside any trace made %d spans, want 0", n)
+	}
+	ctx, parent := tr.Start(context.Background(), "message")
+	batch(ctx)
+	parent.End()
+	var got []tracetest.SpanStub
+	for _, sp := range exp.GetSpans() {
+		if strings.HasPrefix(sp.Name, "postgres ") {
+			got = append(got, sp)
+		}
+	}
+	if len(got) != 1 || got[0].Name != "postgres BATCH" || got[0].Parent.SpanID() != parent.SpanContext().SpanID() {
+		t.Fatalf("postgres spans = %v, want one BATCH under the message's", got)
+	}
+	if q := attr(got[0], "db.query.text"); q != "SELECT $1::text;\nSELECT 2" {
+		t.Errorf("batch query text = %q", q)
+	}
+	for _, kv := range got[0].Attributes {
+		if strings.Contains(kv.Value.String(), secret) {
+			t.Errorf("batch span records an argument: %s=%s", kv.Key, kv.Value.String())
+		}
 	}
 }
 

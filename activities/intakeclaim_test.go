@@ -1,0 +1,123 @@
+package activities_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/message"
+	"github.com/effectively/effectively/internal/adapter/store"
+)
+
+// intakeClaimed records in's message in the inbox with its payment
+// claimed, as the intake does, and returns in carrying that claim and the
+// receipt's address, as the workflow's local attempt gets it.
+func intakeClaimed(t *testing.T, f *fixture, in activities.ChargeInput) activities.ChargeInput {
+	t.Helper()
+	c, err := activities.IntakeClaim(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: in.Consumer, MessageID: in.MessageID,
+		Payload: []byte(`{"id":"` + in.MessageID + `"}`), PayloadHash: "h-" + in.MessageID, Source: "test", Payment: &c})
+	if err != nil || r.Claim != 1 {
+		t.Fatalf("inbox insert = %+v, %v; want the payment claimed", r, err)
+	}
+	in.Claim = &message.Claim{Token: r.Claim, At: r.ClaimedAt}
+	return withReceipt(in)
+}
+
+// chargeLocally runs ChargeOrderLocally, failing on its error.
+func chargeLocally(t *testing.T, f *fixture, in activities.ChargeInput) activities.ChargeResult {
+	t.Helper()
+	lc, err := run(t, f, f.acts.ChargeOrderLocally, in)
+	if err != nil || lc.Err != nil {
+		t.Fatalf("local charge = %+v, %v", lc, err)
+	}
+	return lc.Result
+}
+
+// TestPaidMessageClaimedAtIntake counts the Postgres transactions of a paid
+// message whose payment the intake claimed: the inbox insert, which claims
+// the payment; the payment's record, which claims the receipt and marks
+// the inbox row dispatched; the receipt's record. Three for a message
+// alone, about 2.66 when the intake's inserts share transactions as the
+// bench's do. Any transaction more fails here.
+func TestPaidMessageClaimedAtIntake(t *testing.T) {
+	f, counter := countedFixture(t)
+	counter.take()
+	in := intakeClaimed(t, f, charge("evt_tx_intake", 98, "pm_card_visa"))
+	if txns := counter.take(); len(txns) != 1 || !strings.HasPrefix(txns[0], "batch(") {
+		t.Errorf("inbox insert with the payment's claim: %d transactions, want 1 (a batch):\n  %s", len(txns), strings.Join(txns, "\n  "))
+	}
+	chargeAndReceipt(t, f, counter, in, 2, "the record with the receipt's claim, the receipt's record")
+	st, err := f.db.Status(context.Background(), in.Consumer, in.MessageID)
+	if err != nil || st.Inbox == nil || st.Inbox.State != store.InboxDispatched || st.Inbox.WorkflowID != "order-placed/"+in.MessageID {
+		t.Errorf("inbox = %+v, %v; want dispatched by order-placed/%s", st.Inbox, err, in.MessageID)
+	}
+	if st.Processed == nil || st.Processed.Outcome != store.OutcomePaid || st.Order == nil || st.Order.ReceiptStatus != "sent" {
+		t.Errorf("processed %+v, order %+v; want paid, receipt sent", st.Processed, st.Order)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]; n != 1 {
+		t.Errorf("charges = %d, want 1", n)
+	}
+}
+
+// TestIntakeClaimRunAgain: a local attempt run again with the intake's
+// claim (one that outlived its first workflow task on a worker that then
+// died, its result lost) sends Stripe the same requests under the same keys,
+// which replay: one charge. Its record finds the outcome recorded, so it
+// claims no receipt and sends none; the workflow's SendReceipt finds the
+// receipt recorded.
+func TestIntakeClaimRunAgain(t *testing.T) {
+	f := newFixture(t, "")
+	in := intakeClaimed(t, f, charge("evt_intake_again", 99, "pm_card_visa"))
+	first := chargeLocally(t, f, in)
+	again := chargeLocally(t, f, in)
+	if again.Outcome != activities.PaymentPaid || again.PaymentIntentID != first.PaymentIntentID || again.Receipt != nil {
+		t.Fatalf("run again = %+v; want paid with %s and no receipt", again, first.PaymentIntentID)
+	}
+	rec := activities.ReceiptInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: in.Currency,
+		To: in.ReceiptTo, PaymentIntentID: again.PaymentIntentID}
+	if r, err := run(t, f, f.acts.SendReceipt, rec); err != nil || !r.Recorded || r.Outcome != activities.ReceiptSent {
+		t.Fatalf("receipt = %+v, %v; want the recorded send", r, err)
+	}
+	if n := f.sims.Stripe.Stats().ChargesByMessage[in.MessageID]; n != 1 {
+		t.Errorf("charges = %d, want 1", n)
+	}
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:"+in.MessageID]; n != 1 {
+		t.Errorf("receipts = %d, want 1", n)
+	}
+	if e, err := f.db.Effect(context.Background(), "payment:"+in.MessageID); err != nil || e.Claim != 1 || e.State != store.StateSucceeded {
+		t.Errorf("payment's ledger row = %+v, %v; want succeeded under the intake's claim 1", e, err)
+	}
+}
+
+// TestIntakeClaimOnlyLocallyInsideTheWindow: the regular activity, and a
+// local attempt past the key window, claim through the ledger, counting the
+// token up past the intake's (a local attempt past the window then looks
+// the payment up first).
+func TestIntakeClaimOnlyLocallyInsideTheWindow(t *testing.T) {
+	f := newFixture(t, "")
+	in := intakeClaimed(t, f, charge("evt_intake_regular", 100, "pm_card_visa"))
+	if r, err := run(t, f, f.acts.ChargeOrder, in); err != nil || r.Outcome != activities.PaymentPaid {
+		t.Fatalf("regular charge = %+v, %v", r, err)
+	}
+	if e, err := f.db.Effect(context.Background(), "payment:"+in.MessageID); err != nil || e.Claim != 2 {
+		t.Errorf("regular activity: payment's ledger row = %+v, %v; want claim 2", e, err)
+	}
+
+	late := intakeClaimed(t, f, charge("evt_intake_late", 101, "pm_card_visa"))
+	f.acts.Now = func() time.Time { return late.Claim.At.Add(24 * time.Hour) }
+	if r := chargeLocally(t, f, late); r.Outcome != activities.PaymentPaid {
+		t.Fatalf("local charge past the window = %+v", r)
+	}
+	if e, err := f.db.Effect(context.Background(), "payment:"+late.MessageID); err != nil || e.Claim != 2 {
+		t.Errorf("past the window: payment's ledger row = %+v, %v; want claim 2", e, err)
+	}
+	if st := f.sims.Stripe.Stats(); st.RequestsByOperation["list"] == 0 {
+		t.Errorf("stripe requests %v: the attempt past the window did not look the payment up", st.RequestsByOperation)
+	}
+}
