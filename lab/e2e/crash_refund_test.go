@@ -12,6 +12,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/leaf/failpoint"
+	"github.com/effectively/effectively/tools/workerproc"
 	"github.com/effectively/effectively/workflows"
 )
 
@@ -34,27 +35,29 @@ func (s *procStack) waitRefundOutcome(t *testing.T, messageID string) workflows.
 	}
 }
 
-// TestRefundCrashWindow kills the real worker between Stripe's refund and
-// its record (refund.after_refund) and restarts it: the retry replays the
-// refund under its key, so the customer is refunded once, the amount counts
-// once against the payment, and one receipt goes out.
-func TestRefundCrashWindow(t *testing.T) {
-	s := newProcStack(t)
-	first := s.start(t, failpoint.EnvVar+"="+failpoint.RefundAfterRefund)
+// refundKilledAfterStripe pays order orderID (message orderEvt), then
+// sends a refund of amount (message refundEvt) and waits until the worker
+// p, started with the refund.after_refund failpoint, is killed there:
+// between Stripe's refund and its record.
+func (s *procStack) refundKilledAfterStripe(t *testing.T, p *workerproc.Proc, orderEvt, refundEvt string, orderID, amount int64) {
+	t.Helper()
 	ctx := context.Background()
-	if res, err := s.intake.Accept(ctx, order("evt_crash_o", 78, "pm_card_visa"), "test"); err != nil || res.Status != intake.StatusStarted {
+	if res, err := s.intake.Accept(ctx, order(orderEvt, orderID, "pm_card_visa"), "test"); err != nil || res.Status != intake.StatusStarted {
 		t.Fatalf("accept order = %+v, %v", res, err)
 	}
-	if st := s.waitOutcome(t, "evt_crash_o"); st.Outcome != workflows.OutcomeCompleted {
+	if st := s.waitOutcome(t, orderEvt); st.Outcome != workflows.OutcomeCompleted {
 		t.Fatalf("order outcome = %+v", st)
 	}
-	const id = "evt_crash_refund"
-	if res, err := s.intake.Accept(ctx, refundMsg(id, 78, 700), "test"); err != nil || res.Status != intake.StatusStarted {
+	if res, err := s.intake.Accept(ctx, refundMsg(refundEvt, orderID, amount), "test"); err != nil || res.Status != intake.StatusStarted {
 		t.Fatalf("accept refund = %+v, %v", res, err)
 	}
-	killedAt(t, first, failpoint.RefundAfterRefund)
+	killedAt(t, p, failpoint.RefundAfterRefund)
+}
 
-	s.start(t) // the restarted worker, no failpoint
+// checkRefundedOnce waits for the refund of message id and checks it was
+// replayed by Stripe's key after the kill: one refund, one receipt.
+func (s *procStack) checkRefundedOnce(t *testing.T, id string) {
+	t.Helper()
 	st := s.waitRefundOutcome(t, id)
 	if st.Outcome != workflows.OutcomeRefunded || !st.Refund.Replayed {
 		t.Errorf("outcome = %+v (want refunded, replayed by Stripe's key)", st)
@@ -65,6 +68,21 @@ func TestRefundCrashWindow(t *testing.T) {
 	if n := s.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+id]; n != 1 {
 		t.Errorf("refund receipts = %d, want 1", n)
 	}
+}
+
+// TestRefundCrashWindow kills the real worker between Stripe's refund and
+// its record (refund.after_refund) and restarts it: the retry replays the
+// refund under its key, so the customer is refunded once, the amount counts
+// once against the payment, and one receipt goes out.
+func TestRefundCrashWindow(t *testing.T) {
+	s := newProcStack(t)
+	first := s.start(t, failpoint.EnvVar+"="+failpoint.RefundAfterRefund)
+	ctx := context.Background()
+	const id = "evt_crash_refund"
+	s.refundKilledAfterStripe(t, first, "evt_crash_o", id, 78, 700)
+
+	s.start(t) // the restarted worker, no failpoint
+	s.checkRefundedOnce(t, id)
 	if refunded, _, err := s.store.RefundedAmount(ctx, 78); err != nil || refunded != 700 {
 		t.Errorf("refunded_amount = %d, %v; want 700", refunded, err)
 	}

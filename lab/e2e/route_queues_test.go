@@ -7,7 +7,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/workflows"
 )
@@ -23,29 +22,11 @@ func TestEffectsOnTheirRoutesQueues(t *testing.T) {
 	s := newProcStack(t)
 	ctx := context.Background()
 	first := s.start(t, "EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE=true", failpoint.EnvVar+"="+failpoint.RefundAfterRefund)
-	if res, err := s.intake.Accept(ctx, order("evt_rq_o", 91, "pm_card_visa"), "test"); err != nil || res.Status != intake.StatusStarted {
-		t.Fatalf("accept order = %+v, %v", res, err)
-	}
-	if st := s.waitOutcome(t, "evt_rq_o"); st.Outcome != workflows.OutcomeCompleted {
-		t.Fatalf("order outcome = %+v", st)
-	}
 	const id = "evt_rq_refund"
-	if res, err := s.intake.Accept(ctx, refundMsg(id, 91, 500), "test"); err != nil || res.Status != intake.StatusStarted {
-		t.Fatalf("accept refund = %+v, %v", res, err)
-	}
-	killedAt(t, first, failpoint.RefundAfterRefund)
+	s.refundKilledAfterStripe(t, first, "evt_rq_o", id, 91, 500)
 
 	s.start(t) // the setting off
-	st := s.waitRefundOutcome(t, id)
-	if st.Outcome != workflows.OutcomeRefunded || !st.Refund.Replayed {
-		t.Errorf("outcome = %+v (want refunded, replayed by Stripe's key)", st)
-	}
-	if n := s.sims.Stripe.Stats().RefundsByMessage[id]; n != 1 {
-		t.Errorf("refunds = %d, want exactly 1", n)
-	}
-	if n := s.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+id]; n != 1 {
-		t.Errorf("refund receipts = %d, want 1", n)
-	}
+	s.checkRefundedOnce(t, id)
 
 	// Where each activity was scheduled: the refund by the first worker on
 	// the route's queue; the receipt by the second on the workflow's.

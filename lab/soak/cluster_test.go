@@ -27,6 +27,25 @@ var (
 	clusterPace     = flag.Duration("cluster-pace", 400*time.Millisecond, "pause before each of the soak on the cluster's 4 concurrent sends")
 )
 
+// startCluster starts a fresh cluster of the server built in bin/ with o
+// (its namespace kept 24 h) and a client of its namespace, both stopped at
+// the test's end.
+func startCluster(t *testing.T, o cluster.Options) (*cluster.Cluster, client.Client) {
+	t.Helper()
+	o.Bin, o.Dir, o.Fresh, o.Retention = filepath.Join(testenv.RepoRoot(), "bin"), t.TempDir(), true, 24*time.Hour
+	c, err := cluster.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	tc, err := client.Dial(client.Options{HostPort: c.Address(), Namespace: o.Namespace, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return c, tc
+}
+
 // TestSoakOnCluster is the soak against the production path: a Temporal
 // server v1.29.1 on Postgres with its four services in separate processes,
 // and effectively's database on the same Postgres, a private server this
@@ -65,19 +84,7 @@ func TestSoakOnCluster(t *testing.T) {
 	_ = admin.Close(ctx)
 
 	const namespace = "soak"
-	c, err := cluster.Start(ctx, cluster.Options{
-		Bin: filepath.Join(testenv.RepoRoot(), "bin"), Dir: t.TempDir(), Split: true, Fresh: true,
-		PostgresPort: pg.Port(), Namespace: namespace, Retention: 24 * time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	tc, err := client.Dial(client.Options{HostPort: c.Address(), Namespace: namespace, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
+	c, tc := startCluster(t, cluster.Options{Split: true, PostgresPort: pg.Port(), Namespace: namespace})
 	dbURL := pg.URL("effectively")
 	pool, err := store.Open(ctx, dbURL, store.PoolConfig{})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -123,19 +122,7 @@ func drainTemporal(t *testing.T) (client.Client, string, string) {
 		return srv.Client(), srv.FrontendHostPort(), "default"
 	}
 	const namespace = "drain"
-	c, err := cluster.Start(context.Background(), cluster.Options{
-		Bin: filepath.Join(testenv.RepoRoot(), "bin"), Dir: t.TempDir(), Fresh: true,
-		Database: "temporal_drain", Namespace: namespace, Retention: 24 * time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	tc, err := client.Dial(client.Options{HostPort: c.Address(), Namespace: namespace, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
+	c, tc := startCluster(t, cluster.Options{Database: "temporal_drain", Namespace: namespace})
 	if err := temporalclient.EnsureSearchAttributes(context.Background(), tc, namespace, workflows.SearchAttributeKeys()); err != nil {
 		t.Fatal(err)
 	}
