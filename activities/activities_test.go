@@ -418,13 +418,8 @@ func TestChargeOrderAmbiguousCreateWithNothingListedFails(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	}))
-	t.Cleanup(srv.Close)
-	pay, err := payment.New(payment.Config{APIKey: "sk_test_unknown", BaseURL: srv.URL, MaxNetworkRetries: payment.NoNetworkRetries})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := store.New(storetest.NewPool(t))
-	f := &fixture{acts: &activities.Activities{Store: db, Payments: pay, AmbiguousAttempts: 3}, db: db}
+	f := stubStripeFixture(t, srv)
+	db := f.db
 	in := charge("evt_unk", 40, "pm_card_visa")
 	for attempt := int32(1); attempt < 3; attempt++ {
 		_, err := run(t, f, f.acts.ChargeOrder, in)
@@ -449,6 +444,19 @@ func TestChargeOrderAmbiguousCreateWithNothingListedFails(t *testing.T) {
 	if creates.Load() != before || confirms.Load() != 0 {
 		t.Fatalf("creates %d → %d, confirms %d: Stripe was asked again", before, creates.Load(), confirms.Load())
 	}
+}
+
+// stubStripeFixture is a fixture whose Stripe is srv (closed with the
+// test), with no network retries and AmbiguousAttempts 3.
+func stubStripeFixture(t *testing.T, srv *httptest.Server) *fixture {
+	t.Helper()
+	t.Cleanup(srv.Close)
+	pay, err := payment.New(payment.Config{APIKey: "sk_test_unknown", BaseURL: srv.URL, MaxNetworkRetries: payment.NoNetworkRetries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := store.New(storetest.NewPool(t))
+	return &fixture{acts: &activities.Activities{Store: db, Payments: pay, AmbiguousAttempts: 3}, db: db}
 }
 
 // TestChargeOrderAmbiguousCreateCountsOnlyListsThatRan: the evidence that
@@ -477,13 +485,7 @@ func TestChargeOrderAmbiguousCreateCountsOnlyListsThatRan(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	}))
-	t.Cleanup(srv.Close)
-	pay, err := payment.New(payment.Config{APIKey: "sk_test_unknown", BaseURL: srv.URL, MaxNetworkRetries: payment.NoNetworkRetries})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := store.New(storetest.NewPool(t))
-	f := &fixture{acts: &activities.Activities{Store: db, Payments: pay, AmbiguousAttempts: 3}, db: db}
+	f := stubStripeFixture(t, srv)
 	in := charge("evt_unk_lists", 41, "pm_card_visa")
 	for attempt := 1; attempt < 5; attempt++ {
 		if r, err := run(t, f, f.acts.ChargeOrder, in); err == nil {

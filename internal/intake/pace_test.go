@@ -13,19 +13,29 @@ import (
 	"github.com/effectively/effectively/tools/testenv"
 )
 
+// pace is the start rate of the pacing tests' intake.
+const pace = 5
+
+// pacedIntake is an intake on a fresh database and a fake Temporal that
+// paces each route's starts at pace per second.
+func pacedIntake(t *testing.T) (*store.Store, *testenv.FakeTemporal, *intake.Intake) {
+	t.Helper()
+	st := store.New(storetest.NewPool(t))
+	tc := testenv.NewFakeTemporal()
+	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t), StartRate: pace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, tc, in
+}
+
 // TestDispatcherPacesEachRoute: with StartRate, a pass starts no more of a
 // route's pending rows than its pace allows, leaving the rest pending;
 // another route's rows, younger than the backlog, are started in the same
 // pass; a later pass goes on with the backlog, and nothing is lost.
 func TestDispatcherPacesEachRoute(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
-	tc := testenv.NewFakeTemporal()
-	const pace = 5
-	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t), StartRate: pace})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, tc, in := pacedIntake(t)
 	for i := range 30 {
 		recordPending(t, st, placed(fmt.Sprintf("evt_pace%02d", i), int64(900+i)))
 	}
@@ -80,13 +90,7 @@ func TestDispatcherPacesEachRoute(t *testing.T) {
 // route come at its pace, each message acked when recorded and none lost,
 // while another route's start goes ahead of the queued ones.
 func TestFastPathPacesEachRoute(t *testing.T) {
-	st := store.New(storetest.NewPool(t))
-	tc := testenv.NewFakeTemporal()
-	const pace = 5
-	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t), StartRate: pace})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tc, in := pacedIntake(t)
 	p := newPath(t, in)
 	s := &settled{}
 	began := time.Now()
