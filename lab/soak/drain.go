@@ -50,6 +50,9 @@ type DrainStack struct {
 	Stack
 	// SendRefund publishes an order.refund_requested message.
 	SendRefund func(ctx context.Context, raw []byte) error
+	// ServerMetrics is the URL of the Temporal server's own metrics
+	// (Prometheus text); "" reads none (the report then shows the CPU only).
+	ServerMetrics string
 }
 
 // DrainReport is what a drain measured.
@@ -58,8 +61,11 @@ type DrainReport struct {
 	// Drained is how long, after the workers came back, the last message
 	// of the backlog took to be processed; Rate is Backlog / Drained.
 	Drained time.Duration `json:"drained"`
-	Rate    float64       `json:"rate"`
-	Limit   float64       `json:"limit"`
+	// Ready is how long the workers took from their start to answering
+	// /readyz; the busy probes begin then (after ProbeAfter).
+	Ready time.Duration `json:"ready"`
+	Rate  float64       `json:"rate"`
+	Limit float64       `json:"limit"`
 	// Requests and TooMany are the providers' requests and 429s during the
 	// drain (both simulators); TooManyShare is their ratio.
 	Requests     int     `json:"requests"`
@@ -107,6 +113,10 @@ type DrainReport struct {
 	BusyDispatchP99  time.Duration `json:"busy_dispatch_p99"`
 	BusyRefundP99    time.Duration `json:"busy_refund_p99"`
 	BusyReceiptP99   time.Duration `json:"busy_receipt_p99"`
+	// IdleServer and BusyServer are what the Temporal server and the
+	// machine did while the idle and the busy probes ran.
+	IdleServer ServerWindow `json:"idle_server"`
+	BusyServer ServerWindow `json:"busy_server"`
 	// Charges and DoubleCharges count the backlog's charges at Stripe.
 	Charges       int      `json:"charges"`
 	DoubleCharges int      `json:"double_charges"`
@@ -118,6 +128,7 @@ func (r DrainReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "backlog %d drained in %s: %.1f msg/s against a configured limit of %.0f msg/s (%.0f%%)\n",
 		r.Backlog, r.Drained.Round(time.Second), r.Rate, r.Limit, 100*r.Rate/math.Max(r.Limit, 1))
+	fmt.Fprintf(&b, "workers ready %s after their start; the busy probes from then on\n", r.Ready.Round(time.Millisecond))
 	fmt.Fprintf(&b, "provider requests %d, 429s %d (%.2f%%, target < 1%%)\n", r.Requests, r.TooMany, 100*r.TooManyShare)
 	fmt.Fprintf(&b, "oldest message waited %s; oldest payment key used %s after its first claim (Stripe keeps keys 24 h)\n",
 		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
@@ -131,6 +142,7 @@ func (r DrainReport) String() string {
 		r.BusyStartP99.Round(time.Millisecond), r.BusyCreatedP99.Round(time.Millisecond), r.BusyTaskP99.Round(time.Millisecond), r.BusyRefundP99.Round(time.Millisecond), r.BusyReceiptP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  the refund activity: scheduled p99 %s after the inbox row, started p99 %s after its schedule\n",
 		r.BusyScheduledP99.Round(time.Millisecond), r.BusyDispatchP99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "the Temporal server's mean latencies (and the machine) while the probes ran:\n  idle:   %s\n  during: %s\n", r.IdleServer, r.BusyServer)
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
 }
@@ -180,13 +192,26 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	orderBase := int64(5_000_000 + (cfg.Seed%1000)*100_000)
 
 	var procs []*workerproc.Proc
+	// start starts the workers and returns once each answers /readyz: a
+	// message that comes while they are down waits for them whatever the
+	// backlog, so the probes time the drain from then.
 	start := func() error {
+		var addrs []string
 		for range cfg.Workers {
-			p, err := workerproc.Start(st.WorkerBin, workerproc.Env(st.Worker))
+			addr, err := workerproc.HealthAddr()
 			if err != nil {
 				return err
 			}
-			procs = append(procs, p)
+			p, err := workerproc.Start(st.WorkerBin, append(workerproc.Env(st.Worker), "EFFECTIVELY_HEALTH_ADDR="+addr))
+			if err != nil {
+				return err
+			}
+			procs, addrs = append(procs, p), append(addrs, addr)
+		}
+		for i, p := range procs {
+			if err := workerproc.AwaitReady(ctx, p, addrs[i]); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -212,10 +237,19 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err := awaitProcessed(ctx, st, "order-placed", warm); err != nil {
 		return rep, fmt.Errorf("warm-up: %w", err)
 	}
+	before, err := readServer(ctx, st.ServerMetrics)
+	if err != nil {
+		return rep, err
+	}
 	idle, err := probe(ctx, cfg, st, stem+"_ri", orderBase)
 	if err != nil {
 		return rep, fmt.Errorf("idle probes: %w", err)
 	}
+	after, err := readServer(ctx, st.ServerMetrics)
+	if err != nil {
+		return rep, err
+	}
+	rep.IdleServer = window(before, after)
 	rep.IdleP99 = p99(idle.total)
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
 
@@ -237,15 +271,24 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err := start(); err != nil {
 		return rep, err
 	}
+	rep.Ready = time.Since(back)
+	cfg.Logf("drain: workers ready %s after their start", rep.Ready.Round(time.Millisecond))
 	select {
 	case <-ctx.Done():
 		return rep, ctx.Err()
 	case <-time.After(cfg.ProbeAfter):
 	}
+	if before, err = readServer(ctx, st.ServerMetrics); err != nil {
+		return rep, err
+	}
 	busy, err := probe(ctx, cfg, st, stem+"_rb", orderBase)
 	if err != nil {
 		return rep, fmt.Errorf("probes during the drain: %w", err)
 	}
+	if after, err = readServer(ctx, st.ServerMetrics); err != nil {
+		return rep, err
+	}
+	rep.BusyServer = window(before, after)
 	rep.BusyP99 = p99(busy.total)
 	rep.BusyIntakeP99, rep.BusyWorkP99 = p99(busy.intake), p99(busy.work)
 	rep.BusyStartP99, rep.BusyRefundP99, rep.BusyReceiptP99 = p99(busy.start), p99(busy.refund), p99(busy.receipt)

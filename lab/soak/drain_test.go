@@ -31,6 +31,7 @@ var (
 	drainCluster     = flag.Bool("drain-cluster", false, "run the drain on Temporal server v1.29.1 on Postgres (tools/cluster: make bin/temporal-server), one process, 4 history shards, instead of the dev server")
 	drainProbeAfter  = flag.Duration("drain-probe-after", 0, "start the refund probes this long after the workers come back (default: at once)")
 	drainStartRate   = flag.String("drain-start-rate", "auto", "the workers' EFFECTIVELY_START_RATE")
+	drainMatchFair   = flag.Bool("drain-matching-fairness", true, "run the dev server with matching.enableFairness (each route's consumer a fairness key of the workflow task queue)")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target, not met yet: see docs/operations.md)")
 )
 
@@ -52,7 +53,7 @@ const (
 func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack {
 	t.Helper()
 	ctx := context.Background()
-	tc, address, namespace := drainTemporal(t)
+	tc, address, namespace, metricsURL := drainTemporal(t)
 	sims := testenv.StartSims(t)
 	sims.Stripe.SetRateLimits(stripesim.RateLimits{
 		Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
@@ -107,26 +108,28 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 			},
 			Send: publish(orders),
 		},
-		SendRefund: publish(refunds),
+		SendRefund:    publish(refunds),
+		ServerMetrics: metricsURL,
 	}
 }
 
 // drainTemporal starts the drain's Temporal: the dev server with the
-// matching service's fairness on, or with -drain-cluster the server built
-// from source on the local Postgres, its namespace and search attributes
-// registered as `worker setup` does.
-func drainTemporal(t *testing.T) (client.Client, string, string) {
+// matching service's fairness on and its metrics served (their URL is
+// returned), or with -drain-cluster the server built from source on the
+// local Postgres, its namespace and search attributes registered as
+// `worker setup` does.
+func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics string) {
 	t.Helper()
 	if !*drainCluster {
-		srv := testenv.StartTemporalWithFairness(t)
-		return srv.Client(), srv.FrontendHostPort(), "default"
+		srv, metrics := testenv.StartTemporalWithMetrics(t, *drainMatchFair)
+		return srv.Client(), srv.FrontendHostPort(), "default", metrics
 	}
-	const namespace = "drain"
+	namespace = "drain"
 	c, tc := startCluster(t, cluster.Options{Database: "temporal_drain", Namespace: namespace})
 	if err := temporalclient.EnsureSearchAttributes(context.Background(), tc, namespace, workflows.SearchAttributeKeys()); err != nil {
 		t.Fatal(err)
 	}
-	return tc, c.Address(), namespace
+	return tc, c.Address(), namespace, ""
 }
 
 // TestBacklogDrain is the short backlog drain of `make soak` (issue 24):

@@ -18,6 +18,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,14 +88,40 @@ func StartTemporalWithFairness(t testing.TB) *testsuite.DevServer {
 	return startTemporal(t, "", "--dynamic-config-value", "matching.enableFairness=true")
 }
 
+// StartTemporalWithMetrics is StartTemporal, with the matching service's
+// fairness on when fairness is, serving the server's own Prometheus
+// metrics (RPC latencies, task timeouts) at the URL it returns.
+func StartTemporalWithMetrics(t testing.TB, fairness bool) (*testsuite.DevServer, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: a free port for the dev server's metrics: %v", err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	args := []string{"--metrics-port", port}
+	if fairness {
+		args = append(args, "--dynamic-config-value", "matching.enableFairness=true")
+	}
+	return startTemporal(t, "", args...), "http://127.0.0.1:" + port + "/metrics"
+}
+
 // StartTemporalWithUI is StartTemporal with the Temporal UI served on
 // 127.0.0.1:uiPort.
 func StartTemporalWithUI(t testing.TB, uiPort string) *testsuite.DevServer {
 	return startTemporal(t, uiPort)
 }
 
+// MetricsPortEnv names a port on which the dev servers the tests start
+// serve their Prometheus metrics (the server's own: RPC latencies, task
+// queue waits), for a look inside while a test runs; unset, none.
+const MetricsPortEnv = "TESTENV_TEMPORAL_METRICS_PORT"
+
 func startTemporal(t testing.TB, uiPort string, extraArgs ...string) *testsuite.DevServer {
 	t.Helper()
+	if port := os.Getenv(MetricsPortEnv); port != "" && !slices.Contains(extraArgs, "--metrics-port") {
+		extraArgs = append(extraArgs, "--metrics-port", port)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,3 +172,38 @@ const (
 	FakeStripeKey   = "sk_test_SECRET_stripe_4f1c9e"
 	FakeSendGridKey = "SG.SECRET_sendgrid_7b2d0a"
 )
+
+// HealthAddr returns a free loopback address for a worker's health
+// listener (EFFECTIVELY_HEALTH_ADDR).
+func HealthAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// AwaitReady polls the worker's GET /readyz at addr until it answers 200
+// (Postgres, Temporal and every source checked), or ctx ends.
+func AwaitReady(ctx context.Context, p *Proc, addr string) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("worker exited before it was ready: %v\n%s", p.err, p.Logs())
+		case <-ctx.Done():
+			return fmt.Errorf("worker not ready at %s: %w", addr, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ServerWindow is what the Temporal server's own metrics (the dev
+// server's --metrics-port) and the machine's CPU showed between two
+// readings: where a route's latency goes when it is not in a queue of its
+// own.
+type ServerWindow struct {
+	// StartMean and RespondMean are the server's mean latencies (its
+	// frontend's) of StartWorkflowExecution and RespondWorkflowTaskCompleted.
+	StartMean   time.Duration `json:"start_mean"`
+	RespondMean time.Duration `json:"respond_mean"`
+	// Starts counts the StartWorkflowExecution requests.
+	Starts int `json:"starts"`
+	// TaskTimeouts counts workflow tasks that timed out (started, not
+	// answered within their timeout: the worker's answer came too late);
+	// HeartbeatTimeouts the activities whose heartbeats came too late.
+	TaskTimeouts      int `json:"task_timeouts"`
+	HeartbeatTimeouts int `json:"heartbeat_timeouts"`
+	// CPUBusy is the share of the machine's CPU time busy (/proc/stat), of
+	// every process on it; -1 when unknown.
+	CPUBusy float64 `json:"cpu_busy"`
+}
+
+// String renders w on one line.
+func (w ServerWindow) String() string {
+	cpu := "unknown"
+	if w.CPUBusy >= 0 {
+		cpu = fmt.Sprintf("%.0f%%", 100*w.CPUBusy)
+	}
+	return fmt.Sprintf("StartWorkflowExecution %s (%d), RespondWorkflowTaskCompleted %s, workflow task timeouts %d, activity heartbeat timeouts %d, machine CPU busy %s",
+		w.StartMean.Round(time.Millisecond), w.Starts, w.RespondMean.Round(time.Millisecond), w.TaskTimeouts, w.HeartbeatTimeouts, cpu)
+}
+
+// serverReading is one reading of the server's metrics and the CPU.
+type serverReading struct {
+	sum, count           map[string]float64 // service_latency by operation
+	taskTimeouts, beats  float64
+	cpuBusy, cpuAll      float64
+	cpuKnown, metricsSet bool
+}
+
+// readServer reads the server's metrics at url ("" reads only the CPU).
+func readServer(ctx context.Context, url string) (serverReading, error) {
+	r := serverReading{sum: map[string]float64{}, count: map[string]float64{}}
+	r.cpuBusy, r.cpuAll, r.cpuKnown = readCPU()
+	if url == "" {
+		return r, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return r, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return r, fmt.Errorf("temporal server metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("temporal server metrics: %s", resp.Status)
+	}
+	r.metricsSet = true
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, labels, value, ok := promLine(line)
+		if !ok {
+			continue
+		}
+		switch name {
+		case "service_latency_sum", "service_latency_count":
+			if label(labels, "service_name") != "frontend" { // what the clients wait for
+				continue
+			}
+			if name == "service_latency_sum" {
+				r.sum[label(labels, "operation")] += value
+			} else {
+				r.count[label(labels, "operation")] += value
+			}
+		case "start_to_close_timeout":
+			if label(labels, "operation") == "TimerActiveTaskWorkflowTaskTimeout" {
+				r.taskTimeouts += value
+			}
+		case "activity_task_timeout":
+			if label(labels, "timeout_type") == "Heartbeat" {
+				r.beats += value
+			}
+		}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return r, sc.Err()
+}
+
+// window is what happened from a to b.
+func window(a, b serverReading) ServerWindow {
+	mean := func(op string) time.Duration {
+		n := b.count[op] - a.count[op]
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration((b.sum[op] - a.sum[op]) / n * float64(time.Second))
+	}
+	w := ServerWindow{
+		StartMean: mean("StartWorkflowExecution"), RespondMean: mean("RespondWorkflowTaskCompleted"),
+		Starts:       int(b.count["StartWorkflowExecution"] - a.count["StartWorkflowExecution"]),
+		TaskTimeouts: int(b.taskTimeouts - a.taskTimeouts), HeartbeatTimeouts: int(b.beats - a.beats),
+		CPUBusy: -1,
+	}
+	if a.cpuKnown && b.cpuKnown && b.cpuAll > a.cpuAll {
+		w.CPUBusy = (b.cpuBusy - a.cpuBusy) / (b.cpuAll - a.cpuAll)
+	}
+	return w
+}
+
+// promLine splits a Prometheus text line: name, labels, value.
+func promLine(line string) (name, labels string, value float64, ok bool) {
+	sp := strings.LastIndexByte(line, ' ')
+	if sp < 0 {
+		return "", "", 0, false
+	}
+	v, err := strconv.ParseFloat(line[sp+1:], 64)
+	if err != nil {
+		return "", "", 0, false
+	}
+	head := line[:sp]
+	if i := strings.IndexByte(head, '{'); i >= 0 {
+		return head[:i], head[i:], v, true
+	}
+	return head, "", v, true
+}
+
+// label is the value of key in a Prometheus label set.
+func label(labels, key string) string {
+	i := strings.Index(labels, key+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := labels[i+len(key)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+// readCPU returns the machine's busy and total CPU time from /proc/stat
+// (user, nice, system, idle, iowait, irq, softirq, steal).
+func readCPU() (busy, all float64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		all += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, all, true
+}
