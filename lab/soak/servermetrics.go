@@ -21,8 +21,11 @@ type ServerWindow struct {
 	// frontend's) of StartWorkflowExecution and RespondWorkflowTaskCompleted.
 	StartMean   time.Duration `json:"start_mean"`
 	RespondMean time.Duration `json:"respond_mean"`
-	// Starts counts the StartWorkflowExecution requests.
-	Starts int `json:"starts"`
+	// Starts counts the StartWorkflowExecution requests; AlreadyStarted
+	// those refused as already started (a start tried twice: by the fast
+	// path and the dispatcher, say).
+	Starts         int `json:"starts"`
+	AlreadyStarted int `json:"already_started"`
 	// TaskTimeouts counts workflow tasks that timed out (started, not
 	// answered within their timeout: the worker's answer came too late);
 	// HeartbeatTimeouts the activities whose heartbeats came too late.
@@ -39,14 +42,15 @@ func (w ServerWindow) String() string {
 	if w.CPUBusy >= 0 {
 		cpu = fmt.Sprintf("%.0f%%", 100*w.CPUBusy)
 	}
-	return fmt.Sprintf("StartWorkflowExecution %s (%d), RespondWorkflowTaskCompleted %s, workflow task timeouts %d, activity heartbeat timeouts %d, machine CPU busy %s",
-		w.StartMean.Round(time.Millisecond), w.Starts, w.RespondMean.Round(time.Millisecond), w.TaskTimeouts, w.HeartbeatTimeouts, cpu)
+	return fmt.Sprintf("StartWorkflowExecution %s (%d, %d already started), RespondWorkflowTaskCompleted %s, workflow task timeouts %d, activity heartbeat timeouts %d, machine CPU busy %s",
+		w.StartMean.Round(time.Millisecond), w.Starts, w.AlreadyStarted, w.RespondMean.Round(time.Millisecond), w.TaskTimeouts, w.HeartbeatTimeouts, cpu)
 }
 
 // serverReading is one reading of the server's metrics and the CPU.
 type serverReading struct {
 	sum, count           map[string]float64 // service_latency by operation
 	taskTimeouts, beats  float64
+	alreadyStarted       float64
 	cpuBusy, cpuAll      float64
 	cpuKnown, metricsSet bool
 }
@@ -96,6 +100,10 @@ func readServer(ctx context.Context, url string) (serverReading, error) {
 			if label(labels, "operation") == "TimerActiveTaskWorkflowTaskTimeout" {
 				r.taskTimeouts += value
 			}
+		case "service_error_with_type":
+			if label(labels, "operation") == "StartWorkflowExecution" && label(labels, "error_type") == "serviceerror_WorkflowExecutionAlreadyStarted" && label(labels, "service_name") == "frontend" {
+				r.alreadyStarted += value
+			}
 		case "activity_task_timeout":
 			if label(labels, "timeout_type") == "Heartbeat" {
 				r.beats += value
@@ -117,8 +125,9 @@ func window(a, b serverReading) ServerWindow {
 	}
 	w := ServerWindow{
 		StartMean: mean("StartWorkflowExecution"), RespondMean: mean("RespondWorkflowTaskCompleted"),
-		Starts:       int(b.count["StartWorkflowExecution"] - a.count["StartWorkflowExecution"]),
-		TaskTimeouts: int(b.taskTimeouts - a.taskTimeouts), HeartbeatTimeouts: int(b.beats - a.beats),
+		Starts:         int(b.count["StartWorkflowExecution"] - a.count["StartWorkflowExecution"]),
+		AlreadyStarted: int(b.alreadyStarted - a.alreadyStarted),
+		TaskTimeouts:   int(b.taskTimeouts - a.taskTimeouts), HeartbeatTimeouts: int(b.beats - a.beats),
 		CPUBusy: -1,
 	}
 	if a.cpuKnown && b.cpuKnown && b.cpuAll > a.cpuAll {

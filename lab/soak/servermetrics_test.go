@@ -35,10 +35,12 @@ func TestServerWindow(t *testing.T) {
 		`start_to_close_timeout{operation="TimerActiveTaskWorkflowTaskTimeout",service_name="history"} 3`,
 		`start_to_close_timeout{operation="TimerActiveTaskActivityTimeout",service_name="history"} 5`,
 		`activity_task_timeout{timeout_type="Heartbeat"} 2`,
+		`service_error_with_type{error_type="serviceerror_WorkflowExecutionAlreadyStarted",operation="StartWorkflowExecution",service_name="frontend"} 4`,
+		`service_error_with_type{error_type="serviceerror_WorkflowExecutionAlreadyStarted",operation="StartWorkflowExecution",service_name="history"} 4`,
 		`activity_task_timeout{timeout_type="StartToClose"} 9`)
 	w := window(a, b)
-	if w.StartMean != 200*time.Millisecond || w.Starts != 30 || w.TaskTimeouts != 3 || w.HeartbeatTimeouts != 2 || w.RespondMean != 0 {
-		t.Fatalf("window = %+v, want 30 starts at 200ms, 3 task timeouts, 2 heartbeat timeouts", w)
+	if w.StartMean != 200*time.Millisecond || w.Starts != 30 || w.TaskTimeouts != 3 || w.HeartbeatTimeouts != 2 || w.AlreadyStarted != 4 || w.RespondMean != 0 {
+		t.Fatalf("window = %+v, want 30 starts at 200ms (4 already started), 3 task timeouts, 2 heartbeat timeouts", w)
 	}
 	if _, _, _, ok := promLine("no value here"); ok {
 		t.Fatal("a line without a number parsed")
