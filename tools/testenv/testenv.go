@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,11 +92,11 @@ func StartTemporalWithFairness(t testing.TB) *testsuite.DevServer {
 // metrics (RPC latencies, task timeouts) at the URL it returns.
 func StartTemporalWithMetrics(t testing.TB, fairness bool) (*testsuite.DevServer, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("testenv: a free port for the dev server's metrics: %v", err)
 	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_, port, _ := net.SplitHostPort(l.Addr().String())
 	_ = l.Close()
 	args := []string{"--metrics-port", port}
 	if fairness {

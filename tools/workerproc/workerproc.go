@@ -176,7 +176,7 @@ const (
 // HealthAddr returns a free loopback address for a worker's health
 // listener (EFFECTIVELY_HEALTH_ADDR).
 func HealthAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("free port: %w", err)
 	}
@@ -200,7 +200,11 @@ func AwaitReady(ctx context.Context, p *Proc, addr string) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("worker exited before it was ready: %v\n%s", p.err, p.Logs())
+			cause := p.err
+			if cause == nil {
+				cause = errors.New("exit status 0")
+			}
+			return fmt.Errorf("worker exited before it was ready: %w\n%s", cause, p.Logs())
 		case <-ctx.Done():
 			return fmt.Errorf("worker not ready at %s: %w", addr, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
