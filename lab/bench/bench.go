@@ -88,6 +88,14 @@ type Config struct {
 	// address, temporalclient.Compression), gzip (the SDK's default) or
 	// none. Default auto.
 	GrpcCompression string `json:"grpc_compression"`
+	// TemporalCPUs places the run's processes on the CPUs: CPUsOwn puts the
+	// dev server on half of them and the harness, the workers, Postgres and
+	// the broker on the rest, the way a deployment runs Temporal on
+	// machines of its own; CPUsShared lets every process use every CPU.
+	// The cluster and drain phases, which start servers of their own, run
+	// shared. CPUsOwn needs the dev server started here and 2 CPUs or more.
+	// Default CPUsShared.
+	TemporalCPUs string `json:"temporal_cpus"`
 	// Rounds is how many counted e2e runs alternate with Temporal's floor:
 	// floor, e2e, floor, … e2e, floor. Each e2e run's ratio divides its
 	// rate by the mean of the two floors beside it, so that a change in the
@@ -234,6 +242,9 @@ func (c *Config) setDefaults() {
 	if c.GrpcCompression == "" {
 		c.GrpcCompression = "auto"
 	}
+	if c.TemporalCPUs == "" {
+		c.TemporalCPUs = CPUsShared
+	}
 	def(&c.Rounds, 2)
 	if c.ProfileSeconds == 0 {
 		c.ProfileSeconds = 20
@@ -305,6 +316,10 @@ type Result struct {
 	// Workers is how many worker processes ran the e2e path (0 for the
 	// reference points).
 	Workers int `json:"workers,omitempty"`
+	// FloorBeside is, for a sweep point, the mean rate of the short floors
+	// run right before and right after it (Report.SweepFloors): the
+	// machine's speed at that moment.
+	FloorBeside float64 `json:"floor_beside,omitempty"`
 	// Costs are the phase's Temporal actions, Postgres commits and history
 	// events, for the phases that count them.
 	Costs *Costs `json:"costs,omitempty"`
@@ -407,8 +422,13 @@ type Report struct {
 	E2EOverNaive   float64 `json:"e2e_over_naive"`
 	BurstOverPlain float64 `json:"burst_over_plain"`
 	// MaxRate is the best rate of the sweep, the base of the paced point.
-	MaxRate float64  `json:"max_rate"`
-	Targets []Target `json:"targets"`
+	MaxRate float64 `json:"max_rate"`
+	// SweepFloors are the short floors run before the sweep and after each
+	// of its points (Result.FloorBeside); Knee is the sweep's knee on that
+	// basis (knee), 0 without a sweep.
+	SweepFloors []float64 `json:"sweep_floors,omitempty"`
+	Knee        int       `json:"knee,omitempty"`
+	Targets     []Target  `json:"targets"`
 	// WorkerWarnings counts the worker's WARN and ERROR log lines by
 	// message, over the whole run.
 	WorkerWarnings []LogCount `json:"worker_warnings"`
@@ -476,6 +496,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if _, err := temporalclient.Compression(cfg.GrpcCompression, ""); err != nil {
 		return Report{Config: cfg}, fmt.Errorf("bench: GrpcCompression: %w", err)
 	}
+	switch {
+	case cfg.TemporalCPUs != CPUsOwn && cfg.TemporalCPUs != CPUsShared:
+		return Report{Config: cfg}, fmt.Errorf("bench: TemporalCPUs %q: use %s or %s", cfg.TemporalCPUs, CPUsOwn, CPUsShared)
+	case cfg.TemporalCPUs == CPUsOwn && cfg.TemporalAddress != "":
+		return Report{Config: cfg}, fmt.Errorf("bench: TemporalCPUs %s needs the dev server started here, not %s", CPUsOwn, cfg.TemporalAddress)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	rep := Report{Started: time.Now(), Environment: hostEnvironment(), Config: cfg}
@@ -493,6 +519,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer s.close()
 	rep.Environment.Postgres, rep.Environment.NATS, rep.Environment.Temporal = s.versions(ctx)
+	rep.Environment.CPULayout = s.cpus.describe()
+	logf("bench: CPUs: %s", rep.Environment.CPULayout)
 	planner := newPlanner(cfg.Seed)
 	rep.Environment.Commit = gitCommit(ctx, cfg.RepoRoot)
 
@@ -502,6 +530,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, fmt.Errorf("naive: %w", err)
 	}
 	logf("bench: naive: %s", rep.Naive.short())
+	if err := sleepCtx(ctx, naiveActivityTimeout+time.Second); err != nil { // its activities' timers (naiveActivityTimeout)
+		return rep, err
+	}
 	// The e2e warm-up fills the in-flight limit twice, so the worker's pool
 	// has opened its connections (and prepared its statements on each,
 	// which Postgres counts as commits) before anything is counted.
@@ -603,17 +634,38 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// its size, right before it. The e2e run's rate would overstate what
 	// the stack manages by then (it is larger, and ran on a dev server
 	// holding less history, which the floor's before and after show).
+	// Each point sits between two short floors, so that its knee is read
+	// from rates over the machine's speed right then.
+	floorCfg := cfg
+	floorCfg.FloorWorkflows = max(50, cfg.FloorWorkflows/4)
+	sweepFloor := func() (float64, error) {
+		f, err := s.runFloor(ctx, floorCfg, nil)
+		rep.SweepFloors = append(rep.SweepFloors, f.Throughput)
+		return f.Throughput, err
+	}
+	var before float64
+	if len(cfg.Sweep) > 0 {
+		if before, err = sweepFloor(); err != nil {
+			return rep, fmt.Errorf("the sweep's first floor: %w", err)
+		}
+	}
 	for i, n := range cfg.Sweep {
 		p := planner.plan(fmt.Sprintf("sweep%d", i), cfg.SweepMessages, cfg.DuplicateRatio, cfg.DeclineRatio)
 		r, err := s.runE2E(ctx, cfg, p, e2eMode{inFlight: n})
 		if err != nil {
 			return rep, fmt.Errorf("sweep at in-flight %d: %w", n, err)
 		}
+		after, err := sweepFloor()
+		if err != nil {
+			return rep, fmt.Errorf("the floor after the sweep's in-flight %d: %w", n, err)
+		}
+		r.FloorBeside, before = (before+after)/2, after
 		r.Name = fmt.Sprintf("sweep in-flight %d", n)
 		rep.Sweep = append(rep.Sweep, r)
 		rep.MaxRate = math.Max(rep.MaxRate, r.Throughput)
-		logf("bench: %s: %s", r.Name, r.short())
+		logf("bench: %s: %s; %.2f× the floors beside it (%.1f/s)", r.Name, r.short(), ratio(r.Throughput, r.FloorBeside), r.FloorBeside)
 	}
+	rep.Knee = knee(rep.Sweep)
 	if len(cfg.Sweep) > 0 && rep.MaxRate > 0 {
 		rate := rep.MaxRate * pacedShare
 		p := planner.plan("paced", cfg.SweepMessages, cfg.DuplicateRatio, cfg.DeclineRatio)
@@ -683,6 +735,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		logf("bench: commits over the run: xact_commit %.0f, counted %.0f (proxy %.0f, harness %.0f): %.2f%% apart",
 			cc.XactCommit, cc.Proxy+cc.Harness, cc.Proxy, cc.Harness, cc.Difference()*100)
 	}
+	// The cluster and the drain start servers of their own, which the
+	// layout did not place: every process gets every CPU back.
+	s.cpus.undo()
 	if cfg.ClusterMessages > 0 {
 		logf("bench: cluster: Temporal server %s on Postgres, four processes, %d messages (the dev server's stack idles meanwhile)", cluster.ServerVersion, cfg.ClusterMessages)
 		if rep.Cluster, err = runCluster(ctx, cfg, planner); err != nil {
@@ -743,7 +798,7 @@ func (m *meter) phase(ctx context.Context, units func() (int, string, []string),
 	if len(ids) > m.cfg.HistorySample {
 		ids = ids[:m.cfg.HistorySample]
 	}
-	if c.HistoryEvents, c.HistorySample, err = m.s.historyEvents(ctx, ids); err != nil {
+	if c.HistoryEvents, c.HistorySample, c.HistoryBytes, err = m.s.historyEvents(ctx, ids); err != nil {
 		m.cfg.Logf("bench: history length not read: %v", err)
 	}
 	return c, nil
@@ -782,11 +837,31 @@ func (m *meter) floor(ctx context.Context) (Result, error) {
 		return r, err
 	}
 	// The history sample's IDs are known once the run returns.
-	if costs.HistoryEvents, costs.HistorySample, err = m.s.historyEvents(ctx, r.workflowIDs); err != nil {
+	if costs.HistoryEvents, costs.HistorySample, costs.HistoryBytes, err = m.s.historyEvents(ctx, r.workflowIDs); err != nil {
 		m.cfg.Logf("bench: history length not read: %v", err)
 	}
 	r.Costs = costs
 	return r, nil
+}
+
+// kneeShare is how close to the sweep's best relative rate its knee is.
+const kneeShare = 0.95
+
+// knee is the smallest in-flight limit of the sweep whose rate over the
+// floors beside it is within kneeShare of the best such rate: past it, more
+// in flight only queues. 0 without a sweep.
+func knee(sweep []Result) int {
+	var best float64
+	for _, r := range sweep {
+		best = math.Max(best, ratio(r.Throughput, r.FloorBeside))
+	}
+	k := 0
+	for _, r := range sweep {
+		if best > 0 && ratio(r.Throughput, r.FloorBeside) >= kneeShare*best && (k == 0 || r.InFlight < k) {
+			k = r.InFlight
+		}
+	}
+	return k
 }
 
 func ratio(a, b float64) float64 {

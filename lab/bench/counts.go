@@ -48,6 +48,16 @@ type Costs struct {
 	// phase's workflows (DescribeWorkflowExecution), 0 when none sampled.
 	HistoryEvents float64 `json:"history_events,omitempty"`
 	HistorySample int     `json:"history_sample,omitempty"`
+	// HistoryBytes is the mean HistorySizeBytes of the same workflows: what
+	// the server stored and sends to a worker that replays one.
+	HistoryBytes float64 `json:"history_bytes,omitempty"`
+	// ServerRequests counts what the phase asked of the dev server, by
+	// "frontend <operation>" (its service_requests of namespace default:
+	// the workers' and the harness's RPCs, long polls included) and
+	// "persistence <operation>" (persistence_requests of namespace default,
+	// every service: its writes and reads of SQLite); nil when the
+	// server's metrics could not be read.
+	ServerRequests map[string]float64 `json:"server_requests,omitempty"`
 	// ProviderRequests counts the requests the simulators received over
 	// the phase, by provider and operation ("stripe create", "stripe
 	// confirm", "sendgrid send"): what a message costs at the providers.
@@ -165,6 +175,7 @@ type reading struct {
 	rollbacks float64
 	shapes    map[string]int64
 	providers map[string]int // requests at the simulators, by "provider operation"
+	server    map[string]float64
 }
 
 // costsBetween is what happened between two readings, over units.
@@ -175,6 +186,14 @@ func costsBetween(a, b reading, units int, unit string) *Costs {
 		for k, v := range b.actions {
 			if d := v - a.actions[k]; d > 0 {
 				c.Actions[k] = d
+			}
+		}
+	}
+	if a.server != nil && b.server != nil {
+		c.ServerRequests = map[string]float64{}
+		for k, v := range b.server {
+			if d := v - a.server[k]; d > 0 {
+				c.ServerRequests[k] = d
 			}
 		}
 	}
@@ -222,11 +241,11 @@ func (s *stack) read(ctx context.Context, cfg Config) (reading, error) {
 		r.commits = -1 // an encrypted connection: its transactions were not seen
 	}
 	if s.metricsURL != "" {
-		a, err := s.scrapeActions(ctx)
+		a, sr, err := s.scrapeServer(ctx)
 		if err != nil {
 			cfg.Logf("bench: actions not counted: %v", err)
 		} else {
-			r.actions = a
+			r.actions, r.server = a, sr
 		}
 	}
 	return r, nil
@@ -364,6 +383,50 @@ func (s *stack) scrapeActions(ctx context.Context) (map[string]float64, error) {
 	return counterBy(body, "action", "action_type", map[string]string{"namespace": "default"})
 }
 
+// scrapeServer reads the dev server's action counter and its frontend and
+// persistence requests by operation (Costs.ServerRequests).
+func (s *stack) scrapeServer(ctx context.Context) (actions, requests map[string]float64, err error) {
+	body, err := scrape(ctx, s.metricsURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if actions, err = counterBy(body, "action", "action_type", map[string]string{"namespace": "default"}); err != nil {
+		return nil, nil, err
+	}
+	requests = map[string]float64{}
+	for _, c := range []struct {
+		metric, prefix string
+		match          map[string]string
+	}{
+		{"service_requests", "frontend ", map[string]string{"namespace": "default", "service_name": "frontend"}},
+		{"persistence_requests", "persistence ", map[string]string{"namespace": "default"}},
+	} {
+		by, err := counterBy(body, c.metric, "operation", c.match)
+		if err != nil {
+			return nil, nil, err
+		}
+		for op, v := range by {
+			requests[c.prefix+op] = v
+		}
+	}
+	return actions, requests, nil
+}
+
+// ServerRequestsText renders ServerRequests per unit, largest first, those
+// under 0.05 per unit left out.
+func (c *Costs) ServerRequestsText() string {
+	if c == nil || c.ServerRequests == nil {
+		return "not measured"
+	}
+	big := map[string]float64{}
+	for k, v := range c.ServerRequests {
+		if c.Units > 0 && v/float64(c.Units) >= 0.05 {
+			big[k] = v
+		}
+	}
+	return perUnitText(big, c.Units, func(k string) string { return k })
+}
+
 // scrape reads a Prometheus endpoint's text exposition.
 func scrape(ctx context.Context, url string) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -479,9 +542,10 @@ func parseLabels(s string) (map[string]string, string, error) {
 }
 
 // historyEvents is the mean history length of the workflows ids, read
-// with DescribeWorkflowExecution, and how many were read.
-func (s *stack) historyEvents(ctx context.Context, ids []string) (float64, int, error) {
-	var sum, n int64
+// with DescribeWorkflowExecution, how many were read, and their mean size
+// in bytes.
+func (s *stack) historyEvents(ctx context.Context, ids []string) (float64, int, float64, error) {
+	var sum, n, size int64
 	for _, id := range ids {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := s.temporal.WorkflowService().DescribeWorkflowExecution(dctx, &workflowservice.DescribeWorkflowExecutionRequest{
@@ -489,15 +553,16 @@ func (s *stack) historyEvents(ctx context.Context, ids []string) (float64, int, 
 		})
 		cancel()
 		if err != nil {
-			return 0, 0, fmt.Errorf("describe workflow %s: %w", id, err)
+			return 0, 0, 0, fmt.Errorf("describe workflow %s: %w", id, err)
 		}
 		sum += resp.GetWorkflowExecutionInfo().GetHistoryLength()
+		size += resp.GetWorkflowExecutionInfo().GetHistorySizeBytes()
 		n++
 	}
 	if n == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
-	return float64(sum) / float64(n), int(n), nil
+	return float64(sum) / float64(n), int(n), float64(size) / float64(n), nil
 }
 
 func workflowExecution(id string) *commonpb.WorkflowExecution {

@@ -124,6 +124,12 @@ func (r Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %-34s per %-14s actions %-5s history events %-5s commits %s  [%s]\n", c.name, c.costs.Unit, fmtPer(c.costs.ActionsPer(), c.costs.ActionsMeasured()),
 			fmtEvents(c.costs), fmtPer(c.costs.CommitsPer(), c.costs.CommitsMeasured()), c.costs.ActionsByType())
 	}
+	fmt.Fprintln(w, "\nwhat each unit asked of the dev server (history bytes; frontend and persistence requests, at least 0.05 per unit):")
+	for _, c := range r.costRows() {
+		if c.costs != nil && c.costs.ServerRequests != nil {
+			fmt.Fprintf(w, "  %-34s per %-14s history %s B; %s\n", c.name, c.costs.Unit, fmtBytes(c.costs), c.costs.ServerRequestsText())
+		}
+	}
 	fmt.Fprintf(w, "\nratios: e2e / floor beside it %s, e2e / naive %.2f, duplicate suppression / plain consumer %.2f; the sweep's best rate %.1f/s\n",
 		r.RatioSpread, r.E2EOverNaive, r.BurstOverPlain, r.MaxRate)
 	for i, x := range r.Rounds {
@@ -132,6 +138,9 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	if r.CPUMeasure != "" {
 		fmt.Fprintf(w, "  CPU measured as %s\n", r.CPUMeasure)
+	}
+	if k := r.kneeText(); k != "" {
+		fmt.Fprintf(w, "  %s\n", k)
 	}
 	for _, t := range r.Targets {
 		fmt.Fprintf(w, "  %-4s %s %s: %s\n", verdict(t), t.What, t.Want, t.Measured)
@@ -194,6 +203,13 @@ func fmtEvents(c *Costs) string {
 	return fmt.Sprintf("%.1f", c.HistoryEvents)
 }
 
+func fmtBytes(c *Costs) string {
+	if c == nil || c.HistorySample == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", c.HistoryBytes)
+}
+
 type costRow struct {
 	name  string
 	costs *Costs
@@ -239,6 +255,9 @@ func (r Report) Markdown(chart string) string {
 	fmt.Fprintf(&b, "Commit `%s`, measured by `lab/bench` (`go run ./lab/bench/cmd/bench`); every number below was measured in this run. "+
 		"%s, %d CPUs, %d MB; %s; %s; PostgreSQL %s; %s. Load before the run: %.0f%% of the CPUs busy, load average %s. The whole run took %s.\n\n",
 		commit, e.CPUModel, e.CPUs, e.MemoryMB, e.Temporal, e.NATS, e.Postgres, e.GoVersion, e.BackgroundBusy*100, e.LoadAverage, r.Elapsed.Round(time.Second))
+	if e.CPULayout != "" {
+		fmt.Fprintf(&b, "CPUs (`-temporal-cpus %s`): %s.\n\n", c.TemporalCPUs, e.CPULayout)
+	}
 	fmt.Fprintf(&b, "e2e: %d rounds of %d messages, %.0f%% copies, %.0f%% declines, in-flight %d, gRPC compression %s; paid-only run %d messages; floor %d workflows; naive %d; plain consumer %d messages on %d connections; "+
 		"duplicate burst %d copies; sweep %v × %d messages; scale-out %v workers × %d messages; simulators answer in %s; seed %d.",
 		max(1, c.Rounds), c.Messages, c.DuplicateRatio*100, c.DeclineRatio*100, c.InFlight, c.GrpcCompression, c.PaidMessages, c.FloorWorkflows, c.NaiveWorkflows, c.PlainMessages, c.PlainClients,
@@ -298,6 +317,12 @@ func (r Report) costSection() string {
 			fmt.Fprintf(&b, "- %s, per %s: %s\n", c.name, c.costs.Unit, c.costs.CommitsByShapeText())
 		}
 	}
+	b.WriteString("\nWhat each unit asked of the dev server: its mean history size (`HistorySizeBytes`, the same sample as the events), and its frontend requests (`service_requests`, long polls included, so an idle interval adds polls) and persistence requests (`persistence_requests`, every service: reads and writes of its SQLite) per unit, those under 0.05 left out:\n\n")
+	for _, c := range r.costRows() {
+		if c.costs != nil && c.costs.ServerRequests != nil {
+			fmt.Fprintf(&b, "- %s, per %s: history %s bytes; %s\n", c.name, c.costs.Unit, fmtBytes(c.costs), c.costs.ServerRequestsText())
+		}
+	}
 	b.WriteString("\nProvider requests per unit (the simulators' counters; a paid message creates and confirms its PaymentIntent, then sends one receipt):\n\n")
 	for _, c := range r.costRows() {
 		if c.costs != nil && len(c.costs.ProviderRequests) > 0 {
@@ -343,10 +368,27 @@ func (r Report) sweepSection(chart string) string {
 	for _, x := range r.rows() {
 		b.WriteString("| " + strings.Join(x.cells(), " | ") + " |\n")
 	}
+	if k := r.kneeText(); k != "" {
+		fmt.Fprintf(&b, "\n%s\n", k)
+	}
 	if chart != "" {
 		fmt.Fprintf(&b, "\n![throughput per approach and the sweep's latency](%s)\n", chart)
 	}
 	return b.String()
+}
+
+// kneeText says where the sweep's knee is, from each point's rate over the
+// floors beside it; "" without such a sweep.
+func (r Report) kneeText() string {
+	if r.Knee == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(r.Sweep))
+	for _, p := range r.Sweep {
+		parts = append(parts, fmt.Sprintf("%d: %.2f×", p.InFlight, ratio(p.Throughput, p.FloorBeside)))
+	}
+	return fmt.Sprintf("the sweep over the %d-workflow floors beside each point (in-flight: rate over theirs): %s; its knee, the smallest in-flight within %.0f%% of the best, is **%d** (the run's in-flight %d)",
+		max(50, r.Config.FloorWorkflows/4), strings.Join(parts, ", "), (1-kneeShare)*100, r.Knee, r.Config.InFlight)
 }
 
 // unsteadyFloors is how far apart the two floors of a round may be

@@ -233,6 +233,8 @@ type Environment struct {
 	// BackgroundBusy is the share of all CPUs busy during the 2 s before the
 	// run started anything: load that was not the benchmark's.
 	BackgroundBusy float64 `json:"background_busy"`
+	// CPULayout says where the run's processes ran (Config.TemporalCPUs).
+	CPULayout string `json:"cpu_layout,omitempty"`
 	// LoadAverage is /proc/loadavg's 1-minute figure at the start.
 	LoadAverage string `json:"load_average"`
 	// Commit is the checkout measured: git's short commit hash, with

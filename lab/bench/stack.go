@@ -41,6 +41,8 @@ type stack struct {
 	temporalAddr string
 	devServer    *testsuite.DevServer
 	devServerPID int
+	// cpus is the run's CPU layout, nil for CPUsShared.
+	cpus *cpuLayout
 	// metricsURL is the dev server's Prometheus endpoint (its
 	// --metrics-port), where the action counter is read; empty when the
 	// server was not started here and Config.TemporalMetricsURL is unset.
@@ -192,6 +194,17 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		s.devServerPID = childPID(os.Getpid(), "temporal")
 		host, _, _ := net.SplitHostPort(srv.FrontendHostPort())
 		s.metricsURL = "http://" + net.JoinHostPort(host, metricsPort) + "/metrics"
+		if cfg.TemporalCPUs == CPUsOwn {
+			// Before anything else starts: the workers inherit the
+			// harness's CPUs, Postgres's backends the postmaster's.
+			if s.cpus, err = newCPULayout(); err != nil {
+				return nil, err
+			}
+			s.onClose(s.cpus.undo)
+			if err := s.cpus.apply(s.devServerPID); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if cfg.TemporalMetricsURL != "" {
 		s.metricsURL = cfg.TemporalMetricsURL

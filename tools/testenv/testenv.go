@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,16 +110,8 @@ func StartTemporalWithUI(t testing.TB, uiPort string) *testsuite.DevServer {
 	return startTemporal(t, uiPort)
 }
 
-// MetricsPortEnv names a port on which the dev servers the tests start
-// serve their Prometheus metrics (the server's own: RPC latencies, task
-// queue waits), for a look inside while a test runs; unset, none.
-const MetricsPortEnv = "TESTENV_TEMPORAL_METRICS_PORT"
-
 func startTemporal(t testing.TB, uiPort string, extraArgs ...string) *testsuite.DevServer {
 	t.Helper()
-	if port := os.Getenv(MetricsPortEnv); port != "" && !slices.Contains(extraArgs, "--metrics-port") {
-		extraArgs = append(extraArgs, "--metrics-port", port)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{

@@ -58,6 +58,7 @@ func run() int {
 		settle    = fs.Duration("settle", 0, "wait before each reading of the counts, for the workers' trailing statements (default 2s)")
 		metrics   = fs.String("temporal-metrics", "", "Prometheus endpoint of the -temporal server, for its action counter (a dev server started here exposes its own)")
 		compress  = fs.String("grpc-compression", "", "gRPC compression of every Temporal client, the worker's included: auto (none to a local address), gzip or none (default auto, the worker's default)")
+		cpus      = fs.String("temporal-cpus", "", "own: the dev server on half the CPUs, the harness, the workers, Postgres and the broker on the rest (the shape of a deployment, Temporal on machines of its own); shared: every process on every CPU (default shared)")
 		rounds    = fs.Int("rounds", 0, "e2e runs interleaved with Temporal's floor (floor, e2e, floor, …, floor); each ratio uses the floors beside its e2e run (default 2)")
 		floorN    = fs.Int("floor", 0, "workflows of each Temporal floor run (default 2000)")
 		naiveN    = fs.Int("naive", 0, "workflows of the naive layout (default 1000)")
@@ -161,6 +162,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "bench: -broker %q: use nats, kafka or rabbitmq\n", *broker)
 		return 2
 	}
+	cfg.TemporalCPUs = *cpus
 	switch *compress {
 	case "", "auto", "gzip", "none":
 		cfg.GrpcCompression = *compress
