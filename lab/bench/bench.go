@@ -436,12 +436,15 @@ type Report struct {
 	// beside the report, not into the JSON); WorkerProfileWhat says how it
 	// was taken, WorkerProfileFile and WorkerProfileTop are set by
 	// WriteFiles.
-	WorkerProfile     []byte        `json:"-"`
-	WorkerProfileWhat string        `json:"worker_profile,omitempty"`
-	WorkerProfileFile string        `json:"worker_profile_file,omitempty"`
-	WorkerProfileTop  string        `json:"worker_profile_top,omitempty"`
-	Notes             []string      `json:"notes"`
-	Elapsed           time.Duration `json:"elapsed"`
+	// ServerProfile splits the dev server's CPU during the first e2e round
+	// and the floor after it; nil when not taken.
+	ServerProfile     *ServerProfile `json:"server_profile,omitempty"`
+	WorkerProfile     []byte         `json:"-"`
+	WorkerProfileWhat string         `json:"worker_profile,omitempty"`
+	WorkerProfileFile string         `json:"worker_profile_file,omitempty"`
+	WorkerProfileTop  string         `json:"worker_profile_top,omitempty"`
+	Notes             []string       `json:"notes"`
+	Elapsed           time.Duration  `json:"elapsed"`
 }
 
 // LogCount is how often the worker logged one message at one level.
@@ -560,9 +563,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	logf("bench: CPU per message: %s", rep.CPUMeasure)
 	main := planner.plan("e2e", cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
+	var serverE2E, serverFloor <-chan serverShares
 	for i := 0; ; i++ {
 		logf("bench: Temporal floor %d of %d: %d workflows, eager start + 2 no-op local activities, in-flight %d (counting actions and commits; each count waits %s to settle)",
 			i+1, cfg.Rounds+1, cfg.FloorWorkflows, cfg.InFlight, cfg.Settle)
+		if i == 1 {
+			serverFloor = s.profileServer(ctx, min(serverProfileSeconds, cfg.ProfileSeconds))
+		}
 		f, err := m.floor(ctx)
 		if err != nil {
 			return rep, fmt.Errorf("floor %d: %w", i+1, err)
@@ -577,7 +584,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		var prof <-chan profile
 		if i == 0 {
 			// The profile is taken during the first e2e run only.
-			started = func() { prof = s.profileWorker(ctx, cfg.ProfileSeconds) }
+			started = func() {
+				prof = s.profileWorker(ctx, cfg.ProfileSeconds)
+				serverE2E = s.profileServer(ctx, min(serverProfileSeconds, cfg.ProfileSeconds))
+			}
 		} else {
 			p = planner.plan(fmt.Sprintf("e2e%d", i+1), cfg.Messages, cfg.DuplicateRatio, cfg.DeclineRatio)
 		}
@@ -597,6 +607,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		r.Name = fmt.Sprintf("e2e %d", i+1)
 		rep.E2ERounds = append(rep.E2ERounds, r)
 		logf("bench: e2e %d: %s; %s", i+1, r.short(), r.Costs.short())
+	}
+	if serverE2E != nil && serverFloor != nil {
+		e, f := <-serverE2E, <-serverFloor
+		if err := errors.Join(e.err, f.err); err != nil {
+			logf("bench: dev server profile: %v", err)
+		} else {
+			rep.ServerProfile = &ServerProfile{E2E: e.shares, Floor: f.shares,
+				What: fmt.Sprintf("%d s of `perf record -e cpu-clock -F 999 -g` on the dev server from the start of e2e 1, and from the start of floor 2, read with `perf report --children --sort symbol`", min(serverProfileSeconds, cfg.ProfileSeconds))}
+		}
 	}
 	rep.E2E, rep.Floor, rep.FloorEnd = rep.E2ERounds[0], rep.Floors[0], rep.Floors[len(rep.Floors)-1]
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,6 +37,13 @@ func TestTinyRun(t *testing.T) {
 	}
 	if rep.DoubleCharges != 0 {
 		t.Errorf("%d messages charged more than once", rep.DoubleCharges)
+	}
+	// The dev server's profile is taken where perf is installed (make
+	// test-deps installs it).
+	if _, err := exec.LookPath("perf"); err == nil {
+		if p := rep.ServerProfile; p == nil || p.E2E["gRPC requests"] <= 0 || p.Floor["gRPC requests"] <= 0 {
+			t.Errorf("perf is installed, but the dev server's profile found no gRPC requests: %+v", p)
+		}
 	}
 	if c := rep.Cluster; c == nil || c.Result.Unique == 0 || c.CPUms["history"] <= 0 || c.TemporalCommits <= 0 || c.EffectivelyCommits <= 0 {
 		t.Errorf("the cluster phase measured nothing: %+v", c)

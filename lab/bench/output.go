@@ -130,6 +130,12 @@ func (r Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  %-34s per %-14s history %s B; %s\n", c.name, c.costs.Unit, fmtBytes(c.costs), c.costs.ServerRequestsText())
 		}
 	}
+	if p := r.ServerProfile; p != nil {
+		fmt.Fprintln(w, "\nthe dev server's samples under each part of its work, e2e 1 / floor 2 (perf, children included):")
+		for _, c := range ServerComponents {
+			fmt.Fprintf(w, "  %-32s %5.1f%% / %5.1f%%\n", c.Name, p.E2E[c.Name], p.Floor[c.Name])
+		}
+	}
 	fmt.Fprintf(w, "\nratios: e2e / floor beside it %s, e2e / naive %.2f, duplicate suppression / plain consumer %.2f; the sweep's best rate %.1f/s\n",
 		r.RatioSpread, r.E2EOverNaive, r.BurstOverPlain, r.MaxRate)
 	for i, x := range r.Rounds {
@@ -271,6 +277,7 @@ func (r Report) Markdown(chart string) string {
 	}
 	b.WriteString(r.roundsSection())
 	b.WriteString(r.costSection())
+	b.WriteString(r.serverProfileSection())
 	b.WriteString(r.cpuSection())
 	b.WriteString(r.sweepSection(chart))
 	b.WriteString(r.clusterSection())
@@ -336,6 +343,23 @@ func (r Report) costSection() string {
 	if cc := r.CommitCheck; cc != nil && cc.XactCommit > 0 {
 		fmt.Fprintf(&b, "\nCross-check over the whole run, read once every connection had closed: `pg_stat_database.xact_commit` of the run's database grew by %.0f; the workers' proxy counted %.0f and the harness's own %.0f: %.2f%% apart. Transactions no proxy saw are in xact_commit alone: Postgres's own work on the database (it made %.0f autovacuum and autoanalyze runs there, each one transaction or more) and anything this run did not identify. The per-phase figures are the proxy's; `TestPGProxyCountsWhatPostgresCounts` checks the proxy against xact_commit transaction by transaction.\n",
 			cc.XactCommit, cc.Proxy, cc.Harness, cc.Difference()*100, cc.AutoMaintenance)
+	}
+	return b.String()
+}
+
+// serverProfileSection is the dev server's profile split by part of its
+// work; "" when none was taken.
+func (r Report) serverProfileSection() string {
+	p := r.ServerProfile
+	if p == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Where the dev server's CPU went\n\n")
+	fmt.Fprintf(&b, "%s. The share of the dev server's samples under each function, children included, so a part and the parts it calls overlap; the floor's beside the e2e's shows what the e2e adds.\n\n", p.What)
+	b.WriteString("| part of the work | function | e2e 1 | floor 2 |\n|---|---|---|---|\n")
+	for _, c := range ServerComponents {
+		fmt.Fprintf(&b, "| %s | `%s` | %.1f%% | %.1f%% |\n", c.Name, c.Symbol, p.E2E[c.Name], p.Floor[c.Name])
 	}
 	return b.String()
 }

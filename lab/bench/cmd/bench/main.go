@@ -64,7 +64,7 @@ func run() int {
 		naiveN    = fs.Int("naive", 0, "workflows of the naive layout (default 1000)")
 		plainN    = fs.Int("plain", 0, "messages of the plain consumer, and copies of the duplicate burst (default -n)")
 		workerBin = fs.String("worker-bin", "", "a prebuilt worker binary to measure (default: build ./worker from this checkout)")
-		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20)")
+		profile   = fs.Int("profile", 0, "seconds of the worker's CPU profile taken during the e2e run, 0 for none (default 20); the dev server's perf profile takes up to 6 of them, in the e2e run and the floor after it")
 		out       = fs.String("out", "results", "folder for the markdown report, the PNG chart and the JSON")
 		temporal  = fs.String("temporal", "", "address of a running Temporal server (default: start a dev server from bin/temporal)")
 		seed      = fs.Uint64("seed", 0, "seed of the message plan (default: the time)")
