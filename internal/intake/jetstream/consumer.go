@@ -281,27 +281,39 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 	if err != nil {
 		return nil, fmt.Errorf("jetstream consumer: %w", err)
 	}
-	deliver, startSeq, err := startOf(ctx, js, cfg)
-	if err != nil {
-		return nil, err
+	// Workers that start together may each find the durable missing and
+	// create it from different starts; the broker refuses to change a start,
+	// so one that lost the race takes the durable's own start and updates.
+	for attempt := 1; ; attempt++ {
+		deliver, startSeq, err := startOf(ctx, js, cfg)
+		if err != nil {
+			return nil, err
+		}
+		beforeCreate()
+		cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, natsjs.ConsumerConfig{
+			Durable:       cfg.Durable,
+			Description:   "effectively: order messages into the Postgres inbox",
+			FilterSubject: cfg.Subject,
+			AckPolicy:     natsjs.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    cfg.MaxDeliver,
+			BackOff:       cfg.ackWaits(),
+			MaxAckPending: cfg.MaxAckPending,
+			DeliverPolicy: deliver,
+			OptStartSeq:   startSeq,
+		})
+		if err == nil {
+			return &Consumer{path: path, js: js, cons: cons, cfg: cfg}, nil
+		}
+		if _, lerr := js.Consumer(ctx, cfg.Stream, cfg.Durable); attempt >= 3 || lerr != nil {
+			return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+		}
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, natsjs.ConsumerConfig{
-		Durable:       cfg.Durable,
-		Description:   "effectively: order messages into the Postgres inbox",
-		FilterSubject: cfg.Subject,
-		AckPolicy:     natsjs.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		BackOff:       cfg.ackWaits(),
-		MaxAckPending: cfg.MaxAckPending,
-		DeliverPolicy: deliver,
-		OptStartSeq:   startSeq,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
-	}
-	return &Consumer{path: path, js: js, cons: cons, cfg: cfg}, nil
 }
+
+// beforeCreate runs between reading a durable's start and creating it: a
+// test's way in to create it meanwhile, as another worker would.
+var beforeCreate = func() {}
 
 // startOf is where cfg's durable starts: where it is for one that exists
 // (the broker refuses to change it), after cfg.StartAfter's ack floor for a

@@ -91,3 +91,58 @@ func waitCount(t *testing.T, h *harness, q string, want int64) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestRouteConsumerCreatedMeanwhileByAnotherWorker is two workers starting
+// together with NATS_CONSUMER_PER_ROUTE: each finds the route's durable
+// missing, and the other creates it first, from another start (it saw no
+// shared consumer). The broker refuses to change a start; this worker
+// takes the durable as it is instead of exiting.
+func TestRouteConsumerCreatedMeanwhileByAnotherWorker(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	shared := h.j.ConsumerConfig(t, 5*time.Second, 5)
+	h.j.Publish(t, orderMsg("evt_race_before", 300), "")
+	c, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream'`, 1)
+	stop()
+
+	subject, err := jetstream.PublishSubject(h.j.Subject, "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := shared
+	route.Name, route.Durable, route.Subject, route.StartAfter = "jetstream-order-placed", shared.Durable+"-order-placed", subject, shared.Durable
+	// The other worker's durable: from the stream's first message.
+	other := route
+	other.StartAfter = ""
+	created := false
+	restore := jetstream.SetBeforeCreate(func() {
+		if created {
+			return
+		}
+		created = true
+		restoreInner := jetstream.SetBeforeCreate(func() {})
+		defer restoreInner()
+		if _, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, other); err != nil {
+			t.Errorf("the other worker's create: %v", err)
+		}
+	})
+	rc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route)
+	restore()
+	if !created {
+		t.Fatal("the other worker's create never ran")
+	}
+	if err != nil {
+		t.Fatalf("a worker that lost the race to create its route's durable: %v", err)
+	}
+	// It consumes from the durable's start, the stream's first message: the
+	// one recorded before is a copy, the new one a new row.
+	run(t, rc)
+	h.j.Publish(t, orderMsg("evt_race_after", 301), "")
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream-order-placed'`, 1)
+	waitCount(t, h, `SELECT coalesce(sum(duplicates), 0) FROM inbox WHERE message_id = 'evt_race_before'`, 1)
+}
