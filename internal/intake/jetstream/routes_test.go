@@ -19,27 +19,9 @@ import (
 func TestRouteConsumerTakesOverFromTheSharedOne(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
-	shared := h.j.ConsumerConfig(t, 5*time.Second, 5)
-	// Before: the shared consumer records two orders.
-	for i := range 2 {
-		h.j.Publish(t, orderMsg(fmt.Sprintf("evt_before_%d", i), 100+i), "")
-	}
-	c, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, shared)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, c)
-	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream'`, 2)
-	stop()
-
-	// After: a route's consumer beside it, and the shared one skipping the
-	// route's subject.
-	subject, err := jetstream.PublishSubject(h.j.Subject, "order.placed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	route := shared
-	route.Name, route.Durable, route.Subject, route.StartAfter = "jetstream-order-placed", shared.Durable+"-order-placed", subject, shared.Durable
+	// Before: the shared consumer records two orders. After: a route's
+	// consumer beside it, and the shared one skipping the route's subject.
+	shared, route, subject := afterShared(t, h, "evt_before", 100, 2)
 	rc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +59,31 @@ func TestRouteConsumerTakesOverFromTheSharedOne(t *testing.T) {
 	}
 }
 
+// afterShared has the shared consumer record n orders (IDs prefix_0…,
+// orders from first), stops it, and returns its config with the config of
+// the order route's own consumer, which starts after the shared one's ack
+// floor, and the route's subject.
+func afterShared(t *testing.T, h *harness, prefix string, first, n int) (shared, route jetstream.Config, subject string) {
+	t.Helper()
+	shared = h.j.ConsumerConfig(t, 5*time.Second, 5)
+	for i := range n {
+		h.j.Publish(t, orderMsg(fmt.Sprintf("%s_%d", prefix, i), first+i), "")
+	}
+	c, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream'`, int64(n))
+	stop()
+	if subject, err = jetstream.PublishSubject(h.j.Subject, "order.placed"); err != nil {
+		t.Fatal(err)
+	}
+	route = shared
+	route.Name, route.Durable, route.Subject, route.StartAfter = "jetstream-order-placed", shared.Durable+"-order-placed", subject, shared.Durable
+	return shared, route, subject
+}
+
 func waitCount(t *testing.T, h *harness, q string, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -100,22 +107,7 @@ func waitCount(t *testing.T, h *harness, q string, want int64) {
 func TestRouteConsumerCreatedMeanwhileByAnotherWorker(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
-	shared := h.j.ConsumerConfig(t, 5*time.Second, 5)
-	h.j.Publish(t, orderMsg("evt_race_before", 300), "")
-	c, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, shared)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, c)
-	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream'`, 1)
-	stop()
-
-	subject, err := jetstream.PublishSubject(h.j.Subject, "order.placed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	route := shared
-	route.Name, route.Durable, route.Subject, route.StartAfter = "jetstream-order-placed", shared.Durable+"-order-placed", subject, shared.Durable
+	_, route, _ := afterShared(t, h, "evt_race_before", 300, 1)
 	// The other worker's durable: from the stream's first message.
 	other := route
 	other.StartAfter = ""
@@ -144,5 +136,5 @@ func TestRouteConsumerCreatedMeanwhileByAnotherWorker(t *testing.T) {
 	run(t, rc)
 	h.j.Publish(t, orderMsg("evt_race_after", 301), "")
 	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream-order-placed'`, 1)
-	waitCount(t, h, `SELECT coalesce(sum(duplicates), 0) FROM inbox WHERE message_id = 'evt_race_before'`, 1)
+	waitCount(t, h, `SELECT coalesce(sum(duplicates), 0) FROM inbox WHERE message_id = 'evt_race_before_0'`, 1)
 }
