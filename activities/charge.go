@@ -11,7 +11,6 @@ import (
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
-	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/reconcile"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/effect"
@@ -315,7 +314,7 @@ func (c *charging) Call(ctx context.Context) (*payment.Charge, error) {
 	}
 	ch, err := c.a.Payments.Confirm(ctx, c.piID, c.key)
 	if err != nil {
-		if _, deferred := ratelimit.Deferred(err); deferred && fresh {
+		if _, deferred := effect.NotSent(err); deferred && fresh {
 			// The confirm was not sent: the next attempt confirms this
 			// PaymentIntent instead of creating it again.
 			if rerr := c.recordID(ctx, c.piID); rerr != nil {

@@ -45,4 +45,9 @@ const (
 	// rate limit having no slot in time. Retryable after its
 	// NextRetryDelay; nothing reached the provider.
 	ErrTypeRateLimited = "RateLimited"
+	// ErrTypeTooLate: the provider request was not sent, too little of the
+	// attempt being left for the call and its record
+	// (deadline.TooLateError). Retryable at once: the next attempt has a
+	// deadline of its own; nothing reached the provider.
+	ErrTypeTooLate = "TooLate"
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/effect"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
@@ -83,6 +84,10 @@ func (a *Activities) boundary(ctx context.Context, kind metrics.Effect, what str
 	case effect.ClassMismatch:
 		return temporal.NewNonRetryableApplicationError("provider refused the key: same key, different parameters", ErrTypeIdempotencyMismatch, pe.Err)
 	case effect.ClassDeferred:
+		if deadline.TooLate(pe.Err) {
+			// Not sent this late in the attempt: the next one sends it.
+			return temporal.NewApplicationErrorWithCause(fmt.Sprintf("%s: not sent, too near the attempt's deadline", what), ErrTypeTooLate, pe.Err)
+		}
 		// Not a failure: the request waits for its slot at the shared
 		// rate limit, Temporal retrying the activity when it has one.
 		return temporal.NewApplicationErrorWithOptions(fmt.Sprintf("%s: waiting for the provider's rate limit", what), ErrTypeRateLimited,

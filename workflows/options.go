@@ -6,6 +6,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/effectively/effectively/internal/leaf/deadline"
 )
 
 // DefaultTaskQueue is the task queue the worker polls and the starter starts
@@ -153,6 +155,16 @@ func (c Config) Validate() error {
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)
+		}
+	}
+	// A provider request is not sent within deadline.DefaultMargin of its
+	// attempt's deadline: an attempt shorter than twice that would spend
+	// most of itself unable to send.
+	for name, d := range map[string]time.Duration{
+		"PaymentStartToClose": c.PaymentStartToClose, "EmailStartToClose": c.EmailStartToClose, "LocalStartToClose": c.LocalStartToClose,
+	} {
+		if d < 2*deadline.DefaultMargin {
+			return fmt.Errorf("%s is %s: at least %s (no provider request is sent within %s of its attempt's deadline)", name, d, 2*deadline.DefaultMargin, deadline.DefaultMargin)
 		}
 	}
 	if c.PaymentProcessingPoll > c.PaymentProcessingMaxWait {

@@ -256,8 +256,9 @@ func TestNonRetryableErrorFailsWorkflow(t *testing.T) {
 func TestLocalTimeoutFallsBack(t *testing.T) {
 	// Local activities run in real time, even in the test environment.
 	cfg := DefaultConfig()
-	cfg.LocalStartToClose = 200 * time.Millisecond
+	cfg.LocalStartToClose = 4 * time.Second // the shortest Validate allows
 	env, _ := newEnvWith(t, cfg)
+	env.SetTestTimeout(30 * time.Second)
 	var rec attempts
 	var a *activities.Activities
 	env.OnActivity(a.ChargeOrderLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.ChargeInput) (activities.LocalCharge, error) {

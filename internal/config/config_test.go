@@ -35,6 +35,7 @@ func TestValidateNamesTheVariable(t *testing.T) {
 		"bad duration":   {map[string]string{"PAYMENT_SCHEDULE_TO_CLOSE": "soon"}, "PAYMENT_SCHEDULE_TO_CLOSE"},
 		"bad log level":  {map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		"local budget":   {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_SCHEDULE_TO_CLOSE": "23h", "LOCAL_START_TO_CLOSE": "1m"}, "local attempt"},
+		"short attempt":  {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EMAIL_START_TO_CLOSE": "3s"}, "EmailStartToClose is 3s: at least 4s"},
 		"poll past max":  {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "PAYMENT_PROCESSING_POLL": "2h", "PAYMENT_PROCESSING_MAX_WAIT": "1h"}, "PaymentProcessingPoll"},
 		"tiny pool":      {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "DATABASE_MAX_CONNS": "2"}, "DATABASE_MAX_CONNS"},
 		"bad drain":      {map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "EFFECTIVELY_DRAIN_TIMEOUT": "-1s"}, "EFFECTIVELY_DRAIN_TIMEOUT"},

@@ -132,7 +132,7 @@ var variables = []variable{
 		},
 		doc: "or `at-most-once`: which way the receipt window may fail (see [guarantees](guarantees.md))"},
 	dur("PAYMENT_START_TO_CLOSE", workflows.DefaultConfig().PaymentStartToClose, "Workflows.PaymentStartToClose",
-		"payment activity timeouts; with the local attempt they must stay below 23 h (Stripe keeps keys 24 h)", func(c *Config) *time.Duration { return &c.Workflows.PaymentStartToClose }),
+		"payment activity timeouts; with the local attempt they must stay below 23 h (Stripe keeps keys 24 h); every start-to-close is at least `4s`, no request being sent in its last 2 s", func(c *Config) *time.Duration { return &c.Workflows.PaymentStartToClose }),
 	dur("PAYMENT_SCHEDULE_TO_CLOSE", workflows.DefaultConfig().PaymentScheduleToClose, "Workflows.PaymentScheduleToClose", "", func(c *Config) *time.Duration { return &c.Workflows.PaymentScheduleToClose }),
 	dur("EMAIL_START_TO_CLOSE", workflows.DefaultConfig().EmailStartToClose, "Workflows.EmailStartToClose", "receipt activity timeouts", func(c *Config) *time.Duration { return &c.Workflows.EmailStartToClose }),
 	dur("EMAIL_SCHEDULE_TO_CLOSE", workflows.DefaultConfig().EmailScheduleToClose, "Workflows.EmailScheduleToClose", "", func(c *Config) *time.Duration { return &c.Workflows.EmailScheduleToClose }),

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/ratelimit"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
@@ -76,9 +77,9 @@ const (
 	ClassAmbiguous Class = "ambiguous"
 	// ClassMismatch: the key was used with another request. A bug; final.
 	ClassMismatch Class = "mismatch"
-	// ClassDeferred: the request was never sent: the shared rate limit
-	// had no slot for it in time (ratelimit.DeferredError). Retry after
-	// Error.RetryAfter; it is not a failure of the effect.
+	// ClassDeferred: the request was never sent (NotSent): the shared rate
+	// limit had no slot for it in time, or the attempt's deadline was too
+	// near. Retry after Error.RetryAfter; it is not a failure of the effect.
 	ClassDeferred Class = "deferred"
 )
 
@@ -92,6 +93,17 @@ const (
 	// ViaLookup: found by a lookup and adopted after the check.
 	ViaLookup Via = "lookup"
 )
+
+// NotSent reports whether err is a request that was never sent, and when
+// to try again: the shared rate limit had no slot for it in time
+// (ratelimit.DeferredError), or its attempt's deadline was too near
+// (deadline.TooLateError; again at once, under a new deadline).
+func NotSent(err error) (retryAfter time.Duration, ok bool) {
+	if d, ok := ratelimit.Deferred(err); ok {
+		return d, true
+	}
+	return 0, deadline.TooLate(err)
+}
 
 // ErrNotFound is wrapped by a Lookup that found nothing.
 var ErrNotFound = errors.New("effect: not found at the provider")
@@ -160,7 +172,7 @@ func Run[P, Out any](ctx context.Context, at Attempt, now time.Time, k Kind[P, O
 	}
 	var zero Out
 	// Never sent: nothing to look up, nothing the provider may have done.
-	if d, ok := ratelimit.Deferred(err); ok {
+	if d, ok := NotSent(err); ok {
 		return zero, &Error{Class: ClassDeferred, Err: err, RetryAfter: d}
 	}
 	switch class := k.Classify(err); class {
@@ -187,7 +199,7 @@ func adopt[P, Out any](ctx context.Context, k Kind[P, Out]) (out Out, found bool
 	case errors.Is(err, ErrNotFound):
 		return out, false, nil
 	case err != nil:
-		if d, ok := ratelimit.Deferred(err); ok {
+		if d, ok := NotSent(err); ok {
 			return out, false, &Error{Class: ClassDeferred, Err: fmt.Errorf("look up: %w", err), RetryAfter: d}
 		}
 		return out, false, &Error{Class: ClassRetry, Err: fmt.Errorf("look up: %w", err)}

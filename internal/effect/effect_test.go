@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/effect"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/internal/leaf/identity"
 )
 
@@ -134,6 +135,9 @@ func TestRun(t *testing.T) {
 			wantCalls: 1, wantLookups: 1, wantRecorded: []string{"made via lookup"}},
 		{name: "ambiguous, not made: unfound", at: first, kind: fake{callErr: boom, class: effect.ClassAmbiguous},
 			wantCalls: 1, wantLookups: 1, wantUnfound: 1},
+		{name: "not sent, too late, whatever Classify says: deferred, no lookup", at: first,
+			kind:      fake{callErr: fmt.Errorf("stripe: %w", &deadline.TooLateError{What: "confirm"}), class: effect.ClassAmbiguous},
+			wantCalls: 1, wantClass: effect.ClassDeferred},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			k := tt.kind

@@ -125,7 +125,13 @@ func TestSIGTERMRestartsMidBurst(t *testing.T) {
 	// A replayed Stripe answer is a charge whose record a stop cut off: the
 	// key saved the customer, but the effect ran twice.
 	if stripe.Replays != 0 {
-		t.Errorf("stripe replayed %d answers: charges were cut between the call and the record", stripe.Replays)
+		t.Errorf("stripe replayed %d answers: charges were cut between the call and the record: %v", stripe.Replays, stripe.ReplaysByKey)
+		for key := range stripe.ReplaysByKey {
+			id := key[strings.LastIndex(key, ":")+1:]
+			for n, w := range workers {
+				t.Logf("worker %d on %s:\n%s", n, id, linesWith(w.Logs(), id))
+			}
+		}
 	}
 	t.Logf("%d orders, 2 SIGTERM deploys: %d duplicate receipts, %d orders charged other than once, %d not completed; stripe charges %d, replayed answers %d; receipts %d",
 		orders, dupReceipts, multiCharges, notCompleted, stripe.Charges, stripe.Replays, mail.Deliveries)
@@ -152,6 +158,17 @@ func slowProvider(t *testing.T, h http.Handler, d time.Duration) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// linesWith is the lines of logs that contain s.
+func linesWith(logs, s string) string {
+	var out []string
+	for line := range strings.SplitSeq(logs, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // tail is the last n lines of logs.

@@ -86,8 +86,10 @@ type Stats struct {
 	ChargesByMessage map[string]int `json:"charges_by_message"`
 	// Requests counts API requests (not control API requests) received.
 	Requests int `json:"requests"`
-	// Replays counts saved responses replayed for a reused idempotency key.
-	Replays int `json:"replays"`
+	// Replays counts saved responses replayed for a reused idempotency key,
+	// and ReplaysByKey counts them by key.
+	Replays      int            `json:"replays"`
+	ReplaysByKey map[string]int `json:"replays_by_key"`
 	// IdempotencyErrors counts 400 idempotency_error answers: a key reused
 	// with different parameters.
 	IdempotencyErrors int `json:"idempotency_errors"`
@@ -250,7 +252,7 @@ func (s *Server) resetLocked() {
 	s.refundOrder = nil
 	s.refunded = make(map[string]int64)
 	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int), RequestsByOperation: make(map[string]int),
-		RateLimitedByReason: make(map[string]int)}
+		RateLimitedByReason: make(map[string]int), ReplaysByKey: make(map[string]int)}
 	if s.limiter != nil {
 		s.limiter.Reset()
 	}
@@ -265,6 +267,7 @@ func (s *Server) Stats() Stats {
 	st.RefundsByMessage = maps.Clone(s.stats.RefundsByMessage)
 	st.RequestsByOperation = maps.Clone(s.stats.RequestsByOperation)
 	st.RateLimitedByReason = maps.Clone(s.stats.RateLimitedByReason)
+	st.ReplaysByKey = maps.Clone(s.stats.ReplaysByKey)
 	return st
 }
 
@@ -458,6 +461,7 @@ func (s *Server) reserve(key string, hash [sha256.Size]byte, requestID string) (
 		}
 	default:
 		s.stats.Replays++
+		s.stats.ReplaysByKey[key]++
 		saved := *entry
 		return &saved, nil
 	}

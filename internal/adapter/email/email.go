@@ -133,6 +133,11 @@ type Config struct {
 	// limit, ratelimit.Limiter.Transport): a request may wait there for its
 	// turn, and Timeout then counts from when it is sent.
 	Limit func(http.RoundTripper) http.RoundTripper
+	// SendMargin is how long before its context's deadline a mail is no
+	// longer sent (deadline.Check): Send fails with a
+	// *deadline.TooLateError instead, and nothing reaches SendGrid. Zero
+	// means deadline.DefaultMargin; negative, none.
+	SendMargin time.Duration
 }
 
 // setDefaults fills in the optional fields left empty.
@@ -196,7 +201,8 @@ type Client struct {
 	host     string // BaseURL without trailing slash
 	from     *sgmail.Email
 	timeout  time.Duration
-	limited  bool // Config.Limit: the transport times each request
+	limited  bool          // Config.Limit: the transport times each request
+	margin   time.Duration // Config.SendMargin
 	sandbox  bool
 	ns       string // Config.Namespace
 	rest     *rest.Client
@@ -239,6 +245,7 @@ func New(cfg Config) (*Client, error) {
 		from:     sgmail.NewEmail(cfg.FromName, cfg.From),
 		timeout:  cfg.Timeout,
 		limited:  cfg.Limit != nil,
+		margin:   cfg.SendMargin,
 		sandbox:  cfg.SandboxMode,
 		ns:       cfg.Namespace,
 		rest:     &rest.Client{HTTPClient: hc},
@@ -354,6 +361,9 @@ func (c *Client) Send(ctx context.Context, m Mail) (providerMessageID string, er
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("email: send %q: not sent: %w", m.IdempotencyKey, err)
+	}
+	if err := deadline.Check(ctx, fmt.Sprintf("sendgrid send %q", m.IdempotencyKey), c.margin); err != nil {
+		return "", fmt.Errorf("email: %w", err)
 	}
 
 	req := sendgrid.GetRequest(c.apiKey, mailSendPath, c.host)

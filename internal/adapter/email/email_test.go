@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/sim/sendgridsim"
 )
 
@@ -344,6 +345,26 @@ func TestLostAnswer(t *testing.T) {
 	assertNoKey(t, err)
 	if got := sim.Stats().DeliveriesByKey["email:evt_1"]; got != 1 {
 		t.Errorf("DeliveriesByKey[email:evt_1] = %d, want 1 (delivered, answer lost, no hidden retry)", got)
+	}
+}
+
+// TestTooNearTheDeadlineSendsNothing: a mail whose context has less time
+// left than the send margin is refused before SendGrid sees it, as a
+// transient *deadline.TooLateError; with no margin it is sent.
+func TestTooNearTheDeadlineSendsNothing(t *testing.T) {
+	sim, srv := newSim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the default margin is 2s
+	defer cancel()
+	_, err := newClient(t, srv.URL).Send(ctx, receipt("evt_1"))
+	if !deadline.TooLate(err) || email.IsPermanent(err) {
+		t.Fatalf("err = %v, want a transient TooLateError", err)
+	}
+	if d := sim.Stats().Deliveries; d != 0 {
+		t.Fatalf("%d mails delivered too near their deadline", d)
+	}
+	c := newClient(t, srv.URL, func(c *email.Config) { c.SendMargin = -1 })
+	if _, err := c.Send(ctx, receipt("evt_1")); err != nil || sim.Stats().Deliveries != 1 {
+		t.Fatalf("with no margin: err = %v, deliveries %d", err, sim.Stats().Deliveries)
 	}
 }
 

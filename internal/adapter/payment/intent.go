@@ -35,6 +35,9 @@ func (c *Client) Create(ctx context.Context, req ChargeRequest) (*Charge, error)
 	if err != nil {
 		return nil, fmt.Errorf("payment: create: %w", err)
 	}
+	if err := c.late(ctx, "create"); err != nil {
+		return nil, fmt.Errorf("payment: create for message %s: %w", req.MessageID, err)
+	}
 	params := &stripe.PaymentIntentParams{
 		Amount:             stripe.Int64(req.Amount),
 		Currency:           stripe.String(strings.ToLower(req.Currency)),
@@ -69,6 +72,9 @@ func (c *Client) Confirm(ctx context.Context, paymentIntentID, idempotencyKey st
 	key, err := c.scope(idempotencyKey)
 	if err != nil {
 		return nil, fmt.Errorf("payment: confirm: %w", err)
+	}
+	if err := c.late(ctx, "confirm "+paymentIntentID); err != nil {
+		return nil, fmt.Errorf("payment: confirm %s: %w", paymentIntentID, err)
 	}
 	params := &stripe.PaymentIntentConfirmParams{OffSession: stripe.Bool(true)}
 	params.SetIdempotencyKey(key)

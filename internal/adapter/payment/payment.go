@@ -68,6 +68,11 @@ type Config struct {
 	// limit, ratelimit.Limiter.Transport): a request may wait there for its
 	// turn, and Timeout then counts from when it is sent.
 	Limit func(http.RoundTripper) http.RoundTripper
+	// SendMargin is how long before its context's deadline a create, a
+	// confirm or a refund is no longer sent (deadline.Check): it fails with
+	// a *deadline.TooLateError instead, and nothing reaches Stripe. Zero
+	// means deadline.DefaultMargin; negative, none.
+	SendMargin time.Duration
 	// Logger receives stripe-go's log lines: requests and retries at debug
 	// level, warnings and errors at their own. Response bodies are never
 	// logged. Nil discards everything.
@@ -186,6 +191,18 @@ type Client struct {
 	api       *client.API
 	apiKey    string // only to scrub it from error messages
 	namespace string // Config.Namespace
+	// sendMargin is Config.SendMargin.
+	sendMargin time.Duration
+}
+
+// late refuses a request that acts (what: "create", "confirm pi_…") when
+// ctx's deadline is nearer than the send margin: an *Error of
+// ClassTransient wrapping a *deadline.TooLateError, nothing sent.
+func (c *Client) late(ctx context.Context, what string) error {
+	if err := deadline.Check(ctx, "stripe "+what, c.sendMargin); err != nil {
+		return &Error{Class: ClassTransient, Message: err.Error(), Err: err}
+	}
+	return nil
 }
 
 // New returns a Client configured by cfg, or an error wrapping
@@ -238,7 +255,7 @@ func New(cfg Config) (*Client, error) {
 	})
 	api := &client.API{}
 	api.Init(cfg.APIKey, &stripe.Backends{API: backend})
-	return &Client{api: api, apiKey: cfg.APIKey, namespace: cfg.Namespace}, nil
+	return &Client{api: api, apiKey: cfg.APIKey, namespace: cfg.Namespace, sendMargin: cfg.SendMargin}, nil
 }
 
 // ChargeRequest describes one charge.
@@ -340,6 +357,9 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (*Charge, error)
 	key, err := c.scope(req.IdempotencyKey)
 	if err != nil {
 		return nil, fmt.Errorf("payment: charge: %w", err)
+	}
+	if err := c.late(ctx, "charge"); err != nil {
+		return nil, fmt.Errorf("payment: charge message %s: %w", req.MessageID, err)
 	}
 	params := chargeParams(req, c.namespace)
 	params.SetIdempotencyKey(key)

@@ -16,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/form"
 
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/sim/stripesim"
 )
 
@@ -405,8 +406,30 @@ func TestRateLimited(t *testing.T) {
 	}
 }
 
+// TestTooNearTheDeadlineSendsNothing: with less time left than the send
+// margin, a charge, a create, a confirm and a refund are refused before
+// Stripe sees them, as a transient *deadline.TooLateError.
+func TestTooNearTheDeadlineSendsNothing(t *testing.T) {
+	c, sim := newTestClient(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the default margin is 2s
+	defer cancel()
+	_, errCharge := c.Charge(ctx, chargeRequest("evt_1"))
+	_, errCreate := c.Create(ctx, chargeRequest("evt_2"))
+	_, errConfirm := c.Confirm(ctx, "pi_1", "payment:evt_2")
+	_, errRefund := c.Refund(ctx, RefundRequest{IdempotencyKey: "refund:evt_3", MessageID: "evt_3", PaymentIntentID: "pi_1", Amount: 100})
+	for name, err := range map[string]error{"charge": errCharge, "create": errCreate, "confirm": errConfirm, "refund": errRefund} {
+		if e := paymentError(t, err); e.Class != ClassTransient || !deadline.TooLate(err) {
+			t.Errorf("%s: got %+v, want transient wrapping a TooLateError", name, e)
+		}
+	}
+	if st := sim.Stats(); st.Requests != 0 {
+		t.Errorf("stripe got %d requests too near their deadline", st.Requests)
+	}
+}
+
 func TestContextDeadlineHonoured(t *testing.T) {
-	c, sim := newTestClient(t, Config{}) // retries on: the deadline stops them
+	// Retries on: the deadline stops them. No send margin: the request goes.
+	c, sim := newTestClient(t, Config{SendMargin: -1})
 	sim.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: "evt_1"}, Kind: stripesim.FaultDelay, Delay: 10 * time.Second})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

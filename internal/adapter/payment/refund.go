@@ -75,6 +75,9 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (*Refund, error)
 	if err != nil {
 		return nil, fmt.Errorf("payment: refund: %w", err)
 	}
+	if err := c.late(ctx, "refund"); err != nil {
+		return nil, fmt.Errorf("payment: refund message %s: %w", req.MessageID, err)
+	}
 	params := refundParams(req, c.namespace)
 	params.SetIdempotencyKey(key)
 	params.Context = ctx

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 )
 
 // Rate is a limit in requests per second, with Burst requests at once.
@@ -76,7 +77,7 @@ type Config struct {
 	// means 20s.
 	MaxWait time.Duration
 	// SendMargin is the time a request needs after its wait, kept free
-	// before its context's deadline. Zero means 2s.
+	// before its context's deadline. Zero means deadline.DefaultMargin.
 	SendMargin time.Duration
 	// ExpressShare is the share of each bucket's rate kept for the express
 	// lane: a request of a flow with no slot to come there (no backlog)
@@ -203,7 +204,7 @@ func New(backend Backend, cfg Config) (*Limiter, error) {
 		cfg.MaxWait = 20 * time.Second
 	}
 	if cfg.SendMargin <= 0 {
-		cfg.SendMargin = 2 * time.Second
+		cfg.SendMargin = deadline.DefaultMargin
 	}
 	switch {
 	case cfg.ExpressShare == 0:
