@@ -125,7 +125,7 @@ func (m *mailing) send(ctx context.Context, c store.EmailClaim, build func(key s
 	if unsendable != "" {
 		return m.Refused(ctx, errors.New(unsendable))
 	}
-	out, err := effect.Run(ctx, effect.Attempt{Claim: e.Claim, ClaimedAt: e.CreatedAt}, a.now(), effect.Kind[string, ReceiptResult](m))
+	out, err := effect.Run(ctx, effect.Attempt{Claim: e.Claim, ClaimedAt: e.CreatedAt, Unsent: e.Unsent()}, a.now(), effect.Kind[string, ReceiptResult](m))
 	return out, a.boundary(ctx, m.kind, "send "+m.what, err)
 }
 
@@ -136,6 +136,11 @@ func (m *mailing) Call(ctx context.Context) (string, error) {
 		failpoint.Hit(failpoint.EmailAfterSend)
 	}
 	return id, err
+}
+
+// Release gives the claim back when the mail was not sent (effect.Releaser).
+func (m *mailing) Release(ctx context.Context) error {
+	return m.a.Store.ReleaseEffect(ctx, m.key, m.token)
 }
 
 // Lookup is the event table plus the grace: SendGrid's event for the key

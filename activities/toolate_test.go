@@ -106,3 +106,31 @@ func TestChargeNearItsDeadlineSendsNoConfirm(t *testing.T) {
 			st.ChargesByMessage, st.Replays, st.Requests-before)
 	}
 }
+
+// TestReceiptNotSentIsSentAtOnceByTheNext: a receipt given back unsent
+// (too late here; a rate-limit deferral takes the same path) leaves nothing
+// for the next attempt to fear. At-most-once sends it instead of settling
+// it unknown (a lost receipt); at-least-once sends it without waiting the
+// resend grace for SendGrid's event of a send that never happened.
+func TestReceiptNotSentIsSentAtOnceByTheNext(t *testing.T) {
+	for _, policy := range []store.EmailPolicy{store.AtMostOnce, store.AtLeastOnce} {
+		t.Run(string(policy), func(t *testing.T) {
+			f := newFixture(t, policy)
+			f.acts.ResendGrace = 5 * time.Second
+			lateClients(t, f, 0, testAttempt+time.Minute)
+			rc := receipt("evt_unsent", 84)
+			if _, err := run(t, f, f.acts.SendReceipt, rc); !isType(err, activities.ErrTypeTooLate) {
+				t.Fatalf("err = %v, want %s", err, activities.ErrTypeTooLate)
+			}
+			lateClients(t, f, 0, 0)
+			start := time.Now()
+			r, err := run(t, f, f.acts.SendReceipt, rc)
+			if took := time.Since(start); err != nil || r.Outcome != activities.ReceiptSent || took > 3*time.Second {
+				t.Fatalf("retry = %+v, %v after %s; want sent, without the 5s grace", r, err, took.Round(time.Millisecond))
+			}
+			if n := f.sims.SendGrid.Stats().DeliveriesByKey["email:evt_unsent"]; n != 1 {
+				t.Fatalf("%d deliveries, want 1", n)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/internal/leaf/codec"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/workflows"
 )
@@ -199,12 +200,13 @@ var variables = []variable{
 			switch g, start := c.EmailResendGrace, c.Workflows.EmailStartToClose; {
 			case g < 0:
 				return fmt.Errorf("%s: must not be negative", g)
-			case g > 0 && g >= start:
-				return fmt.Errorf("%s: must be shorter than EMAIL_START_TO_CLOSE (%s), which bounds the attempt that waits", g, start)
+			case g > 0 && g > start-2*deadline.DefaultMargin:
+				return fmt.Errorf("%s: must leave EMAIL_START_TO_CLOSE (%s), which bounds the attempt that waits, at least %s after it: no mail is sent within %s of its attempt's deadline",
+					g, start, 2*deadline.DefaultMargin, deadline.DefaultMargin)
 			}
 			return nil
 		},
-		doc: "under at-least-once, how long a receipt retry that follows a possibly successful send waits for SendGrid's event before sending again; `0` disables. Must be shorter than `EMAIL_START_TO_CLOSE`."},
+		doc: "under at-least-once, how long a receipt retry that follows a possibly successful send waits for SendGrid's event before sending again; `0` disables. At most `EMAIL_START_TO_CLOSE` less `4s`: the attempt that waits must still send."},
 	str("EFFECTIVELY_PPROF_ADDR", "", "PprofAddr", "Go's profiles at `/debug/pprof/`, on loopback only (refused elsewhere); `make bench` uses it",
 		func(c *Config) *string { return &c.PprofAddr }).shown("off"),
 	{name: EnvPublicListeners, field: "PublicListenerNames", docDefault: "empty",

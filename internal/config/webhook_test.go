@@ -61,6 +61,7 @@ func TestWebhookSettings(t *testing.T) {
 		want string
 	}{
 		"grace too long":  {with("EMAIL_RESEND_GRACE", "2m"), "EMAIL_RESEND_GRACE"},
+		"no time to send": {with("EMAIL_RESEND_GRACE", "57s"), "at least 4s after it"},
 		"bad key":         {with("SENDGRID_WEBHOOK_PUBLIC_KEY", "bm90IGEga2V5"), "SENDGRID_WEBHOOK_PUBLIC_KEY"},
 		"listener off":    {with("STRIPE_WEBHOOK_SECRETS", "whsec_x", "EFFECTIVELY_WEBHOOK_ADDR", "off"), "EFFECTIVELY_WEBHOOK_ADDR"},
 		"bad grace":       {with("EMAIL_RESEND_GRACE", "soon"), "EMAIL_RESEND_GRACE"},

@@ -20,7 +20,9 @@
 //     provider keeps no key at all (SendGrid), it looks the effect up first,
 //     strongly consistently (a retrieve by recorded ID, a list scoped to the
 //     object such as the refunds of one PaymentIntent, the event table plus
-//     the resend grace for mail), and calls only when nothing is found.
+//     the resend grace for mail), and calls only when nothing is found. A
+//     claim after claims that all gave their request back unsent
+//     (Releaser, Attempt.Unsent) is as good as the first.
 //  4. What a lookup finds is checked against the request (amount, currency,
 //     method, namespace: Kind.Differs) before it is adopted. One that
 //     differs is never recorded as this effect's outcome (Kind.Foreign).
@@ -28,7 +30,8 @@
 //     (authentication or configuration: retried, never recorded as the
 //     effect's outcome, and counted for an operator); refused for good
 //     (recorded); ambiguous (look it up); key reused with another request (a
-//     bug).
+//     bug). A request never sent (NotSent: no rate-limit slot in time, or
+//     too near its attempt's deadline) is deferred, not a failure.
 //  6. The record, in one transaction with the message's processed row
 //     (Kind.Record).
 //
@@ -38,5 +41,6 @@
 // effect name is used by the effects of one consumer only, so two consumers
 // cannot share a key either.
 //
-// The protocol adds no Postgres transaction: Run makes none of its own.
+// The protocol adds no Postgres transaction: Run makes none of its own, but
+// for a Releaser's give-back of a request never sent.
 package effect

@@ -38,11 +38,14 @@ type Attempt struct {
 	// KeyWindow is how long the provider is trusted to replay the key
 	// (Stripe keeps keys 24 h). Zero: the provider keeps no key (SendGrid).
 	KeyWindow time.Duration
+	// Unsent: every claim before this one gave its request back unsent
+	// (Releaser), so this one is as good as the first.
+	Unsent bool
 }
 
 // First is the attempt's first step at now (see Step).
 func (a Attempt) First(now time.Time) Step {
-	if a.Claim <= 1 {
+	if a.Claim <= 1 || a.Unsent {
 		return StepCall
 	}
 	if a.KeyWindow > 0 && now.Sub(a.ClaimedAt) <= a.KeyWindow {
@@ -155,6 +158,16 @@ type Kind[P, Out any] interface {
 	Unfound(ctx context.Context, cause error) (Out, error)
 }
 
+// Releaser is a Kind whose Call is one request. When that request is not
+// sent (NotSent), Run gives its claim back (store.ReleaseEffect), so that
+// the next claim calls at once (Attempt.Unsent) instead of looking for a
+// send that never happened, and at-most-once does not settle it unknown. A
+// kind of two requests is no Releaser: its first (the charge's create) may
+// have acted when its second was not sent.
+type Releaser interface {
+	Release(ctx context.Context) error
+}
+
 // Run runs one claimed attempt at an effect: the lookup its Attempt calls
 // for, the call, and the record, in the order of the protocol (see the
 // package documentation). It makes no Postgres transaction of its own:
@@ -173,6 +186,12 @@ func Run[P, Out any](ctx context.Context, at Attempt, now time.Time, k Kind[P, O
 	var zero Out
 	// Never sent: nothing to look up, nothing the provider may have done.
 	if d, ok := NotSent(err); ok {
+		if r, ok := any(k).(Releaser); ok {
+			if rerr := r.Release(ctx); rerr != nil {
+				// Kept: the next claim looks for an earlier send first.
+				err = fmt.Errorf("%w (claim kept: %w)", err, rerr)
+			}
+		}
 		return zero, &Error{Class: ClassDeferred, Err: err, RetryAfter: d}
 	}
 	switch class := k.Classify(err); class {

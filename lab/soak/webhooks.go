@@ -31,9 +31,10 @@ type WebhookReport struct {
 // answers.
 var webhookDelivery = simfault.WebhookConfig{Copies: 2, MaxDelay: 300 * time.Millisecond, RetryInitial: 100 * time.Millisecond, RetryMax: 2 * time.Second}
 
-// soakResendGrace is EMAIL_RESEND_GRACE in a soak: shorter than the
-// EMAIL_START_TO_CLOSE (5s) the soak's workers run with.
-const soakResendGrace = "3s"
+// soakResendGrace is EMAIL_RESEND_GRACE in a soak, and soakEmailStart the
+// EMAIL_START_TO_CLOSE its workers then run with: the attempt that waits
+// the grace keeps the 2 s in which no mail is sent, and 2 s to send it.
+const soakResendGrace, soakEmailStart = "3s", "7s"
 
 // hooks is the webhook side of a soak: the simulators deliver to a load
 // balancer in front of every worker's listener, as a provider delivers to
@@ -72,7 +73,7 @@ func startWebhooks(st Stack) (*hooks, error) {
 		return nil, err
 	}
 	return &hooks{
-		env: []string{"STRIPE_WEBHOOK_SECRETS=" + secret, "SENDGRID_WEBHOOK_PUBLIC_KEY=" + pub, "EMAIL_RESEND_GRACE=" + soakResendGrace},
+		env: []string{"STRIPE_WEBHOOK_SECRETS=" + secret, "SENDGRID_WEBHOOK_PUBLIC_KEY=" + pub, "EMAIL_RESEND_GRACE=" + soakResendGrace, "EMAIL_START_TO_CLOSE=" + soakEmailStart},
 		lb:  lb,
 		stop: func() {
 			st.Stripe.StopWebhooks()

@@ -58,24 +58,32 @@ type Effect struct {
 	State     EffectState `json:"state"`
 	// Claim is the fencing token: the number of the claim that owns the
 	// row, counted by the database (1 for the first claim).
-	Claim       int32           `json:"claim"`
-	ProviderRef string          `json:"provider_ref,omitempty"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	Error       string          `json:"error,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
+	Claim int32 `json:"claim"`
+	// UnsentThrough is the last claim up to which no claim sent anything
+	// (ReleaseEffect); Unsent reports whether that is every claim before
+	// this one.
+	UnsentThrough int32           `json:"unsent_through,omitempty"`
+	ProviderRef   string          `json:"provider_ref,omitempty"`
+	Result        json.RawMessage `json:"result,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
 }
+
+// Unsent reports whether no claim before this one sent anything: the
+// claim is as good as the first.
+func (e Effect) Unsent() bool { return e.UnsentThrough == e.Claim-1 }
 
 // Terminal reports whether the effect's outcome is settled.
 func (e Effect) Terminal() bool {
 	return e.State == StateSucceeded || e.State == StateFailed || e.State == StateUnknown
 }
 
-const effectColumns = `key, kind, consumer, message_id, state, claim, coalesce(provider_ref, ''), result, coalesce(error, ''), created_at, updated_at`
+const effectColumns = `key, kind, consumer, message_id, state, claim, coalesce(provider_ref, ''), result, coalesce(error, ''), created_at, updated_at, unsent_through`
 
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
-	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt, &e.UnsentThrough)
 	return e, translate(err)
 }
 
@@ -136,7 +144,7 @@ func lockEffect(ctx context.Context, tx pgx.Tx, key string) error {
 
 func scanEffectWithHash(row pgx.Row, hash *string) (Effect, error) {
 	var e Effect
-	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt, hash)
+	err := row.Scan(&e.Key, &e.Kind, &e.Consumer, &e.MessageID, &e.State, &e.Claim, &e.ProviderRef, &e.Result, &e.Error, &e.CreatedAt, &e.UpdatedAt, &e.UnsentThrough, hash)
 	return e, translate(err)
 }
 
@@ -194,6 +202,28 @@ func (s *Store) settleAnd(ctx context.Context, stmt, key string, claim int32, st
 		return false, nil
 	}
 	return s.settledBefore(ctx, key, claim, state, providerRef)
+}
+
+// ReleaseEffect gives back claim of key's row, whose request was never sent
+// (the shared rate limit had no slot in time, its attempt's deadline was too
+// near): an in_flight row is claimed again, so that at-most-once does not
+// take the next claim for a send that may have happened, and when no claim
+// before it sent anything either, the row's UnsentThrough moves up to it, so
+// that the next claim (Effect.Unsent) calls at once instead of looking for
+// an earlier send. ErrFenced when claim no longer owns the row.
+func (s *Store) ReleaseEffect(ctx context.Context, key string, claim int32) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE effects SET state = 'claimed',
+		       unsent_through = CASE WHEN unsent_through = claim - 1 THEN claim ELSE unsent_through END,
+		       updated_at = now()
+		 WHERE key = $1 AND claim = $2 AND state IN ('claimed', 'in_flight')`, key, claim)
+	if err != nil {
+		return fmt.Errorf("release effect %s: %w", key, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("release effect %s under claim %d: %w", key, claim, ErrFenced)
+	}
+	return nil
 }
 
 // Effect returns the ledger row for key.

@@ -179,6 +179,51 @@ func TestEmailPolicies(t *testing.T) {
 	}
 }
 
+// TestReleaseEffect: a claim that sent nothing gives its row back. The next
+// claim is as good as the first (Unsent) only while every claim before it
+// did; an at-most-once row given back is sent, not settled unknown; a
+// superseded claim cannot give back its successor's row.
+func TestReleaseEffect(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	if _, err := s.ClaimPayment(ctx, claim("evt_u", 7)); err != nil {
+		t.Fatal(err)
+	}
+	am := store.EmailClaim{Consumer: "order-placed", MessageID: "evt_u", OrderID: 7, Key: "email:evt_u", RequestHash: "m", Policy: store.AtMostOnce}
+	if d, e, err := s.ClaimEmail(ctx, am); err != nil || d != store.EmailSend || !e.Unsent() || e.State != store.StateInFlight {
+		t.Fatalf("first claim = %v %+v, %v", d, e, err)
+	}
+	if err := s.ReleaseEffect(ctx, "email:evt_u", 1); err != nil {
+		t.Fatal(err)
+	}
+	d, e, err := s.ClaimEmail(ctx, am)
+	if err != nil || d != store.EmailSend || e.Claim != 2 || !e.Unsent() {
+		t.Fatalf("claim after a release = %v %+v, %v; want a send, as good as the first", d, e, err)
+	}
+	if err := s.ReleaseEffect(ctx, "email:evt_u", 1); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("release by a superseded claim: %v, want ErrFenced", err)
+	}
+	// Claim 2 is not given back (it may have sent): claim 3 is not the
+	// first, even after claim 3 itself is given back.
+	ec := am
+	ec.Policy = store.AtLeastOnce
+	if d, e, err = s.ClaimEmail(ctx, ec); err != nil || d != store.EmailSend || e.Claim != 3 || e.Unsent() {
+		t.Fatalf("claim after a possible send = %v %+v, %v", d, e, err)
+	}
+	if err := s.ReleaseEffect(ctx, "email:evt_u", 3); err != nil {
+		t.Fatal(err)
+	}
+	if d, e, err = s.ClaimEmail(ctx, ec); err != nil || e.Claim != 4 || e.Unsent() {
+		t.Fatalf("claim 4 = %v %+v, %v; want not unsent (claim 2 may have sent)", d, e, err)
+	}
+	if _, err := s.RecordEmailSent(ctx, "email:evt_u", 4, 7, "sg_u"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseEffect(ctx, "email:evt_u", 4); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("release of a settled row: %v, want ErrFenced", err)
+	}
+}
+
 func TestInbox(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
