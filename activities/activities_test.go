@@ -63,6 +63,23 @@ func charge(id string, order int64, pm string) activities.ChargeInput {
 	return activities.ChargeInput{Consumer: "order-placed", MessageID: id, OrderID: order, Amount: 1999, Currency: "usd", PaymentMethod: pm}
 }
 
+// wantRetryConfirmsOnly runs ChargeOrder again for in, whose earlier
+// attempt recorded the PaymentIntent pi and did not send its confirm: the
+// retry pays with pi by one request (the confirm), creates nothing again
+// and replays nothing.
+func wantRetryConfirmsOnly(t *testing.T, f *fixture, in activities.ChargeInput, pi string) {
+	t.Helper()
+	before := f.sims.Stripe.Stats().Requests
+	if r, err := run(t, f, f.acts.ChargeOrder, in); err != nil || r.Outcome != activities.PaymentPaid || r.PaymentIntentID != pi {
+		t.Fatalf("retry = %+v, %v; want paid with %s", r, err, pi)
+	}
+	st := f.sims.Stripe.Stats()
+	if st.ChargesByMessage[in.MessageID] != 1 || st.Replays != 0 || st.Requests-before != 1 {
+		t.Fatalf("charges %v, replays %d, requests of the retry %d; want one charge by one confirm, no create again",
+			st.ChargesByMessage, st.Replays, st.Requests-before)
+	}
+}
+
 func isType(err error, typ string) bool {
 	var appErr *temporal.ApplicationError
 	for errors.As(err, &appErr) {

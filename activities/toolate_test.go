@@ -96,15 +96,7 @@ func TestChargeNearItsDeadlineSendsNoConfirm(t *testing.T) {
 	}
 	f.sims.Stripe.SetLatency(0)
 	lateClients(t, f, 0, 0)
-	before := f.sims.Stripe.Stats().Requests
-	if r, err := run(t, f, f.acts.ChargeOrder, in); err != nil || r.Outcome != activities.PaymentPaid || r.PaymentIntentID != p.PaymentIntentID {
-		t.Fatalf("retry = %+v, %v", r, err)
-	}
-	st := f.sims.Stripe.Stats()
-	if st.ChargesByMessage["evt_tl_confirm"] != 1 || st.Replays != 0 || st.Requests-before != 1 {
-		t.Fatalf("charges %v, replays %d, requests of the retry %d; want one charge by one confirm, no create again",
-			st.ChargesByMessage, st.Replays, st.Requests-before)
-	}
+	wantRetryConfirmsOnly(t, f, in, p.PaymentIntentID)
 }
 
 // TestReceiptNotSentIsSentAtOnceByTheNext: a receipt given back unsent
