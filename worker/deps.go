@@ -98,13 +98,16 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	cfg.Stripe.HTTPClient = m.InstrumentClient(metrics.ProviderStripe, cfg.Stripe.HTTPClient)
 	cfg.Email.HTTPClient = m.InstrumentClient(metrics.ProviderSendGrid, &http.Client{Timeout: cfg.Email.Timeout})
 	// Every worker paces its provider calls under the same limits, kept in
-	// Postgres; a 429 that still comes through pauses them all.
+	// Postgres; a 429 that still comes through pauses them all. lines
+	// learns from those reservations how far ahead each route's line runs,
+	// for the intake's hold (EFFECTIVELY_START_AHEAD).
+	lines := ratelimit.NewLines()
 	if cfg.Stripe.Limit, err = ratelimit.Wrap(store.New(d.pool), ratelimit.Config{Provider: metrics.ProviderStripe,
-		Global: cfg.RateLimits.Stripe, Endpoint: cfg.RateLimits.StripeEndpoint, Observer: m}); err != nil {
+		Global: cfg.RateLimits.Stripe, Endpoint: cfg.RateLimits.StripeEndpoint, Observer: m, Lines: lines}); err != nil {
 		return d, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
 	if cfg.Email.Limit, err = ratelimit.Wrap(store.New(d.pool), ratelimit.Config{Provider: metrics.ProviderSendGrid,
-		Global: cfg.RateLimits.SendGrid, Observer: m}); err != nil {
+		Global: cfg.RateLimits.SendGrid, Observer: m, Lines: lines}); err != nil {
 		return d, fmt.Errorf("%w: %w", errBadConfig, err)
 	}
 	payments, err := payment.New(cfg.Stripe)
@@ -139,7 +142,8 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	}
 	d.namespace = namespace
 	d.store = store.New(d.pool)
-	in, err := intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m, StartRate: cfg.RouteStartRate()})
+	in, err := intake.New(d.store, tc, intake.Config{TaskQueue: cfg.TaskQueue, Logger: logger, EagerStart: true, Metrics: m, StartRate: cfg.RouteStartRate(),
+		Lines: lines, LineAhead: cfg.StartAhead})
 	if err != nil {
 		return d, err
 	}

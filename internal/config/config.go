@@ -76,6 +76,10 @@ type Config struct {
 	// StartRate paces each route's workflow starts per worker process
 	// (EFFECTIVELY_START_RATE); negative is auto (RouteStartRate).
 	StartRate float64
+	// StartAhead holds a route's starts while its requests at the shared
+	// rate limits are reserved further ahead (EFFECTIVELY_START_AHEAD;
+	// intake.Config.LineAhead). Zero: no hold.
+	StartAhead time.Duration
 	// RouteEffectSlots bounds the effect activities a worker runs at once
 	// for each route's queue (EFFECTIVELY_ROUTE_EFFECT_SLOTS).
 	RouteEffectSlots int
@@ -267,6 +271,12 @@ func (c Config) RouteStartRate() float64 {
 	}
 	return 2 * tightest
 }
+
+// DefaultStartAhead is EFFECTIVELY_START_AHEAD's default: half the
+// longest wait of a local attempt at the limit (activities.LocalRateWait),
+// so that a held backlog's charges keep to the fast local path while the
+// line stays long enough never to run dry between starts.
+const DefaultStartAhead = 500 * time.Millisecond
 
 // DefaultRouteEffectSlots is EFFECTIVELY_ROUTE_EFFECT_SLOTS' default: with
 // two workers, 200 effects in flight per route, which at Stripe's sandbox

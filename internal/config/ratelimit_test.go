@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effectively/effectively/internal/adapter/ratelimit"
 )
@@ -47,5 +48,31 @@ func TestRouteStartRate(t *testing.T) {
 	}
 	if _, err := Load(func(k string) (string, bool) { return "fast", k == "EFFECTIVELY_START_RATE" }); err == nil || !strings.Contains(err.Error(), "EFFECTIVELY_START_RATE") {
 		t.Errorf("EFFECTIVELY_START_RATE=fast: %v, want an error naming it", err)
+	}
+}
+
+// TestStartAhead: the hold defaults to DefaultStartAhead, 0 turns it off,
+// and a negative or unreadable value is refused by name.
+func TestStartAhead(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": DefaultStartAhead, "0": 0, "2s": 2 * time.Second} {
+		cfg, err := Load(func(k string) (string, bool) {
+			if k != "EFFECTIVELY_START_AHEAD" || v == "" {
+				return "", false
+			}
+			return v, true
+		})
+		if err != nil || cfg.StartAhead != want {
+			t.Errorf("EFFECTIVELY_START_AHEAD=%q: %v, %v; want %v", v, cfg.StartAhead, err, want)
+		}
+	}
+	for _, v := range []string{"-1s", "soon", "2h"} {
+		if _, err := Load(func(k string) (string, bool) {
+			if k != "EFFECTIVELY_START_AHEAD" {
+				return "", false
+			}
+			return v, true
+		}); err == nil || !strings.Contains(err.Error(), "EFFECTIVELY_START_AHEAD") {
+			t.Errorf("EFFECTIVELY_START_AHEAD=%s: %v, want an error naming it", v, err)
+		}
 	}
 }

@@ -87,6 +87,16 @@ var variables = []variable{
 			return nil
 		},
 		doc: "workflow starts per second of each route in each worker process; a message past it stays pending in the inbox (recorded and acknowledged) and is started when the route has room, so that a backlog after an outage waits in Postgres instead of flooding Temporal (docs/operations.md). `auto`: twice the paid messages per second the provider limits allow, `min(STRIPE_ENDPOINT_RATE_LIMIT, STRIPE_RATE_LIMIT/2, SENDGRID_RATE_LIMIT)` of those set, none when none is; `0`: none"},
+	{name: "EFFECTIVELY_START_AHEAD", def: short(DefaultStartAhead), field: "StartAhead",
+		load: func(c *Config, v string, _ bool) error {
+			d, err := parseDuration(v)
+			if err != nil || d < 0 || d > time.Hour {
+				return fmt.Errorf("%q: want a duration from 0 (no hold) to 1h", v)
+			}
+			c.StartAhead = d
+			return nil
+		},
+		doc: "how far ahead a route's requests may be reserved at the providers' shared rate limits before its new workflow starts hold: its messages stay pending in the inbox (recorded and acknowledged) until the line is shorter, so that a backlog drains at the limit from Postgres instead of flooding Temporal, whatever the number of workers (docs/operations.md). `0`: no hold. Only routes whose requests wait at a limit are held"},
 	num("EFFECTIVELY_ROUTE_EFFECT_SLOTS", DefaultRouteEffectSlots, "RouteEffectSlots",
 		"effect activities each worker process runs at once for one route's queue (`EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE`), 1–10000; the rest wait in Temporal's task queue, holding nothing. Keep slots × workers under what the route's provider limit sends in 20 s (the limiter's longest wait), or the extra ones are sent back and retried (docs/operations.md)",
 		func(c *Config) *int { return &c.RouteEffectSlots }).

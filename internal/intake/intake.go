@@ -84,6 +84,19 @@ type Config struct {
 	// waits in Postgres instead of flooding Temporal, where its tasks would
 	// delay every route's. Zero: no pacing.
 	StartRate float64
+	// Lines, with LineAhead, holds a route's starts while its requests at
+	// the providers' shared rate limits are reserved more than LineAhead
+	// ahead (*ratelimit.Lines, fed by this process's own requests, which
+	// wait in the line every worker shares): the route's workflows already
+	// started keep its providers busy that long, so a start now would only
+	// wait in Temporal, behind which every route's tasks wait too. A held
+	// message stays pending in the inbox, recorded and acknowledged, for
+	// the Dispatcher. The pace then follows the limit whatever the number
+	// of workers. Nil or a LineAhead of zero: no hold.
+	Lines interface {
+		Ahead(consumer string) time.Duration
+	}
+	LineAhead time.Duration
 }
 
 // Intake accepts messages from any source.
@@ -130,8 +143,16 @@ func (in *Intake) pacer(consumer string) *rate.Limiter {
 	return l
 }
 
+// held reports whether consumer's starts are held by its line at the
+// providers' limits (Config.Lines).
+func (in *Intake) held(consumer string) bool {
+	return in.cfg.Lines != nil && in.cfg.LineAhead > 0 && in.cfg.Lines.Ahead(consumer) > in.cfg.LineAhead
+}
+
 // awaitStart waits for one of consumer's starts (Config.StartRate); an
-// error when ctx ends first.
+// error when ctx ends first. The fast path's lanes wait out a hold
+// (Config.Lines) before: a held start would keep its starter from the
+// other routes' lanes.
 func (in *Intake) awaitStart(ctx context.Context, consumer string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -145,6 +166,9 @@ func (in *Intake) awaitStart(ctx context.Context, consumer string) error {
 // admit takes one of consumer's starts now (Config.StartRate); false leaves
 // the message pending for a later Dispatcher pass.
 func (in *Intake) admit(consumer string) bool {
+	if in.held(consumer) {
+		return false
+	}
 	l := in.pacer(consumer)
 	return l == nil || l.Allow()
 }
@@ -152,6 +176,9 @@ func (in *Intake) admit(consumer string) bool {
 // room is how many starts consumer may make now (Config.StartRate), at
 // most limit.
 func (in *Intake) room(consumer string, limit int) int {
+	if in.held(consumer) {
+		return 0
+	}
 	l := in.pacer(consumer)
 	if l == nil {
 		return limit

@@ -1,23 +1,39 @@
 package intake
 
-import "sync"
+import (
+	"slices"
+	"sync"
+	"time"
+)
 
 // lanes is the fast path's queue of starts, one lane per consumer, served
 // in turn: a route with a backlog (thousands of messages after an outage)
 // does not hold back another route's starts behind it. Each lane holds at
 // most perLane; a start that finds its lane full is left to the
-// Dispatcher.
+// Dispatcher. A lane whose route is held (Intake.held) is passed over
+// until the hold ends, keeping its starts.
 type lanes struct {
 	mu      sync.Mutex
 	ready   *sync.Cond
+	held    func(consumer string) bool
 	perLane int
 	byKey   map[string][]fastStart
-	turn    []string // the consumers with queued starts, in the order they are served
+	turn    []string    // the consumers with queued starts, in the order they are served
+	recheck *time.Timer // set while every queued lane is held
 	closed  bool
 }
 
-func newLanes(perLane int) *lanes {
-	l := &lanes{perLane: perLane, byKey: map[string][]fastStart{}}
+// heldRecheck is how often a starter looks again at lanes that were all
+// held.
+const heldRecheck = 20 * time.Millisecond
+
+// newLanes returns lanes of perLane starts each; held, when not nil, says
+// which routes' lanes wait.
+func newLanes(perLane int, held func(consumer string) bool) *lanes {
+	if held == nil {
+		held = func(string) bool { return false }
+	}
+	l := &lanes{perLane: perLane, held: held, byKey: map[string][]fastStart{}}
 	l.ready = sync.NewCond(&l.mu)
 	return l
 }
@@ -40,22 +56,45 @@ func (l *lanes) push(s fastStart) bool {
 	return true
 }
 
-// pop takes the next start, the lanes in turn, waiting for one; false once
-// the lanes are closed and empty.
+// pop takes the next start of a lane not held, the lanes in turn, waiting
+// for one; false once the lanes are closed and empty. Closed, it takes the
+// held lanes' starts too, for the starters to leave pending.
 func (l *lanes) pop() (fastStart, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for len(l.turn) == 0 {
-		if l.closed {
+	i := -1
+	for {
+		if len(l.turn) == 0 && l.closed {
 			return fastStart{}, false
+		}
+		for j, k := range l.turn {
+			if l.closed || !l.held(k) {
+				i = j
+				break
+			}
+		}
+		if i >= 0 {
+			break
+		}
+		if len(l.turn) > 0 && l.recheck == nil { // every queued lane held: look again soon
+			l.recheck = time.AfterFunc(heldRecheck, func() {
+				l.mu.Lock()
+				l.recheck = nil
+				l.mu.Unlock()
+				l.ready.Broadcast()
+			})
 		}
 		l.ready.Wait()
 	}
-	k := l.turn[0]
+	k := l.turn[i]
 	q := l.byKey[k]
 	s := q[0]
 	q[0] = fastStart{}
-	l.turn = l.turn[1:]
+	if i == 0 {
+		l.turn = l.turn[1:]
+	} else {
+		l.turn = slices.Delete(l.turn, i, i+1)
+	}
 	if q = q[1:]; len(q) > 0 {
 		l.byKey[k] = q
 		l.turn = append(l.turn, k) // its next start after the other lanes' next

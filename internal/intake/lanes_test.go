@@ -3,7 +3,9 @@ package intake
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/effectively/effectively/internal/adapter/message"
 )
@@ -17,7 +19,7 @@ func start(consumer, id string) fastStart {
 // in its order; a full lane refuses (its start is left to the Dispatcher)
 // without touching the others; closed lanes give out what they hold.
 func TestLanesServeConsumersInTurn(t *testing.T) {
-	l := newLanes(3)
+	l := newLanes(3, nil)
 	for i := range 4 {
 		ok := l.push(start("order-placed", fmt.Sprint("o", i)))
 		if want := i < 3; ok != want {
@@ -41,5 +43,49 @@ func TestLanesServeConsumersInTurn(t *testing.T) {
 	}
 	if want := []string{"o0", "r0", "o1", "r1", "o2"}; !slices.Equal(got, want) {
 		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
+// TestHeldLaneKeepsItsStartsAndWaits: a held route's lane is passed over,
+// keeping its starts, so that the other routes' starts go first; with
+// every queued lane held, pop waits and takes the held lane's start once
+// its hold ends; closed lanes give out held starts too (to be left
+// pending). Without the hold, o0 would come first.
+func TestHeldLaneKeepsItsStartsAndWaits(t *testing.T) {
+	var hold atomic.Bool
+	hold.Store(true)
+	l := newLanes(3, func(c string) bool { return c == "order-placed" && hold.Load() })
+	l.push(start("order-placed", "o0"))
+	l.push(start("order-placed", "o1"))
+	l.push(start("order-refund", "r0"))
+	if s, _ := l.pop(); s.m.ID != "r0" {
+		t.Fatalf("popped %s first, want r0 (order-placed is held)", s.m.ID)
+	}
+	got := make(chan string)
+	go func() {
+		s, _ := l.pop()
+		got <- s.m.ID
+	}()
+	select {
+	case id := <-got:
+		t.Fatalf("popped %s while its route was held", id)
+	case <-time.After(5 * heldRecheck):
+	}
+	hold.Store(false)
+	select {
+	case id := <-got:
+		if id != "o0" {
+			t.Fatalf("popped %s, want o0", id)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the lane's start stayed queued after its hold ended")
+	}
+	hold.Store(true)
+	l.close()
+	if s, ok := l.pop(); !ok || s.m.ID != "o1" {
+		t.Fatalf("closed lanes gave %v, %v; want o1 (held, to be left pending)", s.m, ok)
+	}
+	if _, ok := l.pop(); ok {
+		t.Fatal("closed, empty lanes gave a start")
 	}
 }

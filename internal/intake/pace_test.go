@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +117,78 @@ func TestFastPathPacesEachRoute(t *testing.T) {
 		t.Fatalf("when the refund started, %d orders had started %s in; want it ahead of the queued orders, which go at most at the pace's %d/s and its burst", n, took.Round(time.Millisecond), pace)
 	}
 	testenv.Eventually(t, 10*time.Second, "every order started at the pace", func() bool { return orders() == 20 })
+}
+
+// lines is a route's line at the providers as a test sets it.
+type lines struct {
+	mu    sync.Mutex
+	ahead map[string]time.Duration
+}
+
+func (l *lines) Ahead(consumer string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ahead[consumer]
+}
+
+func (l *lines) set(consumer string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ahead[consumer] = d
+}
+
+// TestHeldRouteWaitsForItsLine: while a route's line at the providers runs
+// further ahead than LineAhead, neither the fast path nor the Dispatcher
+// starts its messages, which stay recorded and acknowledged, and another
+// route's start goes meanwhile; once the line is short again, every held
+// message is started and none is lost.
+func TestHeldRouteWaitsForItsLine(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	tc := testenv.NewFakeTemporal()
+	ln := &lines{ahead: map[string]time.Duration{"order-placed": 3 * time.Second}}
+	in, err := intake.New(st, tc, intake.Config{Logger: testenv.Logger(t), Lines: ln, LineAhead: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		recordPending(t, st, placed(fmt.Sprintf("evt_held_p%d", i), int64(970+i)))
+	}
+	d, err := intake.NewDispatcher(in, intake.DispatcherConfig{MinAge: -1, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPath(t, in)
+	s := &settled{}
+	for i := range 5 {
+		if v := p.Handle(ctx, s.delivery(placed(fmt.Sprintf("evt_held%d", i), int64(960+i)), 1, false)); v.Settle != intake.SettleAck {
+			t.Fatalf("message %d: %s, want acked once recorded", i, v.Settle)
+		}
+	}
+	if v := p.Handle(ctx, s.delivery(refundRequested("evt_held_r", 960), 1, false)); v.Settle != intake.SettleAck {
+		t.Fatalf("refund: %s", v.Settle)
+	}
+	testenv.Eventually(t, 5*time.Second, "the refund's start", func() bool { return tc.Starts()["order-refund/evt_held_r"] == 1 })
+	if _, err := d.DispatchPending(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for id := range tc.Starts() {
+		if strings.HasPrefix(id, "order-placed/") {
+			t.Fatalf("%s started while its route's line ran 3s ahead", id)
+		}
+	}
+	ln.set("order-placed", 100*time.Millisecond)
+	if _, err := d.DispatchPending(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "every held order started", func() bool {
+		n := 0
+		for id := range tc.Starts() {
+			if strings.HasPrefix(id, "order-placed/") {
+				n++
+			}
+		}
+		return n == 8
+	})
 }

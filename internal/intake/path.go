@@ -122,7 +122,7 @@ func (p *Path) Open(ctx context.Context) {
 	if p.starts != nil {
 		return
 	}
-	starts := newLanes(p.cfg.StartQueue)
+	starts := newLanes(p.cfg.StartQueue, p.in.held)
 	p.starts = starts
 	for range p.cfg.Starters {
 		p.wg.Go(func() {

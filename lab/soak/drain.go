@@ -88,6 +88,8 @@ type DrainReport struct {
 	IdleP99 time.Duration `json:"idle_p99"`
 	BusyP99 time.Duration `json:"busy_p99"`
 	BusyMax time.Duration `json:"busy_max"`
+	// BusyMaxAt is when the longest busy probe was sent, from the first.
+	BusyMaxAt time.Duration `json:"busy_max_at"`
 	// IdleP50 and BusyP50 are the medians of the same latencies.
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
@@ -133,8 +135,8 @@ func (r DrainReport) String() string {
 	fmt.Fprintf(&b, "oldest message waited %s; oldest payment key used %s after its first claim (Stripe keeps keys 24 h)\n",
 		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
 	fmt.Fprintf(&b, "regular charge attempts per backlog message %.1f (a sample; each past the first sent back by the limit or failed)\n", r.AttemptsPerCharge)
-	fmt.Fprintf(&b, "other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s\n",
-		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond))
+	fmt.Fprintf(&b, "other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes)\n",
+		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  median idle %s, during the drain %s\n", r.IdleP50.Round(time.Millisecond), r.BusyP50.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
 		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
@@ -295,6 +297,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyCreatedP99, rep.BusyTaskP99 = p99(busy.created), p99(busy.task)
 	rep.BusyScheduledP99, rep.BusyDispatchP99 = p99(busy.scheduled), p99(busy.dispatch)
 	rep.BusyMax = slices.Max(busy.total)
+	rep.BusyMaxAt = busy.sentAt[slices.Index(busy.total, rep.BusyMax)]
 	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
 	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
 		return rep, fmt.Errorf("drain: %w", err)
@@ -349,6 +352,7 @@ func orderMsg(id string, orderID int64) []byte {
 // the inbox row (intake), and inbox row to record (work).
 type latencies struct {
 	total, intake, work, start, created, task, scheduled, dispatch, refund, receipt []time.Duration
+	sentAt                                                                          []time.Duration // from the first probe's publication
 }
 
 // probe publishes cfg.Probes refunds of the warm-up orders, one every
@@ -389,6 +393,7 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 			return out, err
 		}
 		out.total = append(out.total, at.Sub(sent[id]))
+		out.sentAt = append(out.sentAt, sent[id].Sub(sent[ids[0]]))
 		out.intake = append(out.intake, in.Sub(sent[id]))
 		out.work = append(out.work, at.Sub(in))
 		out.start = append(out.start, claimed.Sub(in))

@@ -31,6 +31,7 @@ var (
 	drainCluster     = flag.Bool("drain-cluster", false, "run the drain on Temporal server v1.29.1 on Postgres (tools/cluster: make bin/temporal-server), one process, 4 history shards, instead of the dev server")
 	drainProbeAfter  = flag.Duration("drain-probe-after", 0, "start the refund probes this long after the workers come back (default: at once)")
 	drainStartRate   = flag.String("drain-start-rate", "auto", "the workers' EFFECTIVELY_START_RATE")
+	drainStartAhead  = flag.String("drain-start-ahead", "", "the workers' EFFECTIVELY_START_AHEAD (default: the worker's; 0 turns the hold off)")
 	drainMatchFair   = flag.Bool("drain-matching-fairness", true, "run the dev server with matching.enableFairness (each route's consumer a fairness key of the workflow task queue)")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target, not met yet: see docs/operations.md)")
 )
@@ -100,7 +101,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 					"PAYMENT_START_TO_CLOSE=2m", "EMAIL_START_TO_CLOSE=1m", "DATABASE_MAX_CONNS=32",
 					"NATS_STREAM=" + j.Stream, "NATS_SUBJECT=" + j.Subject, "NATS_CONSUMER=drain", "NATS_CONSUMER_PER_ROUTE=true", "EFFECTIVELY_EFFECT_QUEUE_PER_ROUTE=true",
 					"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
-					"EFFECTIVELY_START_RATE=" + *drainStartRate,
+					"EFFECTIVELY_START_RATE=" + *drainStartRate, "EFFECTIVELY_START_AHEAD=" + *drainStartAhead,
 					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
 					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),
 					fmt.Sprintf("SENDGRID_RATE_LIMIT=%g", workerEndpoint),

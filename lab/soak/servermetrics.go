@@ -2,11 +2,14 @@ package soak
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +34,14 @@ type ServerWindow struct {
 	// HeartbeatTimeouts the activities whose heartbeats came too late.
 	TaskTimeouts      int `json:"task_timeouts"`
 	HeartbeatTimeouts int `json:"heartbeat_timeouts"`
+	// TransferQueueMean is the mean time from a history transfer task's
+	// creation to its completion (the server's task_latency_queue), by task
+	// type (Activity, WorkflowTask): on the dev server's single history
+	// shard, every route's tasks wait in one queue.
+	TransferQueueMean map[string]time.Duration `json:"transfer_queue_mean,omitempty"`
+	// Requests counts the frontend's requests by operation: what the
+	// workers asked of the server.
+	Requests map[string]int `json:"requests,omitempty"`
 	// CPUBusy is the share of the machine's CPU time busy (/proc/stat), of
 	// every process on it; -1 when unknown.
 	CPUBusy float64 `json:"cpu_busy"`
@@ -42,13 +53,26 @@ func (w ServerWindow) String() string {
 	if w.CPUBusy >= 0 {
 		cpu = fmt.Sprintf("%.0f%%", 100*w.CPUBusy)
 	}
-	return fmt.Sprintf("StartWorkflowExecution %s (%d, %d already started), RespondWorkflowTaskCompleted %s, workflow task timeouts %d, activity heartbeat timeouts %d, machine CPU busy %s",
-		w.StartMean.Round(time.Millisecond), w.Starts, w.AlreadyStarted, w.RespondMean.Round(time.Millisecond), w.TaskTimeouts, w.HeartbeatTimeouts, cpu)
+	queue := ""
+	for _, typ := range []string{"WorkflowTask", "Activity"} {
+		if d, ok := w.TransferQueueMean[typ]; ok {
+			queue += fmt.Sprintf(", transfer %s queued %s", typ, d.Round(time.Millisecond))
+		}
+	}
+	ops := slices.Collect(maps.Keys(w.Requests))
+	slices.SortFunc(ops, func(a, b string) int { return cmp.Or(w.Requests[b]-w.Requests[a], strings.Compare(a, b)) })
+	var top []string
+	for _, op := range ops[:min(len(ops), 6)] {
+		top = append(top, fmt.Sprintf("%s %d", op, w.Requests[op]))
+	}
+	return fmt.Sprintf("StartWorkflowExecution %s (%d, %d already started), RespondWorkflowTaskCompleted %s%s, workflow task timeouts %d, activity heartbeat timeouts %d, machine CPU busy %s; most asked: %s",
+		w.StartMean.Round(time.Millisecond), w.Starts, w.AlreadyStarted, w.RespondMean.Round(time.Millisecond), queue, w.TaskTimeouts, w.HeartbeatTimeouts, cpu, strings.Join(top, ", "))
 }
 
 // serverReading is one reading of the server's metrics and the CPU.
 type serverReading struct {
 	sum, count           map[string]float64 // service_latency by operation
+	qsum, qcount         map[string]float64 // task_latency_queue by transfer task type
 	taskTimeouts, beats  float64
 	alreadyStarted       float64
 	cpuBusy, cpuAll      float64
@@ -57,7 +81,7 @@ type serverReading struct {
 
 // readServer reads the server's metrics at url ("" reads only the CPU).
 func readServer(ctx context.Context, url string) (serverReading, error) {
-	r := serverReading{sum: map[string]float64{}, count: map[string]float64{}}
+	r := serverReading{sum: map[string]float64{}, count: map[string]float64{}, qsum: map[string]float64{}, qcount: map[string]float64{}}
 	r.cpuBusy, r.cpuAll, r.cpuKnown = readCPU()
 	if url == "" {
 		return r, nil
@@ -96,6 +120,16 @@ func readServer(ctx context.Context, url string) (serverReading, error) {
 			} else {
 				r.count[label(labels, "operation")] += value
 			}
+		case "task_latency_queue_sum", "task_latency_queue_count":
+			typ, ok := strings.CutPrefix(label(labels, "operation"), "TransferActiveTask")
+			if !ok {
+				continue
+			}
+			if name == "task_latency_queue_sum" {
+				r.qsum[typ] += value
+			} else {
+				r.qcount[typ] += value
+			}
 		case "start_to_close_timeout":
 			if label(labels, "operation") == "TimerActiveTaskWorkflowTaskTimeout" {
 				r.taskTimeouts += value
@@ -129,6 +163,22 @@ func window(a, b serverReading) ServerWindow {
 		AlreadyStarted: int(b.alreadyStarted - a.alreadyStarted),
 		TaskTimeouts:   int(b.taskTimeouts - a.taskTimeouts), HeartbeatTimeouts: int(b.beats - a.beats),
 		CPUBusy: -1,
+	}
+	for op, c := range b.count {
+		if n := int(c - a.count[op]); n > 0 {
+			if w.Requests == nil {
+				w.Requests = map[string]int{}
+			}
+			w.Requests[op] = n
+		}
+	}
+	for typ, c := range b.qcount {
+		if n := c - a.qcount[typ]; n > 0 {
+			if w.TransferQueueMean == nil {
+				w.TransferQueueMean = map[string]time.Duration{}
+			}
+			w.TransferQueueMean[typ] = time.Duration((b.qsum[typ] - a.qsum[typ]) / n * float64(time.Second))
+		}
 	}
 	if a.cpuKnown && b.cpuKnown && b.cpuAll > a.cpuAll {
 		w.CPUBusy = (b.cpuBusy - a.cpuBusy) / (b.cpuAll - a.cpuAll)

@@ -37,8 +37,15 @@ func TestServerWindow(t *testing.T) {
 		`activity_task_timeout{timeout_type="Heartbeat"} 2`,
 		`service_error_with_type{error_type="serviceerror_WorkflowExecutionAlreadyStarted",operation="StartWorkflowExecution",service_name="frontend"} 4`,
 		`service_error_with_type{error_type="serviceerror_WorkflowExecutionAlreadyStarted",operation="StartWorkflowExecution",service_name="history"} 4`,
-		`activity_task_timeout{timeout_type="StartToClose"} 9`)
+		`activity_task_timeout{timeout_type="StartToClose"} 9`,
+		`task_latency_queue_sum{operation="TransferActiveTaskActivity",service_name="history"} 0.5`,
+		`task_latency_queue_count{operation="TransferActiveTaskActivity",service_name="history"} 10`,
+		`task_latency_queue_sum{operation="TimerActiveTaskActivityTimeout",service_name="history"} 9`,
+		`task_latency_queue_count{operation="TimerActiveTaskActivityTimeout",service_name="history"} 1`)
 	w := window(a, b)
+	if len(w.TransferQueueMean) != 1 || w.TransferQueueMean["Activity"] != 50*time.Millisecond || w.Requests["StartWorkflowExecution"] != 30 {
+		t.Fatalf("window = %+v, want the transfer activity tasks queued 50ms on average (no timer task) and 30 starts asked", w)
+	}
 	if w.StartMean != 200*time.Millisecond || w.Starts != 30 || w.TaskTimeouts != 3 || w.HeartbeatTimeouts != 2 || w.AlreadyStarted != 4 || w.RespondMean != 0 {
 		t.Fatalf("window = %+v, want 30 starts at 200ms (4 already started), 3 task timeouts, 2 heartbeat timeouts", w)
 	}

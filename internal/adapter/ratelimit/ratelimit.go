@@ -90,6 +90,9 @@ type Config struct {
 	ExpressShare float64
 	// Observer counts waits, 429s and fallbacks; nil counts nothing.
 	Observer Observer
+	// Lines, when set, learns from each reservation where its flow's line
+	// ends (one Lines may serve several providers' limiters).
+	Lines *Lines
 }
 
 type flowKey struct{}
@@ -266,6 +269,9 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 		}
 	}
 	d := res.Wait
+	if flow := flowOf(ctx); flow != "" {
+		l.cfg.Lines.saw(flow, time.Now().Add(d))
+	}
 	if !res.OK {
 		if o := l.cfg.Observer; o != nil {
 			o.RateDeferred(l.cfg.Provider, endpoint, d)

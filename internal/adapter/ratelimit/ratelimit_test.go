@@ -398,3 +398,49 @@ func TestWithMaxWaitSendsBackSooner(t *testing.T) {
 		t.Errorf("uncapped: waited %s, want the next slot (about 250ms): the capped request took none", waited)
 	}
 }
+
+// TestLinesSeeTheSharedLine: a flow's line as one worker's Lines reads it
+// from its own request includes what another worker reserved before it:
+// 19 requests at 10/s put the next about 1.9 s ahead, whichever limiter
+// took them; another flow's line stays empty; a deferred request
+// reads the line too; and the line shortens as time passes.
+func TestLinesSeeTheSharedLine(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	ep := "POST /v1/payment_intents"
+	cfg := ratelimit.Config{Provider: "stripe", Endpoint: ratelimit.Rate{PerSecond: 10, Burst: 1}, MaxWait: 10 * time.Second, ExpressShare: -1}
+	other := newLimiter(t, st, cfg)
+	mine := ratelimit.NewLines()
+	cfg.Lines = mine
+	l := newLimiter(t, st, cfg)
+	flow := ratelimit.WithFlow(context.Background(), "order-placed")
+	var wg sync.WaitGroup
+	for range 19 {
+		wg.Go(func() { _ = other.Wait(flow, ep) })
+	}
+	time.Sleep(100 * time.Millisecond) // the 19 reserved, the last about 1.9 s ahead
+	if d := mine.Ahead("order-placed"); d != 0 {
+		t.Fatalf("ahead %s before this worker's first request, want 0", d)
+	}
+	go func() { _ = l.Wait(flow, ep) }()
+	time.Sleep(100 * time.Millisecond)
+	got := mine.Ahead("order-placed")
+	if got < 1500*time.Millisecond || got > 2500*time.Millisecond {
+		t.Fatalf("ahead %s after the other worker reserved 19 at 10/s, want about 1.8 s", got)
+	}
+	if d := mine.Ahead("order-refund"); d != 0 {
+		t.Fatalf("another flow's line is %s ahead, want 0", d)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if d := mine.Ahead("order-placed"); d > got-400*time.Millisecond {
+		t.Fatalf("ahead %s half a second after %s: the line did not shorten", d, got)
+	}
+	short := ratelimit.WithMaxWait(flow, 100*time.Millisecond)
+	before := mine.Ahead("order-placed")
+	if _, ok := ratelimit.Deferred(l.Wait(short, ep)); !ok {
+		t.Fatal("a request that would wait over a second was not sent back")
+	}
+	if d := mine.Ahead("order-placed"); d < before {
+		t.Fatalf("ahead %s after a deferred request, was %s: the deferral did not read the line", d, before)
+	}
+	wg.Wait()
+}
