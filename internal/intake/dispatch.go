@@ -122,7 +122,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 func (d *Dispatcher) Run(ctx context.Context) error {
 	pause := d.cfg.Interval
 	for {
-		n, paced, err := d.dispatchPending(ctx)
+		n, err := d.DispatchPending(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -131,11 +131,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			pause = min(2*pause, 30*time.Second)
 		default:
 			pause = d.cfg.Interval
-			if paced {
-				// Its routes' pace or hold ended the pass, not the rows:
-				// look again once the pace has room.
-				pause = min(pause, pacedPause)
-			}
 			if n > 0 {
 				d.cfg.Logger.Info("dispatched pending messages", "count", n)
 			}
@@ -152,17 +147,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // than MinAge until a batch comes back short, and returns how many rows it
 // settled.
 func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
-	n, _, err := d.dispatchPending(ctx)
-	return n, err
-}
-
-// pacedPause is the pause after a pass that every route's pace or hold
-// ended (Config.StartRate, Config.Lines).
-const pacedPause = 100 * time.Millisecond
-
-// dispatchPending is DispatchPending, and whether the routes' room ended
-// the pass.
-func (d *Dispatcher) dispatchPending(ctx context.Context) (total int, paced bool, err error) {
+	total := 0
 	for {
 		// Only the routes with room for starts (Config.StartRate), no more
 		// rows than their room: a route out of it leaves the next batch to
@@ -176,7 +161,7 @@ func (d *Dispatcher) dispatchPending(ctx context.Context) (total int, paced bool
 		}
 		o.Limit = min(o.Limit, d.cfg.BatchSize)
 		if o.Limit == 0 {
-			return total, true, nil
+			return total, nil
 		}
 		var claimed int
 		n, err := d.in.store.DispatchPending(ctx, o, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
@@ -185,12 +170,12 @@ func (d *Dispatcher) dispatchPending(ctx context.Context) (total int, paced bool
 		})
 		total += n
 		if err != nil {
-			return total, false, err
+			return total, err
 		}
 		// A short batch, or a batch none of which could be started (Temporal
 		// down, or its routes out of room), ends the pass.
 		if claimed < o.Limit || n == 0 {
-			return total, false, nil
+			return total, nil
 		}
 	}
 }

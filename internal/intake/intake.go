@@ -90,9 +90,11 @@ type Config struct {
 	// wait in the line every worker shares): the route's workflows already
 	// started keep its providers busy that long, so a start now would only
 	// wait in Temporal, behind which every route's tasks wait too. A held
-	// message stays pending in the inbox, recorded and acknowledged, for
-	// the Dispatcher. The pace then follows the limit whatever the number
-	// of workers. Nil or a LineAhead of zero: no hold.
+	// message, recorded and acknowledged, its inbox row pending, waits in
+	// its route's lane of the fast path (served again once the hold ends)
+	// or, past the lane, for the Dispatcher. The pace then follows the
+	// limit whatever the number of workers. Nil or a LineAhead of zero: no
+	// hold.
 	Lines interface {
 		Ahead(consumer string) time.Duration
 	}
