@@ -16,6 +16,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // observer counts what a Limiter reports.
@@ -399,16 +400,32 @@ func TestWithMaxWaitSendsBackSooner(t *testing.T) {
 	}
 }
 
+// reserving counts the reservations a backend has answered.
+type reserving struct {
+	ratelimit.Backend
+	n atomic.Int32
+}
+
+func (r *reserving) ReserveRate(ctx context.Context, res store.Reservation) (store.Reserved, error) {
+	defer r.n.Add(1)
+	return r.Backend.ReserveRate(ctx, res)
+}
+
 // TestLinesSeeTheSharedLine: a flow's line as one worker's Lines reads it
 // from its own request includes what another worker reserved before it:
-// 19 requests at 10/s put the next about 1.9 s ahead, whichever limiter
-// took them; another flow's line stays empty; a deferred request
-// reads the line too; and the line shortens as time passes.
+// after the other's 19 requests at 5/s, this worker's next slot is one
+// interval (200 ms) past the other's last, whichever limiter took them and
+// however long the machine took to reserve them; another flow's line stays
+// empty; a deferred request reads the line too; and the line shortens as
+// time passes.
 func TestLinesSeeTheSharedLine(t *testing.T) {
 	st := store.New(storetest.NewPool(t))
 	ep := "POST /v1/payment_intents"
-	cfg := ratelimit.Config{Provider: "stripe", Endpoint: ratelimit.Rate{PerSecond: 10, Burst: 1}, MaxWait: 10 * time.Second, ExpressShare: -1}
-	other := newLimiter(t, st, cfg)
+	cfg := ratelimit.Config{Provider: "stripe", Endpoint: ratelimit.Rate{PerSecond: 5, Burst: 1}, MaxWait: 10 * time.Second, ExpressShare: -1}
+	theirs := ratelimit.NewLines()
+	cfg.Lines = theirs
+	counted := &reserving{Backend: st}
+	other := newLimiter(t, counted, cfg)
 	mine := ratelimit.NewLines()
 	cfg.Lines = mine
 	l := newLimiter(t, st, cfg)
@@ -417,15 +434,18 @@ func TestLinesSeeTheSharedLine(t *testing.T) {
 	for range 19 {
 		wg.Go(func() { _ = other.Wait(flow, ep) })
 	}
-	time.Sleep(100 * time.Millisecond) // the 19 reserved, the last about 1.9 s ahead
+	testenv.Eventually(t, 10*time.Second, "the other worker's 19 reservations", func() bool { return counted.n.Load() == 19 })
 	if d := mine.Ahead("order-placed"); d != 0 {
 		t.Fatalf("ahead %s before this worker's first request, want 0", d)
 	}
-	go func() { _ = l.Wait(flow, ep) }()
-	time.Sleep(100 * time.Millisecond)
-	got := mine.Ahead("order-placed")
-	if got < 1500*time.Millisecond || got > 2500*time.Millisecond {
-		t.Fatalf("ahead %s after the other worker reserved 19 at 10/s, want about 1.8 s", got)
+	wg.Go(func() { _ = l.Wait(flow, ep) })
+	testenv.Eventually(t, 10*time.Second, "this worker's reservation", func() bool { return mine.Ahead("order-placed") > 0 })
+	got, last := mine.Ahead("order-placed"), theirs.Ahead("order-placed")
+	if last <= 0 {
+		t.Fatalf("the other worker's line has run out (this worker's is %s ahead): reserving 19 took longer than their 3.6 s line", got)
+	}
+	if gap := got - last; gap < 100*time.Millisecond || gap > 400*time.Millisecond {
+		t.Fatalf("ahead %s, the other worker's line %s ahead: %s past its last slot, want one interval (200ms)", got, last, gap)
 	}
 	if d := mine.Ahead("order-refund"); d != 0 {
 		t.Fatalf("another flow's line is %s ahead, want 0", d)
