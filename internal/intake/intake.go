@@ -77,7 +77,8 @@ type Config struct {
 	// quarantine reasons). Nil counts nothing.
 	Metrics *metrics.Metrics
 	// StartRate paces each route's workflow starts in this process, per
-	// second (a burst of one second's worth): a recorded message waits in
+	// second (a burst of one second's worth, once a second has passed: the
+	// bucket starts empty): a recorded message waits in
 	// its route's lane of the fast path for its turn, and past the lane it
 	// stays pending in the inbox, recorded and acknowledged, for the
 	// Dispatcher, which starts it when the route has room. After an outage the backlog then
@@ -139,7 +140,14 @@ func (in *Intake) pacer(consumer string) *rate.Limiter {
 	defer in.paceMu.Unlock()
 	l := in.pace[consumer]
 	if l == nil {
-		l = rate.NewLimiter(rate.Limit(in.cfg.StartRate), max(1, int(in.cfg.StartRate)))
+		burst := max(1, int(in.cfg.StartRate))
+		l = rate.NewLimiter(rate.Limit(in.cfg.StartRate), burst)
+		// The bucket starts empty: a worker that comes back to a backlog
+		// starts it at the pace from its first start. A full one started
+		// a second's worth at once in every worker, and the Temporal
+		// server's writes queued behind them, every route's with them
+		// (docs/operations.md, the drain's first probe).
+		l.AllowN(time.Now(), burst)
 		in.pace[consumer] = l
 	}
 	return l
