@@ -77,8 +77,8 @@ type Config struct {
 	// quarantine reasons). Nil counts nothing.
 	Metrics *metrics.Metrics
 	// StartRate paces each route's workflow starts in this process, per
-	// second (a burst of one second's worth, once a second has passed: the
-	// bucket starts empty): a recorded message waits in
+	// second (a burst of one second's worth, filling from the intake's
+	// start: the bucket starts empty): a recorded message waits in
 	// its route's lane of the fast path for its turn, and past the lane it
 	// stays pending in the inbox, recorded and acknowledged, for the
 	// Dispatcher, which starts it when the route has room. After an outage the backlog then
@@ -109,6 +109,7 @@ type Intake struct {
 	cfg    Config
 	paceMu sync.Mutex
 	pace   map[string]*rate.Limiter // by consumer; see Config.StartRate
+	born   time.Time                // when the paces begin to fill
 }
 
 // New returns an Intake that records in st and starts workflows through tc.
@@ -128,7 +129,7 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.Routes == nil {
 		cfg.Routes = route.Default()
 	}
-	return &Intake{store: st, tc: tc, cfg: cfg, pace: map[string]*rate.Limiter{}}, nil
+	return &Intake{store: st, tc: tc, cfg: cfg, pace: map[string]*rate.Limiter{}, born: time.Now()}, nil
 }
 
 // pacer is consumer's start pacer (Config.StartRate); nil without pacing.
@@ -140,14 +141,18 @@ func (in *Intake) pacer(consumer string) *rate.Limiter {
 	defer in.paceMu.Unlock()
 	l := in.pace[consumer]
 	if l == nil {
-		burst := max(1, int(in.cfg.StartRate))
+		now, burst := time.Now(), max(1, int(in.cfg.StartRate))
 		l = rate.NewLimiter(rate.Limit(in.cfg.StartRate), burst)
-		// The bucket starts empty: a worker that comes back to a backlog
-		// starts it at the pace from its first start. A full one started
-		// a second's worth at once in every worker, and the Temporal
-		// server's writes queued behind them, every route's with them
-		// (docs/operations.md, the drain's first probe).
-		l.AllowN(time.Now(), burst)
+		// The bucket is empty when the intake starts and fills from then
+		// on, whenever the route's first message comes: a worker that
+		// comes back to a backlog starts it at the pace from its first
+		// start. A full one started a second's worth at once in every
+		// worker, and the Temporal server's writes queued behind them,
+		// every route's with them (docs/operations.md, the drain's first
+		// probe).
+		if empty := burst - int(in.cfg.StartRate*now.Sub(in.born).Seconds()); empty > 0 {
+			l.AllowN(now, empty)
+		}
 		in.pace[consumer] = l
 	}
 	return l
