@@ -73,8 +73,8 @@ type Config struct {
 	DatabaseMaxConns int
 	// TaskQueue is the Temporal task queue of both processes (EFFECTIVELY_TASK_QUEUE).
 	TaskQueue string
-	// StartRate paces each route's workflow starts per worker process
-	// (EFFECTIVELY_START_RATE); negative is auto (RouteStartRate).
+	// StartRate paces each route's workflow starts, shared by every worker
+	// process (EFFECTIVELY_START_RATE); negative is auto (RouteStartRate).
 	StartRate float64
 	// StartAhead holds a route's starts while its requests at the shared
 	// rate limits are reserved further ahead (EFFECTIVELY_START_AHEAD;
@@ -255,10 +255,11 @@ const DefaultDrainTimeout = 20 * time.Second
 // DefaultDatabaseMaxConns is the worker's Postgres pool size.
 const DefaultDatabaseMaxConns = 32
 
-// RouteStartRate is the pace of each route's workflow starts per worker
-// process (intake.Config.StartRate): StartRate, or with auto twice the paid
-// messages per second the provider limits allow (a create and a confirm,
-// two Stripe endpoints; one mail), 0 when no limit is set.
+// RouteStartRate is the pace of each route's workflow starts, shared by
+// every worker process (intake.Config.StartRate): StartRate, or with auto
+// AutoStartFactor times the paid messages per second the provider limits
+// allow (a create and a confirm, two Stripe endpoints; one mail), 0 when no
+// limit is set.
 func (c Config) RouteStartRate() float64 {
 	if c.StartRate >= 0 {
 		return c.StartRate
@@ -269,8 +270,16 @@ func (c Config) RouteStartRate() float64 {
 			tightest = r
 		}
 	}
-	return 2 * tightest
+	return AutoStartFactor * tightest
 }
+
+// AutoStartFactor is how much faster than the providers' limits admit a
+// route's starts go with EFFECTIVELY_START_RATE=auto: enough for the line
+// at the limits to reach EFFECTIVELY_START_AHEAD and hold the rest, not
+// so much that the starts run far ahead of it. Measured with 2 workers
+// (docs/operations.md): 1.25× drained at 92–97% of the limit, 1× at 90%,
+// 2× at 100% with the other routes' latency 2–3 times 1.25×'s.
+const AutoStartFactor = 1.25
 
 // DefaultStartAhead is EFFECTIVELY_START_AHEAD's default: half the
 // longest wait of a local attempt at the limit (activities.LocalRateWait),

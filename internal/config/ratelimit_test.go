@@ -23,17 +23,17 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-// TestRouteStartRate: auto paces a route's starts at twice the paid
-// messages per second the limits allow, none without limits; a number is
+// TestRouteStartRate: auto paces a route's starts (in total, over the
+// workers) at 1.25 times the paid messages per second the limits allow, none without limits; a number is
 // taken as it is.
 func TestRouteStartRate(t *testing.T) {
 	for _, tc := range []struct {
 		env  map[string]string
 		want float64
 	}{
-		{map[string]string{}, 40}, // the defaults: 20/s an endpoint, 80/s in all, no SendGrid limit
-		{map[string]string{"STRIPE_RATE_LIMIT": "30"}, 30},
-		{map[string]string{"SENDGRID_RATE_LIMIT": "5"}, 10},
+		{map[string]string{}, 25}, // the defaults: 20/s an endpoint, 80/s in all, no SendGrid limit
+		{map[string]string{"STRIPE_RATE_LIMIT": "30"}, 18.75},
+		{map[string]string{"SENDGRID_RATE_LIMIT": "4"}, 5},
 		{map[string]string{"STRIPE_RATE_LIMIT": "0", "STRIPE_ENDPOINT_RATE_LIMIT": "0"}, 0},
 		{map[string]string{"EFFECTIVELY_START_RATE": "7"}, 7},
 		{map[string]string{"EFFECTIVELY_START_RATE": "0"}, 0},

@@ -86,7 +86,7 @@ var variables = []variable{
 			c.StartRate = r
 			return nil
 		},
-		doc: "workflow starts per second of each route in each worker process; a message past it stays pending in the inbox (recorded and acknowledged) and is started when the route has room, so that a backlog after an outage waits in Postgres instead of flooding Temporal (docs/operations.md). `auto`: twice the paid messages per second the provider limits allow, `min(STRIPE_ENDPOINT_RATE_LIMIT, STRIPE_RATE_LIMIT/2, SENDGRID_RATE_LIMIT)` of those set, none when none is; `0`: none. Each worker's pace starts at zero, with no burst. For a restart that does not delay the other routes, set it to the paid rate divided by the number of workers (docs/operations.md)"},
+		doc: "workflow starts per second of each route, shared by every worker process (a bucket in Postgres, reserved a tenth of a second's worth at a time); a message past it stays pending in the inbox (recorded and acknowledged) and is started when the route has room, so that a backlog after an outage waits in Postgres instead of flooding Temporal (docs/operations.md). `auto`: 1.25 times the paid messages per second the provider limits allow, `min(STRIPE_ENDPOINT_RATE_LIMIT, STRIPE_RATE_LIMIT/2, SENDGRID_RATE_LIMIT)` of those set, none when none is; `0`: none. A worker that cannot reach Postgres paces itself alone at this rate"},
 	{name: "EFFECTIVELY_START_AHEAD", def: short(DefaultStartAhead), field: "StartAhead",
 		load: func(c *Config, v string, _ bool) error {
 			d, err := parseDuration(v)

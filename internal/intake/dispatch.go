@@ -19,7 +19,8 @@ type DispatcherConfig struct {
 	// Interval between passes when the last one found nothing to do.
 	// Default 1s.
 	Interval time.Duration
-	// BatchSize is how many pending rows one transaction claims. Default 100.
+	// BatchSize is the most pending rows of one route one claim takes.
+	// Default 100.
 	BatchSize int
 	// MinAge leaves younger rows to the path that recorded them, so the
 	// dispatcher picks up only what a crash or an outage left. Default 15s.
@@ -104,7 +105,7 @@ func NewDispatcher(in *Intake, cfg DispatcherConfig) (*Dispatcher, error) {
 	for _, r := range in.cfg.Routes.Routes() {
 		consumers = append(consumers, r.Consumer)
 	}
-	claim := store.DispatchOptions{Limit: cfg.BatchSize, MinAge: cfg.MinAge, Consumers: consumers, Lease: cfg.Lease, Hold: cfg.Hold}
+	claim := store.DispatchOptions{MinAge: cfg.MinAge, Consumers: consumers, Lease: cfg.Lease, Hold: cfg.Hold}
 	return &Dispatcher{in: in, cfg: cfg, claim: claim}, nil
 }
 
@@ -144,65 +145,92 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 // DispatchPending makes one pass: it claims batches of pending rows older
-// than MinAge until a batch comes back short, and returns how many rows it
-// settled.
+// than MinAge, each route's share its room (Config.StartRate), until no
+// route's share comes back full, and returns how many rows it settled.
 func (d *Dispatcher) DispatchPending(ctx context.Context) (int, error) {
 	total := 0
-	for {
-		// Only the routes with room for starts (Config.StartRate), no more
-		// rows than their room: a route out of it leaves the next batch to
-		// the others.
+	routes := d.claim.Consumers
+	for len(routes) > 0 {
+		// Each route claims its own oldest rows, no more than its room: a
+		// route out of it, or held, leaves the batch to the others, and a
+		// backlog's rows do not fill another route's share.
 		o := d.claim
-		o.Consumers, o.Limit = nil, 0
-		for _, c := range d.claim.Consumers {
+		o.Consumers, o.Limits = nil, nil
+		for _, c := range routes {
 			if r := d.in.room(c, d.cfg.BatchSize); r > 0 {
-				o.Consumers, o.Limit = append(o.Consumers, c), o.Limit+r
+				o.Consumers, o.Limits = append(o.Consumers, c), append(o.Limits, r)
 			}
 		}
-		o.Limit = min(o.Limit, d.cfg.BatchSize)
-		if o.Limit == 0 {
+		if len(o.Consumers) == 0 {
 			return total, nil
 		}
-		var claimed int
+		claimed := map[string]int{}
 		n, err := d.in.store.DispatchPending(ctx, o, func(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
-			claimed = len(batch)
+			for _, p := range batch {
+				claimed[p.Consumer]++
+			}
 			return d.startAll(ctx, batch)
 		})
 		total += n
 		if err != nil {
 			return total, err
 		}
-		// A short batch, or a batch none of which could be started (Temporal
-		// down, or its routes out of room), ends the pass.
-		if claimed < o.Limit || n == 0 {
+		// A batch none of which could be started (Temporal down, or its
+		// routes out of room) ends the pass; otherwise the routes whose
+		// share came back full go on.
+		if n == 0 {
 			return total, nil
 		}
+		routes = nil
+		for i, c := range o.Consumers {
+			if claimed[c] == o.Limits[i] {
+				routes = append(routes, c)
+			}
+		}
 	}
+	return total, nil
 }
 
 // startAll starts the workflows of batch, Concurrency at a time, and returns
-// the rows whose fate is settled. The starts end before the claim's lease.
+// the rows whose fate is settled. Each route's rows wait for its pace
+// (Config.StartRate) in their own order, so a route's pace does not hold
+// back another's rows; a route held (Config.Lines) leaves the rest of its
+// rows for a later pass. The starts end before the claim's lease.
 func (d *Dispatcher) startAll(ctx context.Context, batch []store.PendingMessage) []store.Dispatched {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Lease*3/4)
 	defer cancel()
 	var (
-		mu   sync.Mutex
-		done = make([]store.Dispatched, 0, len(batch))
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, d.cfg.Concurrency)
+		mu      sync.Mutex
+		done    = make([]store.Dispatched, 0, len(batch))
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, d.cfg.Concurrency)
+		byRoute = map[string][]store.PendingMessage{}
+		order   []string
 	)
 	for _, p := range batch {
-		if !d.in.admit(p.Consumer) {
-			continue // released for a later pass
+		if _, ok := byRoute[p.Consumer]; !ok {
+			order = append(order, p.Consumer)
 		}
-		sem <- struct{}{}
+		byRoute[p.Consumer] = append(byRoute[p.Consumer], p)
+	}
+	for _, c := range order {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			wfID, ok := d.startOne(ctx, p)
-			if ok {
-				mu.Lock()
-				done = append(done, store.Dispatched{Consumer: p.Consumer, MessageID: p.MessageID, WorkflowID: wfID})
-				mu.Unlock()
+			var starts sync.WaitGroup
+			defer starts.Wait()
+			for _, p := range byRoute[c] {
+				if !d.in.admit(ctx, c) {
+					return // the rest released for a later pass
+				}
+				sem <- struct{}{}
+				starts.Go(func() {
+					defer func() { <-sem }()
+					wfID, ok := d.startOne(ctx, p)
+					if ok {
+						mu.Lock()
+						done = append(done, store.Dispatched{Consumer: p.Consumer, MessageID: p.MessageID, WorkflowID: wfID})
+						mu.Unlock()
+					}
+				})
 			}
 		})
 	}

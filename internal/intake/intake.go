@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"golang.org/x/time/rate"
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/metrics"
@@ -76,14 +75,15 @@ type Config struct {
 	// Metrics counts the intake's decisions (started, duplicate, and the
 	// quarantine reasons). Nil counts nothing.
 	Metrics *metrics.Metrics
-	// StartRate paces each route's workflow starts in this process, per
-	// second (a burst of one second's worth, filling from the intake's
-	// start: the bucket starts empty): a recorded message waits in
-	// its route's lane of the fast path for its turn, and past the lane it
-	// stays pending in the inbox, recorded and acknowledged, for the
-	// Dispatcher, which starts it when the route has room. After an outage the backlog then
-	// waits in Postgres instead of flooding Temporal, where its tasks would
-	// delay every route's. Zero: no pacing.
+	// StartRate paces each route's workflow starts, per second, in total
+	// over every worker process sharing the database (a bucket in
+	// Postgres, reserved a tenth of a second's worth at a time; see pace):
+	// a recorded message waits in its route's lane of the fast path for
+	// its turn, and past the lane it stays pending in the inbox, recorded
+	// and acknowledged, for the Dispatcher, which starts it when the route
+	// has room. After an outage the backlog then waits in Postgres instead
+	// of flooding Temporal, where its tasks would delay every route's.
+	// Zero: no pacing.
 	StartRate float64
 	// Lines, with LineAhead, holds a route's starts while its requests at
 	// the providers' shared rate limits are reserved more than LineAhead
@@ -108,8 +108,7 @@ type Intake struct {
 	tc     client.Client
 	cfg    Config
 	paceMu sync.Mutex
-	pace   map[string]*rate.Limiter // by consumer; see Config.StartRate
-	born   time.Time                // when the paces begin to fill
+	pace   map[string]*pace // by consumer; see Config.StartRate
 }
 
 // New returns an Intake that records in st and starts workflows through tc.
@@ -129,33 +128,22 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.Routes == nil {
 		cfg.Routes = route.Default()
 	}
-	return &Intake{store: st, tc: tc, cfg: cfg, pace: map[string]*rate.Limiter{}, born: time.Now()}, nil
+	return &Intake{store: st, tc: tc, cfg: cfg, pace: map[string]*pace{}}, nil
 }
 
-// pacer is consumer's start pacer (Config.StartRate); nil without pacing.
-func (in *Intake) pacer(consumer string) *rate.Limiter {
+// pacer is consumer's start pace (Config.StartRate); nil without pacing.
+func (in *Intake) pacer(consumer string) *pace {
 	if in.cfg.StartRate <= 0 {
 		return nil
 	}
 	in.paceMu.Lock()
 	defer in.paceMu.Unlock()
-	l := in.pace[consumer]
-	if l == nil {
-		now, burst := time.Now(), max(1, int(in.cfg.StartRate))
-		l = rate.NewLimiter(rate.Limit(in.cfg.StartRate), burst)
-		// The bucket is empty when the intake starts and fills from then
-		// on, whenever the route's first message comes: a worker that
-		// comes back to a backlog starts it at the pace from its first
-		// start. A full one started a second's worth at once in every
-		// worker, and the Temporal server's writes queued behind them,
-		// every route's with them (docs/operations.md, the drain's first
-		// probe).
-		if empty := burst - int(in.cfg.StartRate*now.Sub(in.born).Seconds()); empty > 0 {
-			l.AllowN(now, empty)
-		}
-		in.pace[consumer] = l
+	p := in.pace[consumer]
+	if p == nil {
+		p = newPace(in.store, consumer, in.cfg.StartRate)
+		in.pace[consumer] = p
 	}
-	return l
+	return p
 }
 
 // held reports whether consumer's starts are held by its line at the
@@ -172,33 +160,35 @@ func (in *Intake) awaitStart(ctx context.Context, consumer string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l := in.pacer(consumer); l != nil {
-		return l.Wait(ctx)
+	if p := in.pacer(consumer); p != nil {
+		return p.wait(ctx)
 	}
 	return nil
 }
 
-// admit takes one of consumer's starts now (Config.StartRate); false leaves
-// the message pending for a later Dispatcher pass.
-func (in *Intake) admit(consumer string) bool {
+// admit waits for one of consumer's starts (Config.StartRate) for the
+// Dispatcher; false, at once, while the route is held, or when ctx ends
+// first (or would before the start's turn): the message stays pending for
+// a later pass.
+func (in *Intake) admit(ctx context.Context, consumer string) bool {
 	if in.held(consumer) {
 		return false
 	}
-	l := in.pacer(consumer)
-	return l == nil || l.Allow()
+	return in.awaitStart(ctx, consumer) == nil
 }
 
-// room is how many starts consumer may make now (Config.StartRate), at
-// most limit.
+// room is how many of consumer's rows the Dispatcher claims for one batch
+// (Config.StartRate), at most limit: a second of its pace, none while the
+// route is held.
 func (in *Intake) room(consumer string, limit int) int {
 	if in.held(consumer) {
 		return 0
 	}
-	l := in.pacer(consumer)
-	if l == nil {
+	p := in.pacer(consumer)
+	if p == nil {
 		return limit
 	}
-	return min(limit, int(l.Tokens()))
+	return min(limit, 1+int(p.perSecond()))
 }
 
 // Accept handles one raw message from source ("starter", "jetstream", …).

@@ -10,17 +10,21 @@ import (
 // in turn: a route with a backlog (thousands of messages after an outage)
 // does not hold back another route's starts behind it. Each lane holds at
 // most perLane; a start that finds its lane full is left to the
-// Dispatcher. A lane whose route is held (Intake.held) is passed over
-// until the hold ends, keeping its starts.
+// Dispatcher. A lane whose route is held (Intake.held), or whose route
+// has perRoute starts with the starters already (waiting for its pace, or
+// in flight), is passed over until the hold ends or a start is done,
+// keeping its starts: the other routes' lanes keep starters.
 type lanes struct {
-	mu      sync.Mutex
-	ready   *sync.Cond
-	held    func(consumer string) bool
-	perLane int
-	byKey   map[string][]fastStart
-	turn    []string    // the consumers with queued starts, in the order they are served
-	recheck *time.Timer // set while every queued lane is held
-	closed  bool
+	mu       sync.Mutex
+	ready    *sync.Cond
+	held     func(consumer string) bool
+	perLane  int
+	perRoute int            // 0: no bound
+	busy     map[string]int // starts popped and not done, by consumer
+	byKey    map[string][]fastStart
+	turn     []string    // the consumers with queued starts, in the order they are served
+	recheck  *time.Timer // set while every queued lane is held
+	closed   bool
 }
 
 // heldRecheck is how often a starter looks again at lanes that were all
@@ -28,12 +32,13 @@ type lanes struct {
 const heldRecheck = 20 * time.Millisecond
 
 // newLanes returns lanes of perLane starts each; held, when not nil, says
-// which routes' lanes wait.
-func newLanes(perLane int, held func(consumer string) bool) *lanes {
+// which routes' lanes wait; perRoute, when above 0, bounds a route's
+// starts between pop and done.
+func newLanes(perLane, perRoute int, held func(consumer string) bool) *lanes {
 	if held == nil {
 		held = func(string) bool { return false }
 	}
-	l := &lanes{perLane: perLane, held: held, byKey: map[string][]fastStart{}}
+	l := &lanes{perLane: perLane, perRoute: perRoute, held: held, busy: map[string]int{}, byKey: map[string][]fastStart{}}
 	l.ready = sync.NewCond(&l.mu)
 	return l
 }
@@ -68,7 +73,7 @@ func (l *lanes) pop() (fastStart, bool) {
 			return fastStart{}, false
 		}
 		for j, k := range l.turn {
-			if l.closed || !l.held(k) {
+			if l.closed || (!l.held(k) && (l.perRoute <= 0 || l.busy[k] < l.perRoute)) {
 				i = j
 				break
 			}
@@ -76,7 +81,7 @@ func (l *lanes) pop() (fastStart, bool) {
 		if i >= 0 {
 			break
 		}
-		if len(l.turn) > 0 && l.recheck == nil { // every queued lane held: look again soon
+		if len(l.turn) > 0 && l.recheck == nil { // every queued lane held or busy: look again soon
 			l.recheck = time.AfterFunc(heldRecheck, func() {
 				l.mu.Lock()
 				l.recheck = nil
@@ -101,7 +106,18 @@ func (l *lanes) pop() (fastStart, bool) {
 	} else {
 		delete(l.byKey, k)
 	}
+	l.busy[k]++
 	return s, true
+}
+
+// done ends a start pop returned.
+func (l *lanes) done(consumer string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.busy[consumer]--; l.busy[consumer] <= 0 {
+		delete(l.busy, consumer)
+	}
+	l.ready.Signal()
 }
 
 // close lets pop return what is queued, then false.

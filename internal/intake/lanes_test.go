@@ -19,7 +19,7 @@ func start(consumer, id string) fastStart {
 // in its order; a full lane refuses (its start is left to the Dispatcher)
 // without touching the others; closed lanes give out what they hold.
 func TestLanesServeConsumersInTurn(t *testing.T) {
-	l := newLanes(3, nil)
+	l := newLanes(3, 0, nil)
 	for i := range 4 {
 		ok := l.push(start("order-placed", fmt.Sprint("o", i)))
 		if want := i < 3; ok != want {
@@ -54,7 +54,7 @@ func TestLanesServeConsumersInTurn(t *testing.T) {
 func TestHeldLaneKeepsItsStartsAndWaits(t *testing.T) {
 	var hold atomic.Bool
 	hold.Store(true)
-	l := newLanes(3, func(c string) bool { return c == "order-placed" && hold.Load() })
+	l := newLanes(3, 0, func(c string) bool { return c == "order-placed" && hold.Load() })
 	l.push(start("order-placed", "o0"))
 	l.push(start("order-placed", "o1"))
 	l.push(start("order-refund", "r0"))
@@ -87,5 +87,44 @@ func TestHeldLaneKeepsItsStartsAndWaits(t *testing.T) {
 	}
 	if _, ok := l.pop(); ok {
 		t.Fatal("closed, empty lanes gave a start")
+	}
+}
+
+// TestBusyRouteLeavesStartersToTheOthers: a route with perRoute starts
+// popped and not done (waiting for its pace, say) is passed over, so that
+// another route's start, queued after its backlog, is popped at once; done
+// lets the route's next start go.
+func TestBusyRouteLeavesStartersToTheOthers(t *testing.T) {
+	l := newLanes(10, 2, nil)
+	for i := range 5 {
+		l.push(start("order-placed", fmt.Sprint("o", i)))
+	}
+	for _, want := range []string{"o0", "o1"} {
+		if s, _ := l.pop(); s.m.ID != want {
+			t.Fatalf("popped %s, want %s", s.m.ID, want)
+		}
+	}
+	got := make(chan string, 1)
+	go func() {
+		s, _ := l.pop()
+		got <- s.m.ID
+	}()
+	select {
+	case id := <-got:
+		t.Fatalf("popped %s with two of its route's starts not done", id)
+	case <-time.After(5 * heldRecheck):
+	}
+	l.push(start("order-refund", "r0"))
+	select {
+	case id := <-got:
+		if id != "r0" {
+			t.Fatalf("popped %s, want r0", id)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("another route's start waited behind a busy route")
+	}
+	l.done("order-placed")
+	if s, _ := l.pop(); s.m.ID != "o2" {
+		t.Fatalf("popped %s after a done, want o2", s.m.ID)
 	}
 }

@@ -30,10 +30,11 @@ func pacedIntake(t *testing.T) (*store.Store, *testenv.FakeTemporal, *intake.Int
 	return st, tc, in
 }
 
-// TestDispatcherPacesEachRoute: with StartRate, a pass starts no more of a
-// route's pending rows than its pace allows, leaving the rest pending;
-// another route's rows, younger than the backlog, are started in the same
-// pass; a later pass goes on with the backlog, and nothing is lost.
+// TestDispatcherPacesEachRoute: with StartRate, a pass starts a route's
+// pending rows at its pace from the first (at most a tenth of a second's
+// worth at once), waiting for each start rather than
+// leaving the backlog to later passes; another route's rows, younger than
+// the backlog, start beside it, not behind it; nothing is lost.
 func TestDispatcherPacesEachRoute(t *testing.T) {
 	ctx := context.Background()
 	began := time.Now()
@@ -59,43 +60,40 @@ func TestDispatcherPacesEachRoute(t *testing.T) {
 		}
 		return orders, refunds
 	}
-	// A worker just started has no burst to spend: its first pass starts
-	// only what the pace has filled since the intake began; a second
-	// later each route has a second's worth.
-	if _, err := d.DispatchPending(ctx); err != nil {
-		t.Fatal(err)
-	}
-	filled := int(pace*time.Since(began).Seconds()) + 1
-	first, refunds := count()
-	if first > filled || refunds > filled {
-		t.Fatalf("the pass %s after the start started %d orders and %d refunds, want at most %d each (the pace's bucket starts empty)",
-			time.Since(began).Round(time.Millisecond), first, refunds, filled)
-	}
-	time.Sleep(time.Second)
-	if _, err := d.DispatchPending(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if orders, refunds := count(); orders-first > pace+1 || orders == first || refunds != 2 {
-		t.Fatalf("a second later, the pass started %d more orders (%d in all) and %d refunds in all, want at most %d more orders (the pace's burst) and both refunds",
-			orders-first, orders, refunds, pace+1)
-	}
-	pending, _, err := st.InboxCounts(ctx)
-	if err != nil || pending < 30-first-pace-1 {
-		t.Fatalf("pending after the first pass = %d, %v; want the rest of the backlog left pending", pending, err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, err := d.DispatchPending(ctx); err != nil {
-			t.Fatal(err)
+	pass := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.DispatchPending(ctx)
+		done <- err
+	}()
+	// While the pass runs, the orders never run ahead of the pace counted
+	// from the intake's start (one start of burst), and the refunds start
+	// within their own pace's first starts.
+	var refundsAt time.Duration
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		case <-time.After(50 * time.Millisecond):
 		}
-		if orders, _ := count(); orders == 30 {
-			break
+		orders, refunds := count()
+		if allowed := int(pace*time.Since(began).Seconds()) + 1; orders > allowed {
+			t.Fatalf("%s in, %d orders had started, want at most %d (the pace from the start, a burst of one)", time.Since(began).Round(time.Millisecond), orders, allowed)
 		}
-		if time.Now().After(deadline) {
-			orders, _ := count()
-			t.Fatalf("%d of 30 orders started after 15s at %d/s", orders, pace)
+		if refunds == 2 && refundsAt == 0 {
+			refundsAt = time.Since(pass)
 		}
-		time.Sleep(200 * time.Millisecond)
+	}
+	took := time.Since(pass)
+	orders, refunds := count()
+	if orders != 30 || refunds != 2 {
+		t.Fatalf("the pass started %d of 30 orders and %d of 2 refunds, want all: it waits for the pace rather than leaving them", orders, refunds)
+	}
+	if refundsAt == 0 || refundsAt > time.Second {
+		t.Fatalf("the refunds had both started %s into a pass of %s, want within a second: beside the orders' backlog, not behind it", refundsAt.Round(time.Millisecond), took.Round(time.Millisecond))
 	}
 	if pending, _, err := st.InboxCounts(ctx); err != nil || pending != 0 {
 		t.Fatalf("pending at the end = %d, %v", pending, err)
@@ -128,7 +126,7 @@ func TestFastPathPacesEachRoute(t *testing.T) {
 		return n
 	}
 	testenv.Eventually(t, 5*time.Second, "the refund's start", func() bool { return tc.Starts()["order-refund/evt_fp_r"] == 1 })
-	// The pace's bucket starts empty: no burst on top of the pace.
+	// No burst on top of the pace: a tenth of a second's worth at most.
 	if n, took := orders(), time.Since(began); n >= 20 || float64(n) > pace*took.Seconds()+2 {
 		t.Fatalf("when the refund started, %d orders had started %s in; want it ahead of the queued orders, which go at most at the pace's %d/s from the first, with no burst", n, took.Round(time.Millisecond), pace)
 	}

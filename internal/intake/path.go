@@ -122,7 +122,13 @@ func (p *Path) Open(ctx context.Context) {
 	if p.starts != nil {
 		return
 	}
-	starts := newLanes(p.cfg.StartQueue, p.in.held)
+	// A paced route has at most a quarter of the starters, so that the
+	// ones waiting for its pace leave the rest to the other routes.
+	perRoute := 0
+	if p.in.cfg.StartRate > 0 {
+		perRoute = max(1, p.cfg.Starters/4)
+	}
+	starts := newLanes(p.cfg.StartQueue, perRoute, p.in.held)
 	p.starts = starts
 	for range p.cfg.Starters {
 		p.wg.Go(func() {
@@ -133,10 +139,11 @@ func (p *Path) Open(ctx context.Context) {
 				}
 				// Its route's pace (Config.StartRate): the lanes fill
 				// meanwhile, then the Dispatcher takes what is past them.
-				if p.in.awaitStart(ctx, s.m.Consumer) != nil {
-					continue // left pending: the next dispatcher pass starts it
+				// An error leaves it pending for the next dispatcher pass.
+				if p.in.awaitStart(ctx, s.m.Consumer) == nil {
+					p.startFast(ctx, s)
 				}
-				p.startFast(ctx, s)
+				starts.done(s.m.Consumer)
 			}
 		})
 	}

@@ -45,7 +45,7 @@ func runDrain(ctx context.Context, cfg Config, n int) (*DrainPhase, error) {
 	// A drain at 20 msg/s takes n/20 s; the test's own timeout bounds it.
 	timeout := time.Duration(n/drainWorkerEndpoint)*time.Second*3 + 10*time.Minute
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout", timeout.String(), "-run", "^TestBacklogDrain$", "./soak/", "-args", //nolint:gosec // fixed arguments
-		"-drain-backlog", strconv.Itoa(n),
+		"-drain-backlog", strconv.Itoa(n), "-drain-burst", strconv.Itoa(min(400, n)),
 		"-drain-sim-endpoint", strconv.Itoa(drainSimEndpoint), "-drain-endpoint", strconv.Itoa(drainWorkerEndpoint),
 		"-drain-json", out)
 	cmd.Dir = filepath.Join(cfg.RepoRoot, "lab")
@@ -84,8 +84,8 @@ func (r Report) drainSection() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Backlog drain at Stripe's limits\n\n%d order messages piled up in JetStream while both workers were stopped, then drained by two worker processes "+
 		"against simulators answering 429 past %.0f requests/s per Stripe endpoint (%.0f/s globally) and per SendGrid key; the workers were configured at %.0f/s per endpoint (%.0f/s globally). "+
-		"Meanwhile refunds (another route) were timed against their idle latency. `TestBacklogDrain` of lab/soak, `-drain-backlog %d`.\n\n```\n%s```\n",
-		d.Backlog, d.SimEndpoint, 4*d.SimEndpoint, d.Endpoint, 4*d.Endpoint, d.Backlog, d.Report)
+		"Meanwhile refunds (another route) were timed against their idle latency; before the outage, with the workers warm, %d orders came at once beside the same refunds (the fairness phase). `TestBacklogDrain` of lab/soak, `-drain-backlog %d`.\n\n```\n%s```\n",
+		d.Backlog, d.SimEndpoint, 4*d.SimEndpoint, d.Endpoint, 4*d.Endpoint, d.Report.Burst, d.Backlog, d.Report)
 	for _, v := range d.Report.Violations {
 		fmt.Fprintf(&b, "- **violation**: %s\n", v)
 	}

@@ -29,6 +29,12 @@ type DrainConfig struct {
 	Probes int
 	// ProbeEvery spaces the probes. Default 250ms.
 	ProbeEvery time.Duration
+	// Burst is how many order.placed messages come at once while the
+	// workers run (warm), before the outage: the fairness phase, in which
+	// the refund route's probes run beside the orders route's backlog of
+	// Burst. Default 10× Probes (issue 24's "a 10× backlog"); negative
+	// skips the phase.
+	Burst int
 	// ProbeAfter is how long after the workers come back the busy probes
 	// start. Default 0: at once, while the backlog's workflows start.
 	ProbeAfter time.Duration
@@ -90,6 +96,23 @@ type DrainReport struct {
 	BusyMax time.Duration `json:"busy_max"`
 	// BusyMaxAt is when the longest busy probe was sent, from the first.
 	BusyMaxAt time.Duration `json:"busy_max_at"`
+	// Burst, BurstP99, BurstP50 and BurstMax are the fairness phase's:
+	// the orders that came at once with the workers warm, and the refund
+	// probes' latencies beside them (against IdleP99); BurstDrained is how
+	// long the burst took to be processed, BurstServer what the server
+	// and the machine did meanwhile.
+	Burst        int           `json:"burst"`
+	BurstP99     time.Duration `json:"burst_p99"`
+	BurstP50     time.Duration `json:"burst_p50"`
+	BurstMax     time.Duration `json:"burst_max"`
+	BurstDrained time.Duration `json:"burst_drained"`
+	BurstServer  ServerWindow  `json:"burst_server"`
+	// BurstStartP99, BurstRefundP99 and BurstReceiptP99 split the burst's
+	// probes as the busy ones are split: inbox row to the refund's claim,
+	// the refund, and its record to the receipt's.
+	BurstStartP99   time.Duration `json:"burst_start_p99"`
+	BurstRefundP99  time.Duration `json:"burst_refund_p99"`
+	BurstReceiptP99 time.Duration `json:"burst_receipt_p99"`
 	// IdleP50 and BusyP50 are the medians of the same latencies.
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
@@ -135,7 +158,15 @@ func (r DrainReport) String() string {
 	fmt.Fprintf(&b, "oldest message waited %s; oldest payment key used %s after its first claim (Stripe keeps keys 24 h)\n",
 		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
 	fmt.Fprintf(&b, "regular charge attempts per backlog message %.1f (a sample; each past the first sent back by the limit or failed)\n", r.AttemptsPerCharge)
-	fmt.Fprintf(&b, "other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes)\n",
+	if r.Burst > 0 {
+		fmt.Fprintf(&b, "fairness, workers warm: %d orders at once (drained in %s); refunds beside them p99 %s against %s idle (%.1f×, target ≤ 2×), median %s, longest %s\n",
+			r.Burst, r.BurstDrained.Round(time.Millisecond), r.BurstP99.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BurstRatio(),
+			r.BurstP50.Round(time.Millisecond), r.BurstMax.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  to the refund's claim p99 %s, the refund p99 %s, to the receipt's record p99 %s\n",
+			r.BurstStartP99.Round(time.Millisecond), r.BurstRefundP99.Round(time.Millisecond), r.BurstReceiptP99.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
+	}
+	fmt.Fprintf(&b, "after the outage, other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes)\n",
 		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  median idle %s, during the drain %s\n", r.IdleP50.Round(time.Millisecond), r.BusyP50.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
@@ -147,6 +178,15 @@ func (r DrainReport) String() string {
 	fmt.Fprintf(&b, "the Temporal server's mean latencies (and the machine) while the probes ran:\n  idle:   %s\n  during: %s\n", r.IdleServer, r.BusyServer)
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
+}
+
+// BurstRatio is BurstP99 / IdleP99: the fairness figure with the workers
+// warm.
+func (r DrainReport) BurstRatio() float64 {
+	if r.IdleP99 <= 0 {
+		return 0
+	}
+	return float64(r.BurstP99) / float64(r.IdleP99)
 }
 
 // Ratio is BusyP99 / IdleP99.
@@ -166,6 +206,9 @@ func (c *DrainConfig) setDefaults() {
 	}
 	if c.Probes == 0 {
 		c.Probes = 40
+	}
+	if c.Burst == 0 {
+		c.Burst = 10 * c.Probes
 	}
 	if c.ProbeEvery == 0 {
 		c.ProbeEvery = 250 * time.Millisecond
@@ -187,7 +230,7 @@ func (c *DrainConfig) setDefaults() {
 // refunds, another route, against their idle latency.
 func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport, error) {
 	cfg.setDefaults()
-	rep := DrainReport{Backlog: cfg.Backlog, Limit: cfg.Limit}
+	rep := DrainReport{Backlog: cfg.Backlog, Limit: cfg.Limit, Burst: max(0, cfg.Burst)}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	stem := fmt.Sprintf("drain_%d", cfg.Seed%1_000_000)
@@ -254,6 +297,15 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.IdleServer = window(before, after)
 	rep.IdleP99 = p99(idle.total)
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
+
+	// Fairness with the workers warm: the orders route's backlog comes at
+	// once (a producer's batch, a broker's reconnection), the refunds beside it.
+	if cfg.Burst > 0 {
+		if err := burst(ctx, cfg, st, stem, orderBase, &rep); err != nil {
+			return rep, fmt.Errorf("fairness burst: %w", err)
+		}
+		cfg.Logf("drain: a burst of %d orders: refund p99 %s (idle %s)", cfg.Burst, rep.BurstP99, rep.IdleP99)
+	}
 
 	// The outage: every worker stopped while the backlog piles up.
 	stop()
@@ -342,6 +394,45 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	}
 	cfg.Logf("drain: %s", strings.TrimSpace(rep.String()))
 	return rep, nil
+}
+
+// burst publishes cfg.Burst orders at once with the workers running and
+// times cfg.Probes refunds beside them (the warm-up orders' second
+// refunds).
+func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64, rep *DrainReport) error {
+	ids := make([]string, cfg.Burst)
+	base := orderBase + int64(cfg.Probes+cfg.Backlog)
+	before, err := readServer(ctx, st.ServerMetrics)
+	if err != nil {
+		return err
+	}
+	at := time.Now()
+	if err := parallel(ctx, 16, len(ids), func(i int) error {
+		ids[i] = fmt.Sprintf("%s_b%04d", stem, i)
+		return st.Send(ctx, orderMsg(ids[i], base+int64(i)))
+	}); err != nil {
+		return err
+	}
+	lat, err := probe(ctx, cfg, st, stem+"_rf", orderBase)
+	if err != nil {
+		return err
+	}
+	after, err := readServer(ctx, st.ServerMetrics)
+	if err != nil {
+		return err
+	}
+	if err := awaitProcessed(ctx, st, "order-placed", ids); err != nil {
+		return err
+	}
+	var last time.Time
+	if err := st.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages WHERE consumer = 'order-placed' AND message_id = ANY($1)`, ids).Scan(&last); err != nil {
+		return err
+	}
+	rep.BurstServer = window(before, after)
+	rep.BurstP99, rep.BurstP50, rep.BurstMax = p99(lat.total), p50(lat.total), slices.Max(lat.total)
+	rep.BurstDrained = last.Sub(at)
+	rep.BurstStartP99, rep.BurstRefundP99, rep.BurstReceiptP99 = p99(lat.start), p99(lat.refund), p99(lat.receipt)
+	return nil
 }
 
 func orderMsg(id string, orderID int64) []byte {

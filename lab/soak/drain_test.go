@@ -25,6 +25,7 @@ import (
 
 var (
 	drainBacklog     = flag.Int("drain-backlog", 5000, "messages piled up for TestBacklogDrain")
+	drainBurst       = flag.Int("drain-burst", 0, "orders sent at once with the workers warm, beside the refund probes (default 10× the probes, 400; negative skips the phase)")
 	drainSimLimit    = flag.Float64("drain-sim-endpoint", drainSimEndpoint, "the simulators' limit per Stripe endpoint and SendGrid key (Stripe's global: 4×)")
 	drainWorkerLimit = flag.Float64("drain-endpoint", drainEndpoint, "the workers' STRIPE_ENDPOINT_RATE_LIMIT and SENDGRID_RATE_LIMIT (STRIPE_RATE_LIMIT: 4×)")
 	drainJSON        = flag.String("drain-json", "", "write the drain report as JSON to this file (lab/bench reads it)")
@@ -137,11 +138,13 @@ func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics 
 // 5,000 messages pile up with the workers stopped; brought back, they drain
 // at the configured limit with under 1% 429s from the rate-limited
 // simulators, no double charge, every key used well inside Stripe's 24 h.
-// The refund route's p99 against its idle p99 (the fairness target, 2×) is
+// Before the outage, with the workers warm, 400 orders come at once beside
+// the refund probes. The refund route's p99 against its idle p99 (the
+// fairness target, 2×), beside those 400 and behind the 5,000, is
 // reported; -drain-fairness makes it fail the test: it is not met yet.
 func TestBacklogDrain(t *testing.T) {
 	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
-	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)
+	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Burst: *drainBurst, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +170,16 @@ func TestBacklogDrain(t *testing.T) {
 	if rep.OldestKey >= 23*time.Hour {
 		t.Errorf("a payment key was used %s after its first claim: past Stripe's window", rep.OldestKey)
 	}
-	if rep.Ratio() > 2 && !*drainFair {
-		t.Logf("FAIRNESS TARGET NOT MET (reported, checked with -drain-fairness): the refund route's p99 went from %s idle to %s behind the backlog (%.1f×, want ≤ 2×)",
-			rep.IdleP99, rep.BusyP99, rep.Ratio())
+	report := t.Logf
+	if *drainFair {
+		report = t.Errorf
 	}
-	if rep.Ratio() > 2 && *drainFair {
-		t.Errorf("the refund route's p99 went from %s idle to %s behind the backlog (%.1f×, want ≤ 2×)", rep.IdleP99, rep.BusyP99, rep.Ratio())
+	if rep.Burst > 0 && rep.BurstRatio() > 2 {
+		report("FAIRNESS TARGET NOT MET (checked with -drain-fairness): the refund route's p99 went from %s idle to %s beside %d orders sent at once (%.1f×, want ≤ 2×)",
+			rep.IdleP99, rep.BurstP99, rep.Burst, rep.BurstRatio())
+	}
+	if rep.Ratio() > 2 {
+		report("FAIRNESS TARGET NOT MET (checked with -drain-fairness): the refund route's p99 went from %s idle to %s behind the backlog after the outage (%.1f×, want ≤ 2×)",
+			rep.IdleP99, rep.BusyP99, rep.Ratio())
 	}
 }

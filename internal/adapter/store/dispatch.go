@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,8 +35,10 @@ type DispatchFunc func(ctx context.Context, batch []PendingMessage) []Dispatched
 
 // DispatchOptions says which pending rows DispatchPending claims.
 type DispatchOptions struct {
-	// Limit is the most rows one call claims.
-	Limit int
+	// Limits[i] is the most rows of Consumers[i] one call claims, each
+	// consumer's oldest, so that one consumer's backlog does not fill
+	// another's share of the batch.
+	Limits []int
 	// MinAge leaves rows younger than this alone.
 	MinAge time.Duration
 	// Consumers are the consumers whose rows the caller can start: a row of
@@ -51,8 +54,9 @@ type DispatchOptions struct {
 	Hold time.Duration
 }
 
-// DispatchPending claims up to o.Limit pending rows of o.Consumers received
-// at least o.MinAge ago, oldest first, calls fn with them, and marks the ones
+// DispatchPending claims up to o.Limits[i] pending rows of each of
+// o.Consumers received at least o.MinAge ago, each consumer's oldest, calls
+// fn with them (oldest first), and marks the ones
 // fn started as dispatched. It returns how many fn settled.
 //
 // No row lock is held while fn runs: the claim is a lease (claimed_until)
@@ -63,21 +67,31 @@ type DispatchOptions struct {
 // leaves them claimed until the lease passes, then a later pass starts them
 // again and Temporal's ID policy reports the ones already started.
 func (s *Store) DispatchPending(ctx context.Context, o DispatchOptions, fn DispatchFunc) (int, error) {
-	if len(o.Consumers) == 0 || o.Limit <= 0 {
+	if len(o.Limits) != len(o.Consumers) {
+		return 0, fmt.Errorf("claim pending inbox rows: %d limits for %d consumers", len(o.Limits), len(o.Consumers))
+	}
+	if len(o.Consumers) == 0 {
 		return 0, nil
+	}
+	limits := make([]int32, len(o.Limits))
+	for i, l := range o.Limits {
+		limits[i] = int32(min(max(l, 0), 1<<20))
 	}
 	rows, err := s.pool.Query(ctx, `
 		UPDATE inbox AS i SET claimed_until = now() + make_interval(secs => $4)
-		  FROM (SELECT consumer, message_id FROM inbox
-		         WHERE state = 'pending' AND received_at <= now() - make_interval(secs => $2)
-		           AND consumer = ANY($3::text[])
-		           AND (claimed_until IS NULL OR claimed_until <= now())
-		         ORDER BY received_at
-		         LIMIT $1
-		         FOR UPDATE SKIP LOCKED) AS c
+		  FROM (SELECT p.consumer, p.message_id
+		          FROM unnest($3::text[], $1::int[]) AS r(consumer, lim)
+		          CROSS JOIN LATERAL (
+		                SELECT consumer, message_id FROM inbox
+		                 WHERE state = 'pending' AND received_at <= now() - make_interval(secs => $2)
+		                   AND consumer = r.consumer
+		                   AND (claimed_until IS NULL OR claimed_until <= now())
+		                 ORDER BY received_at
+		                 LIMIT r.lim
+		                 FOR UPDATE SKIP LOCKED) AS p) AS c
 		 WHERE i.consumer = c.consumer AND i.message_id = c.message_id
 		RETURNING i.consumer, i.message_id, i.payload, i.received_at`,
-		o.Limit, o.MinAge.Seconds(), o.Consumers, o.Lease.Seconds())
+		limits, o.MinAge.Seconds(), o.Consumers, o.Lease.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("claim pending inbox rows: %w", translate(err))
 	}
@@ -88,6 +102,7 @@ func (s *Store) DispatchPending(ctx context.Context, o DispatchOptions, fn Dispa
 	if len(batch) == 0 {
 		return 0, nil
 	}
+	slices.SortStableFunc(batch, func(a, b PendingMessage) int { return a.ReceivedAt.Compare(b.ReceivedAt) })
 	done := fn(ctx, batch)
 	// The marks outlive a cancelled pass: the workflows are started.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
