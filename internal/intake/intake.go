@@ -128,6 +128,11 @@ func New(st *store.Store, tc client.Client, cfg Config) (*Intake, error) {
 	if cfg.Routes == nil {
 		cfg.Routes = route.Default()
 	}
+	if cfg.StartRate > 0 {
+		if _, err := newPace(st, "check", cfg.StartRate); err != nil {
+			return nil, fmt.Errorf("intake: start rate: %w", err)
+		}
+	}
 	return &Intake{store: st, tc: tc, cfg: cfg, pace: map[string]*pace{}}, nil
 }
 
@@ -140,7 +145,7 @@ func (in *Intake) pacer(consumer string) *pace {
 	defer in.paceMu.Unlock()
 	p := in.pace[consumer]
 	if p == nil {
-		p = newPace(in.store, consumer, in.cfg.StartRate)
+		p, _ = newPace(in.store, consumer, in.cfg.StartRate) // checked by New
 		in.pace[consumer] = p
 	}
 	return p
@@ -188,7 +193,7 @@ func (in *Intake) room(consumer string, limit int) int {
 	if p == nil {
 		return limit
 	}
-	return min(limit, 1+int(p.perSecond()))
+	return min(limit, 1+int(p.perSecond))
 }
 
 // Accept handles one raw message from source ("starter", "jetstream", …).

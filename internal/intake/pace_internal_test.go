@@ -38,7 +38,10 @@ func TestPaceIsSharedByTheWorkers(t *testing.T) {
 		t.Fatalf("two workers started %d in %s at %d/s shared, want about %d", n, run, perSecond, perSecond*2)
 	}
 
-	p := newPace(down{}, "order-placed", perSecond)
+	p, err := newPace(down{}, "order-placed", perSecond)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	n := 0
@@ -55,4 +58,8 @@ type down struct{}
 
 func (down) ReserveRate(context.Context, store.Reservation) (store.Reserved, error) {
 	return store.Reserved{}, errors.New("connection refused")
+}
+
+func (down) PauseRate(context.Context, []string, time.Duration) error {
+	return errors.New("connection refused")
 }
