@@ -275,6 +275,7 @@ func (r Report) Markdown(chart string) string {
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %s | %s | **%s** |\n", t.What, t.Want, t.Measured, verdict(t))
 	}
+	b.WriteString(r.holdsSection())
 	b.WriteString(r.roundsSection())
 	b.WriteString(r.costSection())
 	b.WriteString(r.serverProfileSection())

@@ -51,34 +51,72 @@ func noop(_ context.Context, id string) (string, error) { return id, nil }
 // runConcurrent runs n calls of one, at most inFlight at once, and returns
 // each call's latency. The first error stops the run.
 func runConcurrent(ctx context.Context, n, inFlight int, one func(ctx context.Context, i int) error) ([]time.Duration, time.Duration, error) {
-	lat := make([]time.Duration, n)
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	t0 := time.Now()
-	for range min(inFlight, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
+	return runCalls(ctx, n, func(r *callRun) {
+		var next atomic.Int64
+		for range min(inFlight, n) {
+			r.wg.Go(func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= n || r.ctx.Err() != nil || !r.call(i, one) {
+						return
+					}
 				}
-				start := time.Now()
-				if err := one(ctx, i); err != nil {
-					errOnce.Do(func() { firstErr = err; cancel() })
-					return
-				}
-				lat[i] = time.Since(start)
+			})
+		}
+	})
+}
+
+// runPaced starts call i of one i/rate seconds after the first, whatever
+// is in flight (an open loop), and returns each call's latency. The first
+// error stops the run.
+func runPaced(ctx context.Context, n int, rate float64, one func(ctx context.Context, i int) error) ([]time.Duration, time.Duration, error) {
+	return runCalls(ctx, n, func(r *callRun) {
+		for i := range n {
+			due := r.t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			if sleepCtx(r.ctx, time.Until(due)) != nil {
+				return
 			}
-		})
+			r.wg.Go(func() { r.call(i, one) })
+		}
+	})
+}
+
+// callRun is one run of calls: their latencies, and the first error,
+// which cancels ctx.
+type callRun struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	t0       time.Time
+	wg       sync.WaitGroup
+	lat      []time.Duration
+	errOnce  sync.Once
+	firstErr error
+}
+
+// call runs call i of one and records its latency; false when it failed.
+func (r *callRun) call(i int, one func(ctx context.Context, i int) error) bool {
+	start := time.Now()
+	if err := one(r.ctx, i); err != nil {
+		r.errOnce.Do(func() { r.firstErr = err; r.cancel() })
+		return false
 	}
-	wg.Wait()
-	return lat, time.Since(t0), firstErr
+	r.lat[i] = time.Since(start)
+	return true
+}
+
+// runCalls runs n calls as launch starts them, waits for them all, and
+// returns their latencies, the time they took and the first error (or
+// ctx's, when it ended the run).
+func runCalls(ctx context.Context, n int, launch func(r *callRun)) ([]time.Duration, time.Duration, error) {
+	r := &callRun{lat: make([]time.Duration, n), t0: time.Now()}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	defer r.cancel()
+	launch(r)
+	r.wg.Wait()
+	if r.firstErr == nil {
+		r.firstErr = ctx.Err()
+	}
+	return r.lat, time.Since(r.t0), r.firstErr
 }
 
 // runFloor measures Temporal's floor: a client in this process, its worker
@@ -86,7 +124,16 @@ func runConcurrent(ctx context.Context, n, inFlight int, one func(ctx context.Co
 // (not the warm-up) runs inside measure when it is not nil, so that it
 // can be counted on its own.
 func (s *stack) runFloor(ctx context.Context, cfg Config, measure func(run func() error) error) (Result, error) {
-	res := Result{Name: "Temporal floor", InFlight: cfg.InFlight, Messages: cfg.FloorWorkflows, Unique: cfg.FloorWorkflows}
+	return s.runFloorAt(ctx, cfg, 0, measure)
+}
+
+// runFloorAt is runFloor, closed loop at cfg.InFlight when rate is 0, else
+// an open loop starting rate workflows a second.
+func (s *stack) runFloorAt(ctx context.Context, cfg Config, rate float64, measure func(run func() error) error) (Result, error) {
+	res := Result{Name: "Temporal floor", InFlight: cfg.InFlight, TargetRate: rate, Messages: cfg.FloorWorkflows, Unique: cfg.FloorWorkflows}
+	if rate > 0 {
+		res.InFlight = 0
+	}
 	c, err := client.Dial(s.clientOptions())
 	if err != nil {
 		return res, err
@@ -126,7 +173,11 @@ func (s *stack) runFloor(ctx context.Context, cfg Config, measure func(run func(
 		before := s.sample()
 		instr := s.startInstructions(cfg)
 		var err error
-		lat, elapsed, err = runConcurrent(ctx, cfg.FloorWorkflows, cfg.InFlight, run("run"))
+		if rate > 0 {
+			lat, elapsed, err = runPaced(ctx, cfg.FloorWorkflows, rate, run("run"))
+		} else {
+			lat, elapsed, err = runConcurrent(ctx, cfg.FloorWorkflows, cfg.InFlight, run("run"))
+		}
 		res.CPU = cpuBetween(before, s.sample())
 		res.CPU.Instructions = s.stopInstructions(cfg, instr)
 		return err
