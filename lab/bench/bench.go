@@ -902,6 +902,16 @@ func knee(sweep []Result) int {
 	return k
 }
 
+// serverRatioSpread is that of the dev server's CPU per message, each e2e
+// run over the floors beside it.
+func (r *Report) serverRatioSpread() Spread {
+	var ratios []float64
+	for _, x := range r.Rounds {
+		ratios = append(ratios, ratio(x.Server, x.FloorServer))
+	}
+	return spreadOf(ratios)
+}
+
 // workersPeakRSSMB is the largest VmHWM of the worker processes.
 func (s *stack) workersPeakRSSMB() float64 {
 	peak := peakRSSMB(s.worker.Pid())
@@ -1053,11 +1063,7 @@ func (r *Report) evaluate() {
 	r.Targets = []Target{{What: "e2e / Temporal floor (each e2e run over the mean of the floors right before and after it)", Want: "≥ 0.8× (median)", Value: r.E2EOverFloor, Met: r.E2EOverFloor >= ratioTarget,
 		Measured: fmt.Sprintf("%s; e2e %s /s, floors %s /s in run order", r.RatioSpread, strings.Join(e2eRates, ", "), strings.Join(floorRates, ", "))}}
 
-	var serverRatios []float64
-	for _, x := range r.Rounds {
-		serverRatios = append(serverRatios, ratio(x.Server, x.FloorServer))
-	}
-	sr := spreadOf(serverRatios)
+	sr := r.serverRatioSpread()
 	t0 := Target{What: "dev server CPU per message, e2e / floor (each e2e run over the mean of the floors beside it)", Want: "≤ 1.1× (median)", Value: sr.Median, Met: sr.N > 0 && sr.Median <= 1.1}
 	if sr.N == 0 {
 		t0.Measured = "not measured"

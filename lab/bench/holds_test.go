@@ -26,7 +26,7 @@ func TestHoldsNamesWhatTheE2EAdds(t *testing.T) {
 		// The worker's 4 ms first, then Postgres 3, the dev server 2, NATS 1.
 		"worker(s) 4.00 ms (40%), Postgres 3.00 ms (30%), dev server 2.00 ms (20%), NATS 1.00 ms (10%)",
 		// 12 × 20% against 10 × 10%; (12 − 1.4) / 10.
-		"about 2.40 ms against 1.00 ms, 1.40 ms of the 2.00 ms", "the floor's does, 1.06×",
+		"about 2.40 ms against 1.00 ms. Over every round the dev server spent 2.00 ms more", "the floor's does, 1.06×",
 		// 12 / (22 − 2), 12 / (22 − 8), 12 / (22 − 10).
 		"a floor workflow: 0.60×", "machines of its own: 0.86×", "1/1.20 = 0.83×", "both: 1.00×",
 	} {
@@ -60,7 +60,7 @@ func TestHoldsNamesWhatTheE2EAdds(t *testing.T) {
 	// to be split.)
 	r.Paced.Latency.P99 = 100 * time.Millisecond
 	r.E2EOverFloor = 0.85
-	if s = r.holdsSection(); !strings.Contains(s, "The dev server's CPU per message, 1.20×") || strings.Contains(s, "rate ratio") {
+	if s = r.holdsSection(); !strings.Contains(s, "The dev server's CPU per message, 1.20× the floor's (the rounds' median; 1.20× over every round") || strings.Contains(s, "rate ratio") {
 		t.Errorf("only the dev server's target missed, section:\n%s", s)
 	}
 	r.ServerProfile = nil
@@ -82,5 +82,25 @@ func TestHoldsNamesTheWaitersRSS(t *testing.T) {
 	r.WorkerPeakRSSMB = 140
 	if s := r.holdsSection(); s != "" {
 		t.Errorf("RSS within the target, section:\n%s", s)
+	}
+}
+
+func TestHoldsWithTheDevServerOnItsOwnCPUs(t *testing.T) {
+	// 2 CPUs, one each side. A floor workflow costs the dev server 8 ms
+	// (125/s); an e2e message 10 ms there (100/s) and 5 ms on the other side
+	// (200/s): the dev server's side bounds it, at 0.80×.
+	floor := Result{Throughput: 100, Unique: 100, CPU: CPU{Server: 0.8}}
+	e2e := Result{Throughput: 70, Unique: 100, CPU: CPU{Server: 1.0, Worker: 0.3, Postgres: 0.2}}
+	r := Report{Floors: []Result{floor, floor}, E2ERounds: []Result{e2e}}
+	r.Config.TemporalCPUs, r.Environment.CPUs = CPUsOwn, 2
+	r.evaluate()
+	s := r.holdsSection()
+	for _, want := range []string{"on 1 CPU(s) of its own and everything else on 1", "cost the dev server 8.00 ms (a bound of 125/s", "10.00 ms (100/s) and the other side 5.00 ms (200/s)", "bound by the dev server's side, at 0.80×"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("section lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "follows the CPU it costs") {
+		t.Errorf("the shared layout's reading in the own layout:\n%s", s)
 	}
 }
