@@ -7,11 +7,12 @@ import (
 	"time"
 )
 
-// holdsSection says, for the rate ratio and the paced p99 when the run
-// missed them, which component holds each and what would move it, from
-// this run's own figures: the CPU each process spent per message over
-// every round, the dev server's profile, and the paced points. "" when
-// neither missed.
+// holdsSection says, for each of the rate ratio, the dev server's CPU per
+// message, the paced p99 and the worker's peak RSS that the run missed,
+// which component holds it and what would move it, from this run's own
+// figures: the CPU each process spent per message over every round, the
+// dev server's profile, the paced points and the HTTP phase's footprint.
+// "" when none missed.
 func (r Report) holdsSection() string {
 	parts := []string{r.ratioHolds(), r.serverHolds(), r.p99Holds(), r.rssHolds()}
 	if strings.Join(parts, "") == "" {
@@ -61,6 +62,8 @@ func (r Report) roundCosts() (costs []processCost, e2e, floor, busy float64) {
 	return costs, perUnit(ec.own(), en), perUnit(fc.own(), fn), busy
 }
 
+// plus adds d to c process by process; MachineBusy and Instructions, which
+// do not add up, are left out.
 func (c CPU) plus(d CPU) CPU {
 	return CPU{Worker: c.Worker + d.Worker, Server: c.Server + d.Server, Harness: c.Harness + d.Harness,
 		Postgres: c.Postgres + d.Postgres, NATS: c.NATS + d.NATS, Other: c.Other + d.Other}
@@ -109,7 +112,7 @@ func (r Report) ratioHolds() string {
 	apart := costs[1].e2e + costs[2].e2e + costs[3].e2e
 	fmt.Fprintf(&b, "- the dev server spending no more on a message than on a floor workflow: %.2f×;\n", moved(dServer))
 	fmt.Fprintf(&b, "- the worker, Postgres and NATS on CPUs of their own, as where Temporal runs on machines of its own: %.2f×. "+
-		"(`-temporal-cpus own` measures that shape with the dev server on half the CPUs; there its CPU per message, e2e over floor, bounds the ratio instead: 1/%.2f = %.2f× in this run);\n",
+		"`-temporal-cpus own` measures that shape with the dev server on half the CPUs, where its own CPU per message (%.2f× the floor's here) bounds the ratio at %.2f×;\n",
 		moved(apart), server.e2e/server.floor, server.floor/server.e2e)
 	fmt.Fprintf(&b, "- both: %.2f×.\n", moved(dServer+apart))
 	return b.String()
@@ -182,17 +185,17 @@ func (r Report) p99Holds() string {
 	b.WriteString(".")
 	if st := p.Stages; st != nil {
 		stages := []struct {
-			name string
-			l    Latency
+			name, what string
+			l          Latency
 		}{
-			{"the intake (publish to the inbox row)", st.Intake},
-			{"the start (the inbox row to the workflow's claim: the dev server's start and the first workflow task)", st.Start},
-			{"the effects (the claim to the last effect recorded)", st.Effects},
+			{"the intake", "publish to the inbox row", st.Intake},
+			{"the start", "the inbox row to the workflow's claim: the dev server's start and the first workflow task", st.Start},
+			{"the effects", "the claim to the last effect recorded", st.Effects},
 		}
 		top := stages[0]
 		var parts []string
 		for _, s := range stages {
-			parts = append(parts, fmt.Sprintf("%s p50 %.0f ms, p99 %.0f ms", s.name, ms(s.l.P50), ms(s.l.P99)))
+			parts = append(parts, fmt.Sprintf("%s (%s) p50 %.0f ms, p99 %.0f ms", s.name, s.what, ms(s.l.P50), ms(s.l.P99)))
 			if s.l.P99 > top.l.P99 {
 				top = s
 			}
@@ -222,10 +225,11 @@ func (r Report) rssHolds() string {
 	if r.WorkerPeakRSSMB <= rssTarget || h == nil || r.WorkerPeakRSSBeforeHTTPMB <= 0 || r.WorkerPeakRSSBeforeHTTPMB > rssTarget {
 		return ""
 	}
-	perWaiter := (h.RSSMBDuring - h.RSSMBBefore) * 1024 / float64(max(1, h.Waiters))
+	n := float64(max(1, h.Waiters))
 	return fmt.Sprintf("**The worker's peak RSS, %.1f MB (wanted ≤ %d MB).** The message path peaked at %.1f MB; the rest came in the HTTP phase: "+
-		"%d requests held on `Prefer: wait` took the RSS from %.0f to %.0f MB (about %.0f KB each: two goroutines, the HTTP connection's buffers and a Temporal long poll), "+
-		"and the peak came as they were all answered at once, the heap's garbage on top. What would move it: fewer bytes per waiter (one long poll per workflow for its waiters), "+
+		"%d requests held on `Prefer: wait` took the RSS from %.0f to %.0f MB while they waited (about %.0f KB and %.1f goroutines each: the request's, its connection's, and a Temporal long poll), "+
+		"and the phase's peak was %.0f MB above that. What would move it: fewer bytes per waiter (one long poll per workflow for its waiters), "+
 		"or a soft memory limit (`GOMEMLIMIT`) where the worker's memory is bounded.\n",
-		r.WorkerPeakRSSMB, rssTarget, r.WorkerPeakRSSBeforeHTTPMB, h.Waiters, h.RSSMBBefore, h.RSSMBDuring, perWaiter)
+		r.WorkerPeakRSSMB, rssTarget, r.WorkerPeakRSSBeforeHTTPMB, h.Waiters, h.RSSMBBefore, h.RSSMBDuring,
+		(h.RSSMBDuring-h.RSSMBBefore)*1024/n, (h.GoroutinesDuring-h.GoroutinesBefore)/n, r.WorkerPeakRSSMB-h.RSSMBDuring)
 }

@@ -28,7 +28,7 @@ func TestHoldsNamesWhatTheE2EAdds(t *testing.T) {
 		// 12 × 20% against 10 × 10%; (12 − 1.4) / 10.
 		"about 2.40 ms against 1.00 ms. Over every round the dev server spent 2.00 ms more", "the floor's does, 1.06×",
 		// 12 / (22 − 2), 12 / (22 − 8), 12 / (22 − 10).
-		"a floor workflow: 0.60×", "machines of its own: 0.86×", "1/1.20 = 0.83×", "both: 1.00×",
+		"a floor workflow: 0.60×", "machines of its own: 0.86×", "(1.20× the floor's here) bounds the ratio at 0.83×", "both: 1.00×",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
@@ -71,10 +71,11 @@ func TestHoldsNamesWhatTheE2EAdds(t *testing.T) {
 
 func TestHoldsNamesTheWaitersRSS(t *testing.T) {
 	r := Report{WorkerPeakRSSMB: 157.6, WorkerPeakRSSBeforeHTTPMB: 76.2,
-		HTTP: &HTTPPhase{Waiters: 1000, RSSMBBefore: 71, RSSMBDuring: 124}}
+		HTTP: &HTTPPhase{Waiters: 1000, RSSMBBefore: 71, RSSMBDuring: 124, GoroutinesBefore: 200, GoroutinesDuring: 2200}}
 	s := r.holdsSection()
-	// (124 − 71) × 1024 / 1000 = 54 KB a waiter.
-	for _, want := range []string{"157.6 MB (wanted ≤ 150 MB)", "peaked at 76.2 MB", "from 71 to 124 MB (about 54 KB each"} {
+	// (124 − 71) × 1024 / 1000 = 54 KB and (2200 − 200) / 1000 = 2
+	// goroutines a waiter; the peak 157.6 − 124 = 34 MB above.
+	for _, want := range []string{"157.6 MB (wanted ≤ 150 MB)", "peaked at 76.2 MB", "from 71 to 124 MB while they waited (about 54 KB and 2.0 goroutines each", "peak was 34 MB above"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
 		}
