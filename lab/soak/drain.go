@@ -11,6 +11,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/tools/workerproc"
@@ -113,6 +114,15 @@ type DrainReport struct {
 	BurstStartP99   time.Duration `json:"burst_start_p99"`
 	BurstRefundP99  time.Duration `json:"burst_refund_p99"`
 	BurstReceiptP99 time.Duration `json:"burst_receipt_p99"`
+	// BurstTaskP99, BurstScheduledP99 and BurstDispatchP99 split the start
+	// as BusyTaskP99, BusyScheduledP99 and BusyDispatchP99 do.
+	BurstTaskP99      time.Duration `json:"burst_task_p99"`
+	BurstScheduledP99 time.Duration `json:"burst_scheduled_p99"`
+	BurstDispatchP99  time.Duration `json:"burst_dispatch_p99"`
+	// BurstSlowest and BusySlowest are the slowest probe's timeline in each
+	// phase: its history's events and its rows, from its publication.
+	BurstSlowest string `json:"burst_slowest"`
+	BusySlowest  string `json:"busy_slowest"`
 	// IdleP50 and BusyP50 are the medians of the same latencies.
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
@@ -164,6 +174,11 @@ func (r DrainReport) String() string {
 			r.BurstP50.Round(time.Millisecond), r.BurstMax.Round(time.Millisecond))
 		fmt.Fprintf(&b, "  to the refund's claim p99 %s, the refund p99 %s, to the receipt's record p99 %s\n",
 			r.BurstStartP99.Round(time.Millisecond), r.BurstRefundP99.Round(time.Millisecond), r.BurstReceiptP99.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  from the inbox row: the first task p99 %s, the refund activity's schedule p99 %s; its schedule to its start p99 %s\n",
+			r.BurstTaskP99.Round(time.Millisecond), r.BurstScheduledP99.Round(time.Millisecond), r.BurstDispatchP99.Round(time.Millisecond))
+		if r.BurstSlowest != "" {
+			fmt.Fprintf(&b, "  the slowest: %s\n", r.BurstSlowest)
+		}
 		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
 	}
 	fmt.Fprintf(&b, "after the outage, other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes)\n",
@@ -175,6 +190,9 @@ func (r DrainReport) String() string {
 		r.BusyStartP99.Round(time.Millisecond), r.BusyCreatedP99.Round(time.Millisecond), r.BusyTaskP99.Round(time.Millisecond), r.BusyRefundP99.Round(time.Millisecond), r.BusyReceiptP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  the refund activity: scheduled p99 %s after the inbox row, started p99 %s after its schedule\n",
 		r.BusyScheduledP99.Round(time.Millisecond), r.BusyDispatchP99.Round(time.Millisecond))
+	if r.BusySlowest != "" {
+		fmt.Fprintf(&b, "  the slowest: %s\n", r.BusySlowest)
+	}
 	fmt.Fprintf(&b, "the Temporal server's mean latencies (and the machine) while the probes ran:\n  idle:   %s\n  during: %s\n", r.IdleServer, r.BusyServer)
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
@@ -348,6 +366,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyStartP99, rep.BusyRefundP99, rep.BusyReceiptP99 = p99(busy.start), p99(busy.refund), p99(busy.receipt)
 	rep.BusyCreatedP99, rep.BusyTaskP99 = p99(busy.created), p99(busy.task)
 	rep.BusyScheduledP99, rep.BusyDispatchP99 = p99(busy.scheduled), p99(busy.dispatch)
+	rep.BusySlowest = busy.slowest
 	rep.BusyMax = slices.Max(busy.total)
 	rep.BusyMaxAt = busy.sentAt[slices.Index(busy.total, rep.BusyMax)]
 	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
@@ -432,6 +451,8 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 	rep.BurstP99, rep.BurstP50, rep.BurstMax = p99(lat.total), p50(lat.total), slices.Max(lat.total)
 	rep.BurstDrained = last.Sub(at)
 	rep.BurstStartP99, rep.BurstRefundP99, rep.BurstReceiptP99 = p99(lat.start), p99(lat.refund), p99(lat.receipt)
+	rep.BurstTaskP99, rep.BurstScheduledP99, rep.BurstDispatchP99 = p99(lat.task), p99(lat.scheduled), p99(lat.dispatch)
+	rep.BurstSlowest = lat.slowest
 	return nil
 }
 
@@ -444,6 +465,38 @@ func orderMsg(id string, orderID int64) []byte {
 type latencies struct {
 	total, intake, work, start, created, task, scheduled, dispatch, refund, receipt []time.Duration
 	sentAt                                                                          []time.Duration // from the first probe's publication
+	// slowest is the timeline of the probe with the longest total.
+	slowest string
+}
+
+// stamp is one moment of a probe's timeline.
+type stamp struct {
+	what string
+	at   time.Time
+}
+
+// timeline renders stamps as offsets from from, in order.
+func timeline(from time.Time, stamps []stamp) string {
+	slices.SortStableFunc(stamps, func(a, b stamp) int { return a.at.Compare(b.at) })
+	parts := make([]string, 0, len(stamps))
+	for _, s := range stamps {
+		parts = append(parts, fmt.Sprintf("+%dms %s", s.at.Sub(from).Milliseconds(), s.what))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// eventStamp names a history event for a timeline: its type without the
+// prefix, and the task queue a task was scheduled on.
+func eventStamp(ev *historypb.HistoryEvent) stamp {
+	what := strings.TrimPrefix(ev.GetEventType().String(), "EventTypeWorkflow")
+	what = strings.TrimPrefix(what, "EventType")
+	if q := ev.GetWorkflowTaskScheduledEventAttributes().GetTaskQueue().GetName(); q != "" {
+		what += " (" + q + ")"
+	}
+	if q := ev.GetActivityTaskScheduledEventAttributes().GetTaskQueue().GetName(); q != "" {
+		what += " (" + q + ")"
+	}
+	return stamp{what: what, at: ev.GetEventTime().AsTime()}
 }
 
 // probe publishes cfg.Probes refunds of the warm-up orders, one every
@@ -493,10 +546,15 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 			return out, err
 		}
 		var created, task, scheduled, started time.Time
-		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext() && started.IsZero(); {
+		stamps := []stamp{{"inbox row", in}, {"refund claimed", claimed}, {"refund recorded", refunded}, {"receipt recorded", mailed}, {"processed", at}}
+		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
 			ev, err := it.Next()
 			if err != nil {
 				return out, fmt.Errorf("history of %s: %w", wf, err)
+			}
+			stamps = append(stamps, eventStamp(ev))
+			if !started.IsZero() {
+				continue
 			}
 			switch at := ev.GetEventTime().AsTime(); ev.GetEventType() {
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
@@ -509,6 +567,9 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 				started = at
 			default:
 			}
+		}
+		if t := at.Sub(sent[id]); t >= slices.Max(out.total) {
+			out.slowest = fmt.Sprintf("%s, sent %s into the probes: %s", id, sent[id].Sub(sent[ids[0]]).Round(time.Millisecond), timeline(sent[id], stamps))
 		}
 		out.created = append(out.created, created.Sub(in))
 		out.task = append(out.task, task.Sub(in))

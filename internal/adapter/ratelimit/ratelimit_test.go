@@ -336,6 +336,60 @@ func TestFlowsTakeTurns(t *testing.T) {
 	t.Logf("other flow's waits %v; the backlog's %d requests in %s", waits, n, elapsed.Round(time.Millisecond))
 }
 
+// TestExpressNeverLaterThanTheLine: a flow sending one request at a time
+// at half a bucket's rate has no line there, and neither has a quiet
+// flow beside it: both go at once. Before, each took the express lane
+// because it had no slot to come; the busy flow's express slots (at twice
+// the lane's share) made it wait up to an express interval (200ms here)
+// for its own, and the quiet flow behind them, though the bucket had room.
+func TestExpressNeverLaterThanTheLine(t *testing.T) {
+	st := store.New(storetest.NewPool(t))
+	const rate = 20.0
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: rate, Burst: 1}, MaxWait: 10 * time.Second})
+	ctx, stop := context.WithCancel(context.Background())
+	var busy []time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		flow := ratelimit.WithFlow(ctx, "order-placed")
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			if err := l.Wait(flow, "POST /v1/payment_intents"); err != nil {
+				if ctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+			busy = append(busy, time.Since(t0))
+			time.Sleep(time.Second / (rate / 2))
+		}
+	})
+	time.Sleep(time.Second)
+	quiet := ratelimit.WithFlow(context.Background(), "order-refund")
+	var waits []time.Duration
+	for range 12 {
+		t0 := time.Now()
+		if err := l.Wait(quiet, "POST /v1/refunds"); err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, time.Since(t0))
+		time.Sleep(250 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	// A reservation is a round trip of about a millisecond; a slot behind
+	// express slots is tens of them. A slot now and then waits for the
+	// other flow's last (50ms), so the medians are compared.
+	slices.Sort(waits)
+	slices.Sort(busy)
+	if median := waits[len(waits)/2]; median > 25*time.Millisecond {
+		t.Errorf("beside a flow at half the bucket's rate, the quiet flow's requests waited %v (median %s); the bucket had room: want about a round trip", waits, median)
+	}
+	if median := busy[len(busy)/2]; median > 25*time.Millisecond {
+		t.Errorf("a flow at half the bucket's rate waited a median of %s over %d requests; the bucket had room: want about a round trip", median, len(busy))
+	}
+	t.Logf("quiet flow's waits %v; the other flow's median %s over %d requests", waits, busy[len(busy)/2], len(busy))
+}
+
 // TestExpressLaneKeepsTheRate: a flow alone asking faster than the
 // express share soon has slots to come, and from then on waits in the
 // line: n requests still take (n - 1) / rate, the express slots having
@@ -362,18 +416,35 @@ func TestExpressLaneKeepsTheRate(t *testing.T) {
 }
 
 // TestExpressWaitsNoLongerThanMaxWait: at a slow bucket an express
-// interval is long (16s at 0.25/s); a request may not wait for an express
-// slot longer than its own MaxWait: it is sent back instead.
+// interval is long (16s at 0.25/s). With flow a's backlog in the line
+// (two slots, the second 4s away), flow b passes it in the express lane at
+// once; flow c would then wait 8s in the line or 16s for the lane, longer
+// than its MaxWait: it is sent back at once instead.
 func TestExpressWaitsNoLongerThanMaxWait(t *testing.T) {
 	st := store.New(storetest.NewPool(t))
-	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 0.25, Burst: 1}, MaxWait: 100 * time.Millisecond})
-	if err := l.Wait(ratelimit.WithFlow(context.Background(), "a"), "POST /v1/refunds"); err != nil {
+	rate := ratelimit.Rate{PerSecond: 0.25, Burst: 1}
+	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: rate, MaxWait: 100 * time.Millisecond})
+	backlog := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Global: rate, MaxWait: 10 * time.Second})
+	a, cancel := context.WithCancel(ratelimit.WithFlow(context.Background(), "a"))
+	defer cancel()
+	if err := backlog.Wait(a, "POST /v1/refunds"); err != nil {
 		t.Fatal(err)
 	}
+	waiting := make(chan error, 1)
+	go func() { waiting <- backlog.Wait(a, "POST /v1/refunds") }()
+	time.Sleep(200 * time.Millisecond) // a's second slot is reserved
 	start := time.Now()
-	err := l.Wait(ratelimit.WithFlow(context.Background(), "b"), "POST /v1/refunds")
+	if err := l.Wait(ratelimit.WithFlow(context.Background(), "b"), "POST /v1/refunds"); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("flow b: err = %v after %s; want sent at once in the express lane", err, time.Since(start))
+	}
+	start = time.Now()
+	err := l.Wait(ratelimit.WithFlow(context.Background(), "c"), "POST /v1/refunds")
 	if _, ok := ratelimit.Deferred(err); !ok || time.Since(start) > time.Second {
-		t.Fatalf("err = %v after %s; want sent back at once", err, time.Since(start))
+		t.Fatalf("flow c: err = %v after %s; want sent back at once", err, time.Since(start))
+	}
+	cancel()
+	if err := <-waiting; !errors.Is(err, context.Canceled) {
+		t.Errorf("flow a's second request, canceled while it waited: err = %v", err)
 	}
 }
 

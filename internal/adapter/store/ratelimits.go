@@ -20,9 +20,11 @@ type Reservation struct {
 	Buckets []RateBucket
 	// MaxWait is the longest the request may wait in the buckets' line.
 	MaxWait time.Duration
-	// Flow is who asks (a route's consumer). A flow with no slot to come in
-	// these buckets takes an express slot, from a Share of each bucket's
-	// rate, when one is at most ExpressWait away. Share 0: no express lane.
+	// Flow is who asks (a route's consumer). When the line has a wait, a
+	// flow with no slot to come in these buckets (and none in their last
+	// interval) takes an express slot, from a Share of each bucket's rate,
+	// when one comes sooner and at most ExpressWait away. Share 0: no
+	// express lane.
 	Flow        string
 	Share       float64
 	ExpressWait time.Duration
@@ -40,9 +42,9 @@ type Reserved struct {
 
 // ReserveRate takes one request's slot in every bucket (row rate_limits,
 // created at its first use), all or none, in one statement
-// (rate_reserve_flow, see migration 00014): an express slot for a flow
-// without a backlog there, else the line's slots when the request would
-// wait at most r.MaxWait. Times are the database's, so the workers' clocks
+// (rate_reserve_flow, see migrations 00014 and 00018): an express slot for
+// a flow without a backlog there when it comes sooner than the line's,
+// else the line's slots when the request would wait at most r.MaxWait. Times are the database's, so the workers' clocks
 // do not matter.
 func (s *Store) ReserveRate(ctx context.Context, r Reservation) (Reserved, error) {
 	names := make([]string, len(r.Buckets))
