@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ var (
 	drainStartRate   = flag.String("drain-start-rate", "auto", "the workers' EFFECTIVELY_START_RATE")
 	drainStartAhead  = flag.String("drain-start-ahead", "", "the workers' EFFECTIVELY_START_AHEAD (default: the worker's; 0 turns the hold off)")
 	drainMatchFair   = flag.Bool("drain-matching-fairness", true, "run the dev server with matching.enableFairness (each route's consumer a fairness key of the workflow task queue)")
+	drainWorkerEnv   = flag.String("drain-worker-env", "", "more of the workers' environment, NAME=value pairs separated by spaces (e.g. NATS_HANDLERS=8)")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target, not met yet: see docs/operations.md)")
 )
 
@@ -93,7 +95,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 			Worker: workerproc.Config{
 				DatabaseURL: dbURL, TemporalAddress: address, TaskQueue: "effectively-drain",
 				StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: testenv.NATSURL(),
-				Extra: []string{
+				Extra: append([]string{
 					"LOG_LEVEL=warn", "TEMPORAL_NAMESPACE=" + namespace,
 					// The production defaults, not the tests' short ones: a
 					// regular attempt waits for its slot at the limit up to
@@ -106,7 +108,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 					fmt.Sprintf("STRIPE_RATE_LIMIT=%g", 4*workerEndpoint),
 					fmt.Sprintf("STRIPE_ENDPOINT_RATE_LIMIT=%g", workerEndpoint),
 					fmt.Sprintf("SENDGRID_RATE_LIMIT=%g", workerEndpoint),
-				},
+				}, strings.Fields(*drainWorkerEnv)...),
 			},
 			Send: publish(orders),
 		},
