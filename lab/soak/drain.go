@@ -485,11 +485,10 @@ func timeline(from time.Time, stamps []stamp) string {
 	return strings.Join(parts, ", ")
 }
 
-// eventStamp names a history event for a timeline: its type without the
-// prefix, and the task queue a task was scheduled on.
+// eventStamp names a history event for a timeline: its type
+// (WorkflowTaskStarted), and the task queue a task was scheduled on.
 func eventStamp(ev *historypb.HistoryEvent) stamp {
-	what := strings.TrimPrefix(ev.GetEventType().String(), "EventTypeWorkflow")
-	what = strings.TrimPrefix(what, "EventType")
+	what := ev.GetEventType().String()
 	if q := ev.GetWorkflowTaskScheduledEventAttributes().GetTaskQueue().GetName(); q != "" {
 		what += " (" + q + ")"
 	}

@@ -80,10 +80,11 @@ type Config struct {
 	// before its context's deadline. Zero means deadline.DefaultMargin.
 	SendMargin time.Duration
 	// ExpressShare is the share of each bucket's rate kept for the express
-	// lane: when the line has a wait, a request of a flow with no slot to
-	// come there (no backlog) and none in the bucket's last interval takes
-	// an express slot that comes sooner and is at most an express interval
-	// away, rather than waiting behind another flow's backlog. Each
+	// lane: when the line's wait is longer than one interval (slots
+	// reserved ahead), a request of a flow with no slot to come there (no
+	// backlog of its own) takes an express slot that comes sooner and is at
+	// most an express interval away, rather than waiting behind another
+	// flow's backlog. Each
 	// express slot pushes the line back by one interval, so the bucket's
 	// rate holds over time; while a backlog's slots are reserved ahead, up
 	// to this share comes on top of them. Zero means 0.25; negative, no

@@ -20,10 +20,10 @@ type Reservation struct {
 	Buckets []RateBucket
 	// MaxWait is the longest the request may wait in the buckets' line.
 	MaxWait time.Duration
-	// Flow is who asks (a route's consumer). When the line has a wait, a
-	// flow with no slot to come in these buckets (and none in their last
-	// interval) takes an express slot, from a Share of each bucket's rate,
-	// when one comes sooner and at most ExpressWait away. Share 0: no
+	// Flow is who asks (a route's consumer). When the line's wait is longer
+	// than one interval of the slowest bucket, a flow with no slot to come
+	// in these buckets takes an express slot, from a Share of each bucket's
+	// rate, when one comes sooner and at most ExpressWait away. Share 0: no
 	// express lane.
 	Flow        string
 	Share       float64
@@ -42,10 +42,11 @@ type Reserved struct {
 
 // ReserveRate takes one request's slot in every bucket (row rate_limits,
 // created at its first use), all or none, in one statement
-// (rate_reserve_flow, see migrations 00014 and 00018): an express slot for
-// a flow without a backlog there when it comes sooner than the line's,
-// else the line's slots when the request would wait at most r.MaxWait. Times are the database's, so the workers' clocks
-// do not matter.
+// (rate_reserve_flow, see migrations 00014 and 00018): past a line, an
+// express slot for a flow without a backlog there when it comes sooner
+// than the line's, else the line's slots when the request would wait at
+// most r.MaxWait. Times are the database's, so the workers' clocks do not
+// matter.
 func (s *Store) ReserveRate(ctx context.Context, r Reservation) (Reserved, error) {
 	names := make([]string, len(r.Buckets))
 	emission := make([]float64, len(r.Buckets))
