@@ -6,7 +6,8 @@
 // Per route (internal/intake/route): order.placed runs ChargeOrder (or
 // ChargeOrderLocally first), SettlePayment while a payment is processing,
 // and SendReceipt (or SendReceiptLocally); order.refund_requested runs
-// RefundOrder and SendRefundReceipt. The PruneRecords schedule runs Prune.
+// RefundOrder (or RefundOrderLocally first) and SendRefundReceipt (or
+// SendRefundReceiptLocally). The PruneRecords schedule runs Prune.
 //
 // Every effect follows the effect protocol of internal/effect (claim with a
 // fencing token, drain-safe call with heartbeats, replay inside the key

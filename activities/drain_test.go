@@ -159,6 +159,14 @@ func TestDrainCoversRefunds(t *testing.T) {
 	if _, err := run(t, f, f.acts.SendRefundReceipt, rin); !isType(err, activities.ErrTypeDraining) {
 		t.Fatalf("refund receipt: err = %v, want type %s", err, activities.ErrTypeDraining)
 	}
+	// Their local first attempts too: the error comes back as data, for
+	// the workflow to go on as a regular activity on a worker still running.
+	if lr := runLocally(t, f, f.acts.RefundOrderLocally, refundOf("evt_drain_refund", 73, 100)); lr.Err == nil || lr.Err.Type != activities.ErrTypeDraining {
+		t.Fatalf("local refund: %+v, want type %s", lr, activities.ErrTypeDraining)
+	}
+	if lm := runLocally(t, f, f.acts.SendRefundReceiptLocally, rin); lm.Err == nil || lm.Err.Type != activities.ErrTypeDraining {
+		t.Fatalf("local refund receipt: %+v, want type %s", lm, activities.ErrTypeDraining)
+	}
 	for _, key := range []string{"refundemail:evt_drain_refund", "email:evt_drain_refund"} {
 		if _, err := f.db.Effect(context.Background(), key); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("a refused refund receipt claimed its ledger row %s: %v", key, err)

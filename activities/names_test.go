@@ -56,7 +56,7 @@ func TestRegisterListsEveryActivity(t *testing.T) {
 			t.Errorf("registered name %q is not an activity method", name)
 		}
 	}
-	for _, want := range []string{"ChargeOrder", "ChargeOrderLocally", "SendReceipt", "SendReceiptLocally", "Prune", "RefundOrder", "SendRefundReceipt"} {
+	for _, want := range []string{"ChargeOrder", "ChargeOrderLocally", "SendReceipt", "SendReceiptLocally", "Prune", "RefundOrder", "SendRefundReceipt", "RefundOrderLocally", "SendRefundReceiptLocally"} {
 		if _, ok := reg.names[want]; !ok {
 			t.Errorf("%s is not registered: running histories refer to it", want)
 		}

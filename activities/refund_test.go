@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -257,5 +258,66 @@ func TestRefundBeforeItsPayment(t *testing.T) {
 	late := refundOf("evt_nowait", 54, 100)
 	if r, err := run(t, f, f.acts.RefundOrder, late); err != nil || r.Outcome != activities.RefundOrderNotPaid {
 		t.Fatalf("refund not waiting = %+v, %v", r, err)
+	}
+}
+
+// runLocally runs fn as a local activity, as the workflow's first attempt
+// does.
+func runLocally[In, Out any](t *testing.T, f *fixture, fn func(context.Context, In) (Out, error), in In) Out {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(f.acts)
+	val, err := env.ExecuteLocalActivity(fn, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Out
+	if err := val.Get(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRefundLocallyThenRegular: the local first attempts refund and mail
+// once under the same keys and ledger as the regular activities, so a
+// regular attempt after them (the workflow's fallback, or a retry after a
+// lost answer) replays the record and sends nothing; a failure comes back
+// as data, with its type and retryability.
+func TestRefundLocallyThenRegular(t *testing.T) {
+	f := newFixture(t, "")
+	paid(t, f, "evt_pl", 57)
+	in := refundOf("evt_rl", 57, 300)
+	lr := runLocally(t, f, f.acts.RefundOrderLocally, in)
+	if lr.Err != nil || lr.Result.Outcome != activities.RefundRefunded || lr.Result.RefundID == "" {
+		t.Fatalf("local refund = %+v", lr)
+	}
+	again, err := run(t, f, f.acts.RefundOrder, in)
+	if err != nil || again.RefundID != lr.Result.RefundID || !again.Recorded {
+		t.Fatalf("regular after local = %+v, %v; want the recorded refund", again, err)
+	}
+	if n := f.sims.Stripe.Stats().RefundsByMessage["evt_rl"]; n != 1 {
+		t.Fatalf("stripe saw %d refunds of evt_rl, want 1", n)
+	}
+	rin := activities.RefundReceiptInput{Consumer: "order-refund", MessageID: "evt_rl", OrderID: 57, Amount: 300, Currency: "usd", RefundID: lr.Result.RefundID}
+	if lm := runLocally(t, f, f.acts.SendRefundReceiptLocally, rin); lm.Err != nil || lm.Result.Outcome != activities.ReceiptSent {
+		t.Fatalf("local receipt = %+v", lm)
+	}
+	if m, err := run(t, f, f.acts.SendRefundReceipt, rin); err != nil || m.Outcome != activities.ReceiptSent {
+		t.Fatalf("regular receipt after local = %+v, %v", m, err)
+	}
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["refundemail:evt_rl"]; n != 1 {
+		t.Fatalf("deliveries = %d, want 1", n)
+	}
+
+	// No payment yet: the local attempt says so as data, non-retryable,
+	// for the workflow to wait; nothing is claimed or sent.
+	early := refundOf("evt_rm0", 58, 100)
+	early.AwaitPayment = true
+	if lm := runLocally(t, f, f.acts.RefundOrderLocally, early); lm.Err == nil || lm.Err.Type != activities.ErrTypePaymentMissing || !lm.Err.NonRetryable {
+		t.Fatalf("local refund of an unpaid order = %+v, want a non-retryable %s", lm, activities.ErrTypePaymentMissing)
+	}
+	if n := f.sims.Stripe.Stats().RefundsByMessage["evt_rm0"]; n != 0 {
+		t.Fatalf("stripe saw %d refunds of evt_rm0", n)
 	}
 }

@@ -28,7 +28,7 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 			jsCfg := cfg.NATS.JetStream
 			jsCfg.Name, jsCfg.Logger, jsCfg.Metrics = config.SourceJetStream, logger, m
 			if cfg.NATS.PerRoute {
-				routed, err := routeConsumers(ctx, in, b, jsCfg)
+				routed, err := routeConsumers(ctx, in, b, jsCfg, cfg.NATS.RouteWait)
 				if err != nil {
 					return nil, err
 				}
@@ -68,8 +68,9 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 
 // routeConsumers are the durable consumers of NATS_CONSUMER_PER_ROUTE, one
 // per route: NATS_CONSUMER-<consumer> on the route's subject, starting
-// after NATS_CONSUMER's ack floor when created.
-func routeConsumers(ctx context.Context, in *intake.Intake, b *broker, all jetstream.Config) ([]*jetstream.Consumer, error) {
+// after NATS_CONSUMER's ack floor when created; with wait
+// (NATS_ROUTE_BACKLOG_WAITS) a route's backlog waits in its consumer.
+func routeConsumers(ctx context.Context, in *intake.Intake, b *broker, all jetstream.Config, wait bool) ([]*jetstream.Consumer, error) {
 	var out []*jetstream.Consumer
 	for _, r := range in.Routes().Routes() {
 		subject, err := jetstream.PublishSubject(cmp.Or(all.Subject, jetstream.DefaultSubject), r.Type)
@@ -80,6 +81,7 @@ func routeConsumers(ctx context.Context, in *intake.Intake, b *broker, all jetst
 		rc.Name = config.SourceJetStream + "-" + r.Consumer
 		rc.Durable = cmp.Or(all.Durable, jetstream.DefaultDurable) + "-" + r.Consumer
 		rc.Subject, rc.StartAfter, rc.Skip = subject, cmp.Or(all.Durable, jetstream.DefaultDurable), nil
+		rc.OneRoute = wait
 		c, err := jetstream.NewConsumer(ctx, in, b.js, rc)
 		if err != nil {
 			return nil, err

@@ -141,7 +141,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	}
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d with Stripe under key `%s`.", in.Order.OrderID, payKey))
-	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, &st, "payment",
+	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, &st.Fallbacks, "payment",
 		activities.ChargeOrderLocallyName, activities.ChargeOrderName, w.charge(ctx, in),
 		w.cfg.chargeLocalOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)),
 		w.cfg.paymentOptions(in.Consumer, fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
@@ -176,7 +176,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d paid (%s). Sending the receipt under ledger key `%s`.", in.Order.OrderID, charge.PaymentIntentID, mailKey))
-	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, &st, "receipt",
+	receipt, err := effect[activities.ReceiptResult, activities.LocalReceipt](ctx, &st.Fallbacks, "receipt",
 		activities.SendReceiptLocallyName, activities.SendReceiptName, activities.ReceiptInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID,
 			Amount: in.Order.Amount, Currency: in.Order.Currency, To: in.Order.CustomerEmail,
@@ -258,12 +258,13 @@ type localOutcome[Out any] interface {
 }
 
 // effect runs one effect with input in: once as the local activity named
-// local first (ChargeOrderLocally, SendReceiptLocally) with lopts, and as
+// local first (ChargeOrderLocally, SendReceiptLocally,
+// SendRefundReceiptLocally) with lopts, and as
 // the regular activity named regular, with opts and their retry policy, when that
 // attempt failed in a way a retry could cure. Activities are scheduled by
 // their registered names (activities.*Name), which a Go rename cannot
 // change.
-func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, st *Status, name string,
+func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, fallbacks *[]string, name string,
 	local, regular string, in In, lopts workflow.LocalActivityOptions, opts workflow.ActivityOptions,
 ) (Out, error) {
 	var lo L
@@ -275,7 +276,7 @@ func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, st *Stat
 			return out, nil
 		}
 	}
-	if err := fallBack(ctx, st, name, err, attempt); err != nil {
+	if err := fallBack(ctx, fallbacks, name, err, attempt); err != nil {
 		var zero Out
 		return zero, err
 	}
@@ -288,9 +289,9 @@ func effect[Out any, L localOutcome[Out], In any](ctx workflow.Context, st *Stat
 // the local activity's own error (a timeout, a cancellation), attempt the
 // effect's error returned as data. A non-retryable error or a cancellation
 // is returned, since a regular attempt would end the same way; anything
-// else is noted in st.Fallbacks and nil is returned: the regular activity
-// takes over.
-func fallBack(ctx workflow.Context, st *Status, effect string, err error, attempt *activities.AttemptError) error {
+// else is noted in fallbacks (the status's Fallbacks) and nil is returned:
+// the regular activity takes over.
+func fallBack(ctx workflow.Context, fallbacks *[]string, effect string, err error, attempt *activities.AttemptError) error {
 	if err == nil && attempt != nil {
 		err = attempt.Err()
 	}
@@ -302,7 +303,7 @@ func fallBack(ctx workflow.Context, st *Status, effect string, err error, attemp
 		return err
 	}
 	workflow.GetLogger(ctx).Warn("local attempt failed; running the effect as a regular activity", "effect", effect, "error", err)
-	st.Fallbacks = append(st.Fallbacks, effect)
+	*fallbacks = append(*fallbacks, effect)
 	return nil
 }
 

@@ -44,6 +44,9 @@ func newEnvWith(t *testing.T, cfg Config) (*testsuite.TestWorkflowEnvironment, *
 type attempts struct{ kinds []string }
 
 func (r *attempts) note(ctx context.Context, effect string) {
+	if r == nil {
+		return
+	}
 	kind := "regular"
 	if activity.GetInfo(ctx).IsLocalActivity {
 		kind = "local"

@@ -57,6 +57,9 @@ type RefundStatus struct {
 	Outcome   Outcome                   `json:"outcome,omitempty"`
 	Refund    *activities.RefundResult  `json:"refund,omitempty"`
 	Receipt   *activities.ReceiptResult `json:"receipt,omitempty"`
+	// Fallbacks names the effects ("refund", "refund receipt") whose
+	// local attempt failed, so that they ran as regular activities.
+	Fallbacks []string `json:"fallbacks,omitempty"`
 }
 
 // refundOptions bound one run of the refund activity. Like a charge, every
@@ -87,6 +90,12 @@ const refundWaitChange = "refund-waits-for-payment"
 // marker.
 const refundAwaitChange = "refund-awaits-missing-payment"
 
+// refundLocalChange is the GetVersion change ID of the local first
+// attempts of the refund and its receipt (RefundOrderLocally,
+// SendRefundReceiptLocally), asked first thing: a run of an earlier
+// release has no marker and replays its regular activities.
+const refundLocalChange = "refund-local-first"
+
 // paymentMissing reports whether err ended a RefundOrder run on
 // PaymentMissing: the order had no payment yet, nothing was recorded.
 func paymentMissing(err error) bool {
@@ -108,6 +117,12 @@ func paymentPending(err error) bool {
 // receipt. Whether the refund may happen at all (the order was paid, and
 // the refunds of its payment stay within what it charged) is decided by
 // Postgres inside the refund activity, not here.
+//
+// Like OrderPlaced's, each effect first runs once as a local activity
+// inside the workflow task (RefundOrderLocally, SendRefundReceiptLocally),
+// then, when that attempt failed in a way a retry could cure, as the
+// regular activity; runs of releases before that replay as they ran
+// (refundLocalChange).
 func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (RefundStatus, error) {
 	st := RefundStatus{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID, Amount: in.Refund.Amount, Stage: StageRefunding}
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (RefundStatus, error) { return st, nil }); err != nil {
@@ -123,20 +138,49 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	}
 
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding %d of order %d under key `%s`.", in.Refund.Amount, in.Refund.OrderID, refundKey))
+	// Runs from the release that added the local attempts take them; an
+	// earlier run replays its regular activities (refundLocalChange).
+	local := workflow.GetVersion(ctx, refundLocalChange, workflow.DefaultVersion, 1) == 1
 	var refund activities.RefundResult
-	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(in.Consumer, fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)))
+	refundSummary := fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)
+	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(in.Consumer, refundSummary))
 	start := workflow.Now(ctx)
 	deadline := start.Add(w.cfg.refundPaymentWait())
 	// A refund that came before its order's payment waits for it, up to
 	// RefundAwaitPayment; then it ends order_not_paid.
 	awaitUntil := start.Add(w.cfg.RefundAwaitPayment)
 	missingPoll := min(time.Second, w.cfg.PaymentProcessingPoll)
-	for {
-		err = workflow.ExecuteActivity(actx, activities.RefundOrderName, activities.RefundInput{
+	for first := local; ; first = false {
+		req := activities.RefundInput{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
 			Amount: in.Refund.Amount, Reason: in.Refund.Reason,
 			AwaitPayment: workflow.Now(ctx).Before(awaitUntil),
-		}).Get(ctx, &refund)
+		}
+		if first {
+			// The first attempt runs inside the workflow task, as a
+			// charge's does: no task queue between the message and its
+			// refund. A payment still missing waits below, like a regular
+			// attempt's; any other failure a retry could cure goes on
+			// as the regular activity.
+			var lo activities.LocalRefund
+			err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.localOptions(refundSummary)),
+				activities.RefundOrderLocallyName, req).Get(ctx, &lo)
+			var attempt *activities.AttemptError
+			if err == nil {
+				if refund, attempt = lo.Outcome(); attempt == nil {
+					break
+				}
+				err = attempt.Err()
+			}
+			if !paymentMissing(err) {
+				if err = fallBack(ctx, &st.Fallbacks, "refund", err, nil); err != nil {
+					break
+				}
+				continue
+			}
+		} else {
+			err = workflow.ExecuteActivity(actx, activities.RefundOrderName, req).Get(ctx, &refund)
+		}
 		if paymentMissing(err) && workflow.GetVersion(ctx, refundAwaitChange, workflow.DefaultVersion, 1) == 1 {
 			wait := min(missingPoll, max(awaitUntil.Sub(workflow.Now(ctx)), 0))
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refund of order %d waits for the order's payment to arrive (until %s).",
@@ -182,11 +226,19 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	st.Stage = StageSendingReceipt
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded (%s). Sending the refund receipt under ledger key `%s`.", in.Refund.OrderID, refund.RefundID, mailKey))
 	var receipt activities.ReceiptResult
-	mctx := workflow.WithActivityOptions(ctx, w.cfg.emailOptions(in.Consumer, fmt.Sprintf("send refund receipt of order %d (%s)", in.Refund.OrderID, mailKey)))
-	err = workflow.ExecuteActivity(mctx, activities.SendRefundReceiptName, activities.RefundReceiptInput{
+	mailSummary := fmt.Sprintf("send refund receipt of order %d (%s)", in.Refund.OrderID, mailKey)
+	mailIn := activities.RefundReceiptInput{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
 		Amount: in.Refund.Amount, Currency: refund.Currency, RefundID: refund.RefundID,
-	}).Get(ctx, &receipt)
+	}
+	if local {
+		receipt, err = effect[activities.ReceiptResult, activities.LocalReceipt](ctx, &st.Fallbacks, "refund receipt",
+			activities.SendRefundReceiptLocallyName, activities.SendRefundReceiptName, mailIn,
+			w.cfg.localOptions(mailSummary), w.cfg.emailOptions(in.Consumer, mailSummary))
+	} else {
+		mctx := workflow.WithActivityOptions(ctx, w.cfg.emailOptions(in.Consumer, mailSummary))
+		err = workflow.ExecuteActivity(mctx, activities.SendRefundReceiptName, mailIn).Get(ctx, &receipt)
+	}
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded; sending the refund receipt failed: %s", in.Refund.OrderID, rootMessage(err)))
 		return st, fmt.Errorf("send refund receipt of order %d: %w", in.Refund.OrderID, err)

@@ -2,12 +2,14 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/effectively/effectively/activities"
@@ -18,18 +20,49 @@ func refundInput(id string, amount int64) OrderRefundInput {
 	return OrderRefundInput{Consumer: "order-refund", MessageID: id, Refund: message.RefundRequested{OrderID: 42, Amount: amount, Reason: "requested_by_customer"}}
 }
 
+// onRefund mocks RefundOrder, and its local form as the worker runs it (the
+// error returned as data), with fn; rec, when not nil, notes each attempt's
+// kind.
+func onRefund(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.RefundInput) (activities.RefundResult, error)) {
+	var a *activities.Activities
+	env.OnActivity(a.RefundOrder, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+		rec.note(ctx, "refund")
+		return fn(in)
+	})
+	env.OnActivity(a.RefundOrderLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundInput) (activities.LocalRefund, error) {
+		rec.note(ctx, "refund")
+		r, err := fn(in)
+		return activities.LocalRefund{Result: r, Err: activities.ErrorAsData(err)}, nil
+	})
+}
+
+// onRefundReceipt is onRefund for SendRefundReceipt.
+func onRefundReceipt(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.RefundReceiptInput) (activities.ReceiptResult, error)) {
+	var a *activities.Activities
+	env.OnActivity(a.SendRefundReceipt, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		rec.note(ctx, "mail")
+		return fn(in)
+	})
+	env.OnActivity(a.SendRefundReceiptLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundReceiptInput) (activities.LocalReceipt, error) {
+		rec.note(ctx, "mail")
+		r, err := fn(in)
+		return activities.LocalReceipt{Result: r, Err: activities.ErrorAsData(err)}, nil
+	})
+}
+
 func TestOrderRefundRefundsThenSendsReceipt(t *testing.T) {
 	env, wfs := newEnv(t)
 	var refunds, receipts int
 	var receiptIn activities.RefundReceiptInput
-	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+	var rec attempts
+	onRefund(env, &rec, func(in activities.RefundInput) (activities.RefundResult, error) {
 		refunds++
 		if in.Amount != 500 || in.OrderID != 42 || in.Reason != "requested_by_customer" {
 			t.Errorf("refund input = %+v", in)
 		}
 		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_1", Currency: "usd"}, nil
 	})
-	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+	onRefundReceipt(env, &rec, func(in activities.RefundReceiptInput) (activities.ReceiptResult, error) {
 		receipts++
 		receiptIn = in
 		return activities.ReceiptResult{Outcome: activities.ReceiptSent, ProviderMessageID: "sg_1"}, nil
@@ -44,6 +77,10 @@ func TestOrderRefundRefundsThenSendsReceipt(t *testing.T) {
 	}
 	if refunds != 1 || receipts != 1 {
 		t.Errorf("refunds %d, receipts %d; want 1 each", refunds, receipts)
+	}
+	// Both ran once, inside the first workflow task: no task queue.
+	if want := "refund:local mail:local"; rec.String() != want || len(st.Fallbacks) != 0 {
+		t.Errorf("attempts = %s (want %s), fallbacks = %v", &rec, want, st.Fallbacks)
 	}
 	if receiptIn.RefundID != "re_1" || receiptIn.Currency != "usd" || receiptIn.Amount != 500 {
 		t.Errorf("receipt input = %+v", receiptIn)
@@ -61,8 +98,10 @@ func TestOrderRefundRefusalsSendNoReceipt(t *testing.T) {
 	} {
 		t.Run(string(tc.refund), func(t *testing.T) {
 			env, wfs := newEnv(t)
-			env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(activities.RefundResult{Outcome: tc.refund}, nil)
-			env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+			onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
+				return activities.RefundResult{Outcome: tc.refund}, nil
+			})
+			onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
 				t.Error("a receipt was sent for a refund that did not happen")
 				return activities.ReceiptResult{}, nil
 			})
@@ -83,14 +122,16 @@ func TestOrderRefundRefusalsSendNoReceipt(t *testing.T) {
 func TestOrderRefundWaitsForPayment(t *testing.T) {
 	env, wfs := newEnv(t)
 	calls := 0
-	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
+	onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
 		calls++
 		if calls < 3 {
 			return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is claimed", activities.ErrTypePaymentPending)
 		}
 		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_2", Currency: "usd"}, nil
 	})
-	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+	onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
 	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r3", 100))
 	var st RefundStatus
 	if err := env.GetWorkflowResult(&st); err != nil {
@@ -103,8 +144,12 @@ func TestOrderRefundWaitsForPayment(t *testing.T) {
 
 func TestOrderRefundStatusQuery(t *testing.T) {
 	env, wfs := newEnv(t)
-	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_3"}, nil)
-	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptFailed, Error: "bounced"}, nil)
+	onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_3"}, nil
+	})
+	onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptFailed, Error: "bounced"}, nil
+	})
 	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r4", 100))
 	val, err := env.QueryWorkflow(StatusQuery)
 	if err != nil {
@@ -139,14 +184,16 @@ func TestOrderRefundWaitsAsLongAsThePaymentMayProcess(t *testing.T) {
 			env, wfs := newEnv(t)
 			start := env.Now()
 			refunded := 0
-			env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
+			onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
 				if tc.settles == 0 || env.Now().Sub(start) < tc.settles {
 					return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending)
 				}
 				refunded++
 				return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_w", Currency: "usd"}, nil
 			})
-			env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+			onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+				return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+			})
 			env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rw", 100))
 			var st RefundStatus
 			err := env.GetWorkflowResult(&st)
@@ -173,17 +220,84 @@ func TestOrderRefundWaitsAsLongAsThePaymentMayProcess(t *testing.T) {
 func TestOrderRefundWaitBehindItsVersion(t *testing.T) {
 	env, wfs := newEnv(t)
 	env.OnGetVersion(refundWaitChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	runs := 0
-	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(context.Context, activities.RefundInput) (activities.RefundResult, error) {
-		runs++
+	var rec attempts
+	onRefund(env, &rec, func(activities.RefundInput) (activities.RefundResult, error) {
 		return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending)
 	})
 	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rv", 100))
 	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "processing") {
 		t.Fatalf("err %v, want the PaymentPending failure of the first run", err)
 	}
-	if runs != 10 { // one run: the test environment's 10 attempts
-		t.Fatalf("%d attempts, want one run of 10", runs)
+	// The local attempt, then one regular run: the test environment's 10
+	// attempts.
+	if want := "refund:local" + strings.Repeat(" refund:regular", 10); rec.String() != want {
+		t.Fatalf("attempts %s, want %s", &rec, want)
+	}
+}
+
+// TestOrderRefundBeforeLocalAttempts: a run of a release before the local
+// attempts (GetVersion answers DefaultVersion, as its history replays)
+// runs the refund and its receipt as regular activities only, as that
+// release did.
+func TestOrderRefundBeforeLocalAttempts(t *testing.T) {
+	env, wfs := newEnv(t)
+	env.OnGetVersion(refundLocalChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	var rec attempts
+	onRefund(env, &rec, func(activities.RefundInput) (activities.RefundResult, error) {
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_o", Currency: "usd"}, nil
+	})
+	onRefundReceipt(env, &rec, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_ro", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	if want := "refund:regular mail:regular"; rec.String() != want || st.Outcome != OutcomeRefunded {
+		t.Fatalf("attempts %s (want %s), outcome %s", &rec, want, st.Outcome)
+	}
+}
+
+// TestOrderRefundFallsBack: a local attempt that fails in a way a retry
+// could cure (Stripe down, the rate limit's line too long for a local
+// wait) goes on as the regular activity, noted in Fallbacks; one that
+// fails for good (the same key with another request) ends the workflow
+// without a regular attempt.
+func TestOrderRefundFallsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		local     error
+		attempts  string
+		fallbacks int
+		fails     bool
+	}{
+		{"stripe down", errors.New("stripe: 503"), "refund:local refund:regular mail:local", 1, false},
+		{"rate limited", temporal.NewApplicationError("waiting for the provider's rate limit", activities.ErrTypeRateLimited), "refund:local refund:regular mail:local", 1, false},
+		{"key mismatch", temporal.NewNonRetryableApplicationError("same key, different parameters", activities.ErrTypeIdempotencyMismatch, nil), "refund:local", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, wfs := newEnv(t)
+			var rec attempts
+			onRefund(env, &rec, func(activities.RefundInput) (activities.RefundResult, error) {
+				if len(rec.kinds) == 1 {
+					return activities.RefundResult{}, tc.local
+				}
+				return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_f", Currency: "usd"}, nil
+			})
+			onRefundReceipt(env, &rec, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+				return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+			})
+			env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rf", 100))
+			var st RefundStatus
+			err := env.GetWorkflowResult(&st)
+			if rec.String() != tc.attempts || (err != nil) != tc.fails {
+				t.Fatalf("attempts %s (want %s), err %v", &rec, tc.attempts, err)
+			}
+			if !tc.fails && (st.Outcome != OutcomeRefunded || len(st.Fallbacks) != tc.fallbacks || st.Fallbacks[0] != "refund") {
+				t.Fatalf("outcome %s, fallbacks %v", st.Outcome, st.Fallbacks)
+			}
+		})
 	}
 }
 
@@ -198,14 +312,17 @@ func missing() (activities.RefundResult, error) {
 func TestOrderRefundWaitsForAMissingPayment(t *testing.T) {
 	env, wfs := newEnv(t)
 	var runs []bool
-	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+	var rec attempts
+	onRefund(env, &rec, func(in activities.RefundInput) (activities.RefundResult, error) {
 		runs = append(runs, in.AwaitPayment)
 		if len(runs) < 4 {
 			return missing()
 		}
 		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_m", Currency: "usd"}, nil
 	})
-	env.OnActivity(activities.SendRefundReceiptName, mock.Anything, mock.Anything).Return(activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil)
+	onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
 	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_rm", 100))
 	var st RefundStatus
 	if err := env.GetWorkflowResult(&st); err != nil {
@@ -213,6 +330,10 @@ func TestOrderRefundWaitsForAMissingPayment(t *testing.T) {
 	}
 	if st.Outcome != OutcomeRefunded || len(runs) != 4 || !runs[0] || !runs[3] {
 		t.Fatalf("outcome %s after runs %v; want refunded after 4 runs, each waiting", st.Outcome, runs)
+	}
+	// The local attempt found no payment: the waits, then regular runs.
+	if want := "refund:local refund:regular refund:regular refund:regular"; !strings.HasPrefix(rec.String(), want) {
+		t.Fatalf("attempts %s, want %s first", &rec, want)
 	}
 }
 
@@ -223,7 +344,7 @@ func TestOrderRefundEndsNotPaidWhenTheWaitIsOver(t *testing.T) {
 	cfg.RefundAwaitPayment = 2 * time.Minute
 	env, wfs := newEnvWith(t, cfg)
 	var runs []bool
-	env.OnActivity(activities.RefundOrderName, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RefundInput) (activities.RefundResult, error) {
+	onRefund(env, nil, func(in activities.RefundInput) (activities.RefundResult, error) {
 		runs = append(runs, in.AwaitPayment)
 		if in.AwaitPayment {
 			return missing()

@@ -203,6 +203,9 @@ type NATS struct {
 	// (NATS_CONSUMER_PER_ROUTE): each route's messages come in their own
 	// stream order, not behind another route's backlog.
 	PerRoute bool
+	// RouteWait keeps a route's backlog in its own consumer
+	// (NATS_ROUTE_BACKLOG_WAITS, with PerRoute): intake.PathConfig.OneRoute.
+	RouteWait bool
 	// DuplicateWindow is the deduplication window of a stream the worker
 	// creates (NATS_DUPLICATE_WINDOW); an existing stream keeps its own.
 	DuplicateWindow time.Duration
@@ -431,6 +434,9 @@ func (c Config) validateBroker() []error {
 			}
 			errs = append(errs, fmt.Errorf("%s: not a URL such as nats://127.0.0.1:4222 (or off)", which))
 		}
+	}
+	if c.NATS.RouteWait && !c.NATS.PerRoute {
+		errs = append(errs, errors.New("NATS_ROUTE_BACKLOG_WAITS needs NATS_CONSUMER_PER_ROUTE=true: only a consumer carrying one route may keep its deliveries waiting"))
 	}
 	js, subjectOK := c.NATS.JetStream, true
 	if err := js.Validate(); err != nil {

@@ -25,6 +25,12 @@ type lanes struct {
 	turn     []string    // the consumers with queued starts, in the order they are served
 	recheck  *time.Timer // set while every queued lane is held
 	closed   bool
+	// admitted counts, by consumer, the deliveries let in by tryAdmit and
+	// not yet released; shrunk is closed (and dropped) when a lane shrinks,
+	// an admission ends or the lanes close, waking the deliveries waiting
+	// for room.
+	admitted map[string]int
+	shrunk   chan struct{}
 }
 
 // heldRecheck is how often a starter looks again at lanes that were all
@@ -38,7 +44,7 @@ func newLanes(perLane, perRoute int, held func(consumer string) bool) *lanes {
 	if held == nil {
 		held = func(string) bool { return false }
 	}
-	l := &lanes{perLane: perLane, perRoute: perRoute, held: held, busy: map[string]int{}, byKey: map[string][]fastStart{}}
+	l := &lanes{perLane: perLane, perRoute: perRoute, held: held, busy: map[string]int{}, byKey: map[string][]fastStart{}, admitted: map[string]int{}}
 	l.ready = sync.NewCond(&l.mu)
 	return l
 }
@@ -107,7 +113,43 @@ func (l *lanes) pop() (fastStart, bool) {
 		delete(l.byKey, k)
 	}
 	l.busy[k]++
+	l.wake()
 	return s, true
+}
+
+// tryAdmit lets one more delivery of consumer in when its lane and the
+// deliveries already let in hold fewer than ahead, counting it until
+// release; otherwise it returns a channel closed when that may change.
+// Closed lanes let everything in.
+func (l *lanes) tryAdmit(consumer string, ahead int) (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || len(l.byKey[consumer])+l.admitted[consumer] < ahead {
+		l.admitted[consumer]++
+		return true, nil
+	}
+	if l.shrunk == nil {
+		l.shrunk = make(chan struct{})
+	}
+	return false, l.shrunk
+}
+
+// release ends an admission of tryAdmit.
+func (l *lanes) release(consumer string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.admitted[consumer]--; l.admitted[consumer] <= 0 {
+		delete(l.admitted, consumer)
+	}
+	l.wake()
+}
+
+// wake wakes the deliveries waiting for room. Called with l.mu held.
+func (l *lanes) wake() {
+	if l.shrunk != nil {
+		close(l.shrunk)
+		l.shrunk = nil
+	}
 }
 
 // done ends a start pop returned.
@@ -126,4 +168,5 @@ func (l *lanes) close() {
 	defer l.mu.Unlock()
 	l.closed = true
 	l.ready.Broadcast()
+	l.wake()
 }

@@ -51,6 +51,19 @@ type PathConfig struct {
 	// wait, by attempt (1-based, the last entry repeating). Default
 	// DefaultRetryBackoff.
 	RetryBackoff []time.Duration
+	// OneRoute says the source carries one route's messages only (a
+	// JetStream consumer per route): a delivery of a route whose lane of
+	// the fast path is full (recorded and waiting for their start, its hold
+	// or its pace: 2 × the starters the route may use) waits before its
+	// inbox insert, kept alive (Delivery.KeepAlive), for at most half its
+	// ack wait, and the rest of the route's backlog stays in the broker.
+	// A backlog that comes at once then enters Postgres at the route's
+	// start pace, not all in the same instant, when every other route's
+	// messages would wait for the machine. Only a source whose deliveries
+	// have a KeepAlive, or no ack wait, is held. A source carrying several
+	// routes must not set it: one route's wait would hold the others'
+	// deliveries behind it.
+	OneRoute bool
 	// Metrics counts the settlements by source. Nil counts nothing.
 	Metrics *metrics.Metrics
 	// Logger receives a line per quarantined, retried and redelivered
@@ -78,9 +91,10 @@ type Path struct {
 	cfg    PathConfig
 	mu     sync.Mutex // guards starts against Close
 	starts *lanes
+	ahead  int // the deliveries its lane takes before the next waits (PathConfig.OneRoute)
 	wg     sync.WaitGroup
 	stats  struct {
-		delivered, recorded, duplicates, invalid, mismatches, maxDelivered, retries, started atomic.Int64
+		delivered, recorded, duplicates, invalid, mismatches, maxDelivered, retries, started, waited atomic.Int64
 	}
 }
 
@@ -130,6 +144,12 @@ func (p *Path) Open(ctx context.Context) {
 	}
 	starts := newLanes(p.cfg.StartQueue, perRoute, p.in.held)
 	p.starts = starts
+	// What a route's lane takes before its deliveries wait (OneRoute): 2 ×
+	// the starters it may use.
+	p.ahead = 2 * p.cfg.Starters
+	if perRoute > 0 {
+		p.ahead = 2 * perRoute
+	}
 	for range p.cfg.Starters {
 		p.wg.Go(func() {
 			for {
@@ -169,7 +189,7 @@ func (p *Path) Stats() SourceStats {
 	return SourceStats{
 		Delivered: s.delivered.Load(), Recorded: s.recorded.Load(), Duplicates: s.duplicates.Load(),
 		Invalid: s.invalid.Load(), PayloadMismatches: s.mismatches.Load(), MaxDelivered: s.maxDelivered.Load(),
-		Retries: s.retries.Load(), Started: s.started.Load(),
+		Retries: s.retries.Load(), Started: s.started.Load(), Waited: s.waited.Load(),
 	}
 }
 
@@ -186,6 +206,13 @@ func (p *Path) Handle(ctx context.Context, d Delivery) Verdict {
 	if d.Received.IsZero() {
 		d.Received = time.Now()
 	}
+	var pre *message.Message // decoded before the wait for room (PathConfig.OneRoute)
+	if p.cfg.OneRoute && (d.KeepAlive != nil || d.AckWait == 0) {
+		if m, err := p.in.cfg.Routes.Decode(d.Raw); err == nil {
+			pre = m
+			defer p.admit(ctx, &d, m.Consumer)()
+		}
+	}
 	timeout := DefaultHandleTimeout
 	if d.AckWait > 0 {
 		timeout = max(d.AckWait*3/4, time.Second)
@@ -199,7 +226,7 @@ func (p *Path) Handle(ctx context.Context, d Delivery) Verdict {
 	hctx, span := tracing.Tracer().Start(hctx, "intake receive", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	defer span.End()
 
-	v, m := p.decide(ctx, hctx, d)
+	v, m := p.decide(ctx, hctx, d, pre)
 	if v.Settle == SettleRetry {
 		span.SetStatus(codes.Error, "not recorded")
 	} else {
@@ -222,15 +249,20 @@ func (p *Path) Handle(ctx context.Context, d Delivery) Verdict {
 	return v
 }
 
-// decide records d and returns its verdict, and the message to start on the
-// fast path (nil for none).
-func (p *Path) decide(ctx, hctx context.Context, d Delivery) (Verdict, *message.Message) {
+// decide records d (pre: its message, already decoded) and returns its
+// verdict, and the message to start on the fast path (nil for none).
+func (p *Path) decide(ctx, hctx context.Context, d Delivery, pre *message.Message) (Verdict, *message.Message) {
 	// Before its last delivery, a message of a type this worker does not
 	// know goes back to the broker for a worker that does (a rolling
 	// deploy); the last delivery quarantines it.
 	record := p.in.RecordKnown
 	if d.Last {
 		record = p.in.Record
+	}
+	if pre != nil {
+		record = func(ctx context.Context, _ []byte, source string) (Recorded, error) {
+			return p.in.RecordMessage(ctx, pre, source)
+		}
 	}
 	rec, err := record(hctx, d.Raw, d.Source)
 	if err != nil {
@@ -264,6 +296,58 @@ func (p *Path) decide(ctx, hctx context.Context, d Delivery) (Verdict, *message.
 		return v, rec.Message
 	}
 	return v, nil
+}
+
+// admit waits until consumer's lane has room for d (PathConfig.OneRoute),
+// at most half of d's ack wait (DefaultHandleTimeout without one), and
+// returns the function that ends its admission once it is handled. A wait
+// keeps d alive when it starts and when it ends, so the ack wait runs
+// again from then (d.Received). Past the bound, or when ctx ends, d goes
+// on uncounted: its start then waits in its lane, or past it in the inbox
+// for the Dispatcher, as without the wait.
+func (p *Path) admit(ctx context.Context, d *Delivery, consumer string) (release func()) {
+	p.mu.Lock()
+	starts := p.starts
+	p.mu.Unlock()
+	none := func() {}
+	if starts == nil {
+		return none
+	}
+	bound := DefaultHandleTimeout
+	if d.AckWait > 0 {
+		bound = d.AckWait / 2
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+			if d.KeepAlive != nil {
+				d.KeepAlive()
+				d.Received = time.Now()
+			}
+		}
+	}()
+	for {
+		ok, shrunk := starts.tryAdmit(consumer, p.ahead)
+		if ok {
+			return func() { starts.release(consumer) }
+		}
+		if timer == nil {
+			p.stats.waited.Add(1)
+			if d.KeepAlive != nil {
+				d.KeepAlive()
+				d.Received = time.Now()
+			}
+			timer = time.NewTimer(bound)
+		}
+		select {
+		case <-shrunk:
+		case <-timer.C:
+			return none
+		case <-ctx.Done():
+			return none
+		}
+	}
 }
 
 // fail hands back a delivery that could not be recorded, or quarantines it

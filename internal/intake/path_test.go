@@ -2,7 +2,9 @@ package intake_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,5 +118,71 @@ func TestPathNeverAcksWhatPostgresDidNotTake(t *testing.T) {
 		if got.Settle != intake.SettleRetry {
 			t.Errorf("settled %s with Postgres down", got.Settle)
 		}
+	}
+}
+
+// TestOneRouteBacklogWaitsInTheBroker: a source carrying one route
+// (PathConfig.OneRoute) whose route is paced (2 starts a second, one
+// starter, so its lane takes 2) lets a backlog of 12 that comes at
+// once into the inbox about as fast as the route starts, not all at once:
+// the rest wait before their insert, kept alive (KeepAlive, the ack wait
+// running again from then). Every message is recorded, acked and started
+// in the end. The same deliveries on a Path without OneRoute all enter at
+// once.
+func TestOneRouteBacklogWaitsInTheBroker(t *testing.T) {
+	for _, oneRoute := range []bool{true, false} {
+		t.Run(fmt.Sprintf("OneRoute=%v", oneRoute), func(t *testing.T) {
+			db := storetest.NewPool(t)
+			tc := testenv.NewFakeTemporal()
+			in, err := intake.New(store.New(db), tc, intake.Config{StartRate: 2, Logger: testenv.Logger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := intake.NewPath(in, intake.PathConfig{Source: "fake", Starters: 1, OneRoute: oneRoute, Logger: testenv.Logger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			p.Open(ctx)
+			t.Cleanup(func() { cancel(); p.Close() })
+
+			const n = 12
+			var kept, acked atomic.Int64
+			var wg sync.WaitGroup
+			for i := range n {
+				d := intake.Delivery{
+					Raw: placed(fmt.Sprintf("evt_or%02d", i), int64(600+i)), Source: "fake", Attempt: 1, Position: fmt.Sprintf("fake#%d", i),
+					AckWait:   10 * time.Second,
+					KeepAlive: func() { kept.Add(1) },
+					Settle: func(_ context.Context, v intake.Verdict) error {
+						if v.Settle == intake.SettleAck {
+							acked.Add(1)
+						}
+						return nil
+					},
+				}
+				wg.Go(func() { p.Handle(ctx, d) })
+			}
+			rows := func() (c int) {
+				if err := db.QueryRow(context.Background(), `SELECT count(*) FROM inbox WHERE consumer = 'order-placed'`).Scan(&c); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			time.Sleep(400 * time.Millisecond)
+			early := rows()
+			if oneRoute && (early > 6 || p.Stats().Waited < n-6 || kept.Load() < n-6) {
+				t.Fatalf("after 400ms: %d of %d in the inbox, %d waited, %d kept alive; want at most 6 in (2 in the lane, 1 started or waiting for its pace, a start's chunk) and the rest waiting, kept alive",
+					early, n, p.Stats().Waited, kept.Load())
+			}
+			if !oneRoute && (early != n || p.Stats().Waited != 0) {
+				t.Fatalf("without OneRoute: %d of %d in the inbox after 400ms, %d waited; want all in at once", early, n, p.Stats().Waited)
+			}
+			wg.Wait()
+			if rows() != n || acked.Load() != n {
+				t.Fatalf("%d in the inbox, %d acked; want %d each", rows(), acked.Load(), n)
+			}
+			testenv.Eventually(t, 20*time.Second, "every message started", func() bool { return len(tc.Starts()) == n })
+		})
 	}
 }

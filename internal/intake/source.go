@@ -126,4 +126,7 @@ type SourceStats struct {
 	Retries int64
 	// Started counts workflows started on the fast path, after the settle.
 	Started int64
+	// Waited counts deliveries that waited for room in their route's lane
+	// before their insert (PathConfig.OneRoute).
+	Waited int64
 }

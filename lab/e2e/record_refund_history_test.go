@@ -17,7 +17,11 @@ import (
 )
 
 // TestRecordRefundHistories writes OrderRefund histories for the replay
-// test in workflows/, like TestRecordHistories.
+// test in workflows/, like TestRecordHistories. It writes today's
+// (order_refund_local_*.json: the local first attempts); the histories of
+// the release before them (order_refund_refunded.json,
+// order_refund_exceeds.json: regular activities only) stay as recorded
+// then, for the runs a rolling deploy finds open.
 //
 //	go test -tags record -run TestRecordRefundHistories ./lab/e2e/
 func TestRecordRefundHistories(t *testing.T) {
@@ -29,8 +33,8 @@ func TestRecordRefundHistories(t *testing.T) {
 		file string
 		raw  []byte
 	}{
-		{"order_refund_refunded.json", refundMsg("evt_rec_rf_1", 11, 500)},
-		{"order_refund_exceeds.json", refundMsg("evt_rec_rf_2", 11, 1500)},
+		{"order_refund_local_refunded.json", refundMsg("evt_rec_rf_1", 11, 500)},
+		{"order_refund_local_exceeds.json", refundMsg("evt_rec_rf_2", 11, 1500)},
 	}
 	for _, c := range cases {
 		res := accept(t, s, c.raw)

@@ -36,6 +36,10 @@ type DrainConfig struct {
 	// Burst. Default 10× Probes (issue 24's "a 10× backlog"); negative
 	// skips the phase.
 	Burst int
+	// BurstRate, when above 0, publishes the burst's orders at that many
+	// per second beside the probes rather than at once: the arrival a
+	// source admitting a route at its start rate would let through.
+	BurstRate float64
 	// ProbeAfter is how long after the workers come back the busy probes
 	// start. Default 0: at once, while the backlog's workflows start.
 	ProbeAfter time.Duration
@@ -65,6 +69,8 @@ type DrainStack struct {
 // DrainReport is what a drain measured.
 type DrainReport struct {
 	Backlog int `json:"backlog"`
+	// Probes is how many refunds each phase timed.
+	Probes int `json:"probes"`
 	// Drained is how long, after the workers came back, the last message
 	// of the backlog took to be processed; Rate is Backlog / Drained.
 	Drained time.Duration `json:"drained"`
@@ -103,6 +109,7 @@ type DrainReport struct {
 	// long the burst took to be processed, BurstServer what the server
 	// and the machine did meanwhile.
 	Burst        int           `json:"burst"`
+	BurstRate    float64       `json:"burst_rate,omitempty"` // 0: at once
 	BurstP99     time.Duration `json:"burst_p99"`
 	BurstP50     time.Duration `json:"burst_p50"`
 	BurstMax     time.Duration `json:"burst_max"`
@@ -119,6 +126,11 @@ type DrainReport struct {
 	BurstTaskP99      time.Duration `json:"burst_task_p99"`
 	BurstScheduledP99 time.Duration `json:"burst_scheduled_p99"`
 	BurstDispatchP99  time.Duration `json:"burst_dispatch_p99"`
+	// BurstRegular and BusyRegular count the probes whose refund ran as a
+	// regular activity (its local attempt failed); the scheduled and
+	// dispatch figures are theirs alone.
+	BurstRegular int `json:"burst_regular"`
+	BusyRegular  int `json:"busy_regular"`
 	// BurstSlowest and BusySlowest are the slowest probe's timeline in each
 	// phase: its history's events and its rows, from its publication.
 	BurstSlowest string `json:"burst_slowest"`
@@ -169,13 +181,16 @@ func (r DrainReport) String() string {
 		r.OldestMessage.Round(time.Second), r.OldestKey.Round(time.Millisecond))
 	fmt.Fprintf(&b, "regular charge attempts per backlog message %.1f (a sample; each past the first sent back by the limit or failed)\n", r.AttemptsPerCharge)
 	if r.Burst > 0 {
-		fmt.Fprintf(&b, "fairness, workers warm: %d orders at once (drained in %s); refunds beside them p99 %s against %s idle (%.1f×, target ≤ 2×), median %s, longest %s\n",
-			r.Burst, r.BurstDrained.Round(time.Millisecond), r.BurstP99.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BurstRatio(),
+		arrival := "at once"
+		if r.BurstRate > 0 {
+			arrival = fmt.Sprintf("at %.0f/s", r.BurstRate)
+		}
+		fmt.Fprintf(&b, "fairness, workers warm: %d orders %s (drained in %s); refunds beside them p99 %s against %s idle (%.1f×, target ≤ 2×), median %s, longest %s\n",
+			r.Burst, arrival, r.BurstDrained.Round(time.Millisecond), r.BurstP99.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BurstRatio(),
 			r.BurstP50.Round(time.Millisecond), r.BurstMax.Round(time.Millisecond))
 		fmt.Fprintf(&b, "  to the refund's claim p99 %s, the refund p99 %s, to the receipt's record p99 %s\n",
 			r.BurstStartP99.Round(time.Millisecond), r.BurstRefundP99.Round(time.Millisecond), r.BurstReceiptP99.Round(time.Millisecond))
-		fmt.Fprintf(&b, "  from the inbox row: the first task p99 %s, the refund activity's schedule p99 %s; its schedule to its start p99 %s\n",
-			r.BurstTaskP99.Round(time.Millisecond), r.BurstScheduledP99.Round(time.Millisecond), r.BurstDispatchP99.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  from the inbox row: the first task p99 %s; %s\n", r.BurstTaskP99.Round(time.Millisecond), regularLine(r.BurstRegular, r.Probes, r.BurstScheduledP99, r.BurstDispatchP99))
 		if r.BurstSlowest != "" {
 			fmt.Fprintf(&b, "  the slowest: %s\n", r.BurstSlowest)
 		}
@@ -188,14 +203,23 @@ func (r DrainReport) String() string {
 		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  after it: to the refund's claim p99 %s (to the workflow's creation %s, to its first task %s), the refund p99 %s, to the receipt's record p99 %s\n",
 		r.BusyStartP99.Round(time.Millisecond), r.BusyCreatedP99.Round(time.Millisecond), r.BusyTaskP99.Round(time.Millisecond), r.BusyRefundP99.Round(time.Millisecond), r.BusyReceiptP99.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  the refund activity: scheduled p99 %s after the inbox row, started p99 %s after its schedule\n",
-		r.BusyScheduledP99.Round(time.Millisecond), r.BusyDispatchP99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  %s\n", regularLine(r.BusyRegular, r.Probes, r.BusyScheduledP99, r.BusyDispatchP99))
 	if r.BusySlowest != "" {
 		fmt.Fprintf(&b, "  the slowest: %s\n", r.BusySlowest)
 	}
 	fmt.Fprintf(&b, "the Temporal server's mean latencies (and the machine) while the probes ran:\n  idle:   %s\n  during: %s\n", r.IdleServer, r.BusyServer)
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
+}
+
+// regularLine says how many of n probes ran their refund as a regular
+// activity, and when their activity was scheduled and started.
+func regularLine(regular, n int, scheduled, dispatch time.Duration) string {
+	if regular == 0 {
+		return fmt.Sprintf("every refund of the %d ran inside its first workflow task (local attempt)", n)
+	}
+	return fmt.Sprintf("%d of the %d refunds ran as a regular activity: scheduled p99 %s after the inbox row, started p99 %s after its schedule",
+		regular, n, scheduled.Round(time.Millisecond), dispatch.Round(time.Millisecond))
 }
 
 // BurstRatio is BurstP99 / IdleP99: the fairness figure with the workers
@@ -248,7 +272,7 @@ func (c *DrainConfig) setDefaults() {
 // refunds, another route, against their idle latency.
 func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport, error) {
 	cfg.setDefaults()
-	rep := DrainReport{Backlog: cfg.Backlog, Limit: cfg.Limit, Burst: max(0, cfg.Burst)}
+	rep := DrainReport{Backlog: cfg.Backlog, Limit: cfg.Limit, Burst: max(0, cfg.Burst), BurstRate: cfg.BurstRate, Probes: cfg.Probes}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	stem := fmt.Sprintf("drain_%d", cfg.Seed%1_000_000)
@@ -366,6 +390,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyStartP99, rep.BusyRefundP99, rep.BusyReceiptP99 = p99(busy.start), p99(busy.refund), p99(busy.receipt)
 	rep.BusyCreatedP99, rep.BusyTaskP99 = p99(busy.created), p99(busy.task)
 	rep.BusyScheduledP99, rep.BusyDispatchP99 = p99(busy.scheduled), p99(busy.dispatch)
+	rep.BusyRegular = len(busy.scheduled)
 	rep.BusySlowest = busy.slowest
 	rep.BusyMax = slices.Max(busy.total)
 	rep.BusyMaxAt = busy.sentAt[slices.Index(busy.total, rep.BusyMax)]
@@ -426,15 +451,36 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		return err
 	}
 	at := time.Now()
-	if err := parallel(ctx, 16, len(ids), func(i int) error {
-		ids[i] = fmt.Sprintf("%s_b%04d", stem, i)
-		return st.Send(ctx, orderMsg(ids[i], base+int64(i)))
-	}); err != nil {
-		return err
+	published := make(chan error, 1)
+	if cfg.BurstRate > 0 {
+		go func() {
+			every := time.Duration(float64(time.Second) / cfg.BurstRate)
+			var err error
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%s_b%04d", stem, i)
+				if err = st.Send(ctx, orderMsg(ids[i], base+int64(i))); err != nil {
+					break
+				}
+				time.Sleep(time.Until(at.Add(time.Duration(i+1) * every)))
+			}
+			published <- err
+		}()
+	} else {
+		published <- parallel(ctx, 16, len(ids), func(i int) error {
+			ids[i] = fmt.Sprintf("%s_b%04d", stem, i)
+			return st.Send(ctx, orderMsg(ids[i], base+int64(i)))
+		})
+		if err := <-published; err != nil {
+			return err
+		}
+		published <- nil
 	}
 	lat, err := probe(ctx, cfg, st, stem+"_rf", orderBase)
 	if err != nil {
 		return err
+	}
+	if err := <-published; err != nil {
+		return fmt.Errorf("publish the burst: %w", err)
 	}
 	after, err := readServer(ctx, st.ServerMetrics)
 	if err != nil {
@@ -452,6 +498,7 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 	rep.BurstDrained = last.Sub(at)
 	rep.BurstStartP99, rep.BurstRefundP99, rep.BurstReceiptP99 = p99(lat.start), p99(lat.refund), p99(lat.receipt)
 	rep.BurstTaskP99, rep.BurstScheduledP99, rep.BurstDispatchP99 = p99(lat.task), p99(lat.scheduled), p99(lat.dispatch)
+	rep.BurstRegular = len(lat.scheduled)
 	rep.BurstSlowest = lat.slowest
 	return nil
 }
@@ -463,8 +510,11 @@ func orderMsg(id string, orderID int64) []byte {
 // latencies are the probes' latencies: publication to record (total), to
 // the inbox row (intake), and inbox row to record (work).
 type latencies struct {
-	total, intake, work, start, created, task, scheduled, dispatch, refund, receipt []time.Duration
-	sentAt                                                                          []time.Duration // from the first probe's publication
+	total, intake, work, start, created, task, refund, receipt []time.Duration
+	// scheduled and dispatch are only the probes whose refund ran as a
+	// regular activity.
+	scheduled, dispatch []time.Duration
+	sentAt              []time.Duration // from the first probe's publication
 	// slowest is the timeline of the probe with the longest total.
 	slowest string
 }
@@ -572,8 +622,10 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		out.created = append(out.created, created.Sub(in))
 		out.task = append(out.task, task.Sub(in))
-		out.scheduled = append(out.scheduled, scheduled.Sub(in))
-		out.dispatch = append(out.dispatch, started.Sub(scheduled))
+		if !scheduled.IsZero() { // a regular refund activity: its local attempt failed (or an older release)
+			out.scheduled = append(out.scheduled, scheduled.Sub(in))
+			out.dispatch = append(out.dispatch, started.Sub(scheduled))
+		}
 		out.refund = append(out.refund, refunded.Sub(claimed))
 		out.receipt = append(out.receipt, mailed.Sub(refunded))
 	}

@@ -31,6 +31,7 @@ var (
 	drainWorkerLimit = flag.Float64("drain-endpoint", drainEndpoint, "the workers' STRIPE_ENDPOINT_RATE_LIMIT and SENDGRID_RATE_LIMIT (STRIPE_RATE_LIMIT: 4×)")
 	drainJSON        = flag.String("drain-json", "", "write the drain report as JSON to this file (lab/bench reads it)")
 	drainCluster     = flag.Bool("drain-cluster", false, "run the drain on Temporal server v1.29.1 on Postgres (tools/cluster: make bin/temporal-server), one process, 4 history shards, instead of the dev server")
+	drainBurstRate   = flag.Float64("drain-burst-rate", 0, "publish the fairness phase's orders at this many per second beside the probes, not at once (how they would enter if the source admitted the route at its start rate)")
 	drainProbeAfter  = flag.Duration("drain-probe-after", 0, "start the refund probes this long after the workers come back (default: at once)")
 	drainStartRate   = flag.String("drain-start-rate", "auto", "the workers' EFFECTIVELY_START_RATE")
 	drainStartAhead  = flag.String("drain-start-ahead", "", "the workers' EFFECTIVELY_START_AHEAD (default: the worker's; 0 turns the hold off)")
@@ -146,7 +147,7 @@ func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics 
 // reported; -drain-fairness makes it fail the test: it is not met yet.
 func TestBacklogDrain(t *testing.T) {
 	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
-	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Burst: *drainBurst, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)
+	rep, err := RunDrain(context.Background(), DrainConfig{Backlog: *drainBacklog, Burst: *drainBurst, BurstRate: *drainBurstRate, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,11 +39,18 @@ func (w *workers) restartOne(i int) error {
 // lastErrors returns the last n log lines of a worker at level ERROR, for a
 // violation to say why the worker failed.
 func lastErrors(logs string, n int) string {
-	var errs []string
+	var errs, raw []string
 	for _, l := range strings.Split(logs, "\n") {
-		if strings.Contains(l, `"level":"ERROR"`) {
+		switch {
+		case strings.Contains(l, `"level":"ERROR"`):
 			errs = append(errs, l)
+		case l != "" && !strings.HasPrefix(l, "{") && len(raw) < 40:
+			raw = append(raw, l) // not a log line: a panic, a fatal error
 		}
 	}
-	return strings.Join(errs[max(0, len(errs)-n):], "\n")
+	out := strings.Join(errs[max(0, len(errs)-n):], "\n")
+	if len(raw) > 0 {
+		out += "\nand what it wrote outside its log:\n" + strings.Join(raw, "\n")
+	}
+	return out
 }

@@ -112,6 +112,12 @@ type Config struct {
 	// (the fast path; the Dispatcher is the slow one). Default
 	// DefaultStarters.
 	Starters int
+	// OneRoute says Subject carries one route's messages only (a consumer
+	// per route): a delivery waits, kept in progress, while the route's
+	// lane of the fast path is full, and the route's backlog stays in the
+	// stream (intake.PathConfig.OneRoute). The pull then buffers at most
+	// Handlers messages, so that none waits unseen past its ack wait.
+	OneRoute bool
 	// Logger receives a line per quarantined, failed and redelivered
 	// message. Default slog.Default().
 	Logger *slog.Logger
@@ -153,6 +159,9 @@ func (c Config) withDefaults() Config {
 	c.FetchWait = max(c.FetchWait, time.Second)
 	if c.Handlers <= 0 {
 		c.Handlers = DefaultHandlers
+	}
+	if c.OneRoute {
+		c.FetchBatch = min(c.FetchBatch, c.Handlers)
 	}
 	if c.Starters <= 0 {
 		c.Starters = DefaultStarters
@@ -273,7 +282,7 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 	}
 	cfg = cfg.withDefaults()
 	path, err := intake.NewPath(in, intake.PathConfig{
-		Source: cfg.Name, Starters: cfg.Starters, Metrics: cfg.Metrics, Logger: cfg.Logger,
+		Source: cfg.Name, Starters: cfg.Starters, Metrics: cfg.Metrics, Logger: cfg.Logger, OneRoute: cfg.OneRoute,
 		// Room for every delivery the broker can have outstanding: a start
 		// that finds no room is left to the Dispatcher, which waits MinAge.
 		StartQueue: max(cfg.FetchBatch*2, cfg.MaxAckPending),
