@@ -466,11 +466,10 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 			published <- err
 		}()
 	} else {
-		published <- parallel(ctx, 16, len(ids), func(i int) error {
+		if err := parallel(ctx, 16, len(ids), func(i int) error {
 			ids[i] = fmt.Sprintf("%s_b%04d", stem, i)
 			return st.Send(ctx, orderMsg(ids[i], base+int64(i)))
-		})
-		if err := <-published; err != nil {
+		}); err != nil {
 			return err
 		}
 		published <- nil
