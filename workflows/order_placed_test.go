@@ -56,33 +56,41 @@ func (r *attempts) note(ctx context.Context, effect string) {
 
 func (r *attempts) String() string { return strings.Join(r.kinds, " ") }
 
-// onCharge mocks ChargeOrder, and its local form as the worker runs it
-// (the error returned as data), with fn.
-func onCharge(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.ChargeInput) (activities.ChargeResult, error)) {
-	var a *activities.Activities
-	env.OnActivity(a.ChargeOrder, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ChargeInput) (activities.ChargeResult, error) {
-		rec.note(ctx, "payment")
+// onEffect mocks an effect's regular activity and its local form, as the
+// worker runs them (the local one returns the error as data), with fn;
+// rec, when not nil, notes each attempt's kind under name.
+func onEffect[In, Out, L any](env *testsuite.TestWorkflowEnvironment, rec *attempts, name string,
+	regular func(context.Context, In) (Out, error), local func(context.Context, In) (L, error),
+	asLocal func(Out, *activities.AttemptError) L, fn func(In) (Out, error),
+) {
+	env.OnActivity(regular, mock.Anything, mock.Anything).Return(func(ctx context.Context, in In) (Out, error) {
+		rec.note(ctx, name)
 		return fn(in)
 	})
-	env.OnActivity(a.ChargeOrderLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ChargeInput) (activities.LocalCharge, error) {
-		rec.note(ctx, "payment")
+	env.OnActivity(local, mock.Anything, mock.Anything).Return(func(ctx context.Context, in In) (L, error) {
+		rec.note(ctx, name)
 		r, err := fn(in)
-		return activities.LocalCharge{Result: r, Err: activities.ErrorAsData(err)}, nil
+		return asLocal(r, activities.ErrorAsData(err)), nil
 	})
 }
 
-// onReceipt is onCharge for SendReceipt.
+// onCharge mocks ChargeOrder and ChargeOrderLocally with fn.
+func onCharge(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.ChargeInput) (activities.ChargeResult, error)) {
+	var a *activities.Activities
+	onEffect(env, rec, "payment", a.ChargeOrder, a.ChargeOrderLocally, func(r activities.ChargeResult, e *activities.AttemptError) activities.LocalCharge {
+		return activities.LocalCharge{Result: r, Err: e}
+	}, fn)
+}
+
+// localReceipt is a receipt's local outcome.
+func localReceipt(r activities.ReceiptResult, e *activities.AttemptError) activities.LocalReceipt {
+	return activities.LocalReceipt{Result: r, Err: e}
+}
+
+// onReceipt mocks SendReceipt and SendReceiptLocally with fn.
 func onReceipt(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.ReceiptInput) (activities.ReceiptResult, error)) {
 	var a *activities.Activities
-	env.OnActivity(a.SendReceipt, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ReceiptInput) (activities.ReceiptResult, error) {
-		rec.note(ctx, "receipt")
-		return fn(in)
-	})
-	env.OnActivity(a.SendReceiptLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.ReceiptInput) (activities.LocalReceipt, error) {
-		rec.note(ctx, "receipt")
-		r, err := fn(in)
-		return activities.LocalReceipt{Result: r, Err: activities.ErrorAsData(err)}, nil
-	})
+	onEffect(env, rec, "receipt", a.SendReceipt, a.SendReceiptLocally, localReceipt, fn)
 }
 
 func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) Status {

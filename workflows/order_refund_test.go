@@ -1,13 +1,11 @@
 package workflows
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -20,34 +18,19 @@ func refundInput(id string, amount int64) OrderRefundInput {
 	return OrderRefundInput{Consumer: "order-refund", MessageID: id, Refund: message.RefundRequested{OrderID: 42, Amount: amount, Reason: "requested_by_customer"}}
 }
 
-// onRefund mocks RefundOrder, and its local form as the worker runs it (the
-// error returned as data), with fn; rec, when not nil, notes each attempt's
-// kind.
+// onRefund mocks RefundOrder and RefundOrderLocally with fn.
 func onRefund(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.RefundInput) (activities.RefundResult, error)) {
 	var a *activities.Activities
-	env.OnActivity(a.RefundOrder, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundInput) (activities.RefundResult, error) {
-		rec.note(ctx, "refund")
-		return fn(in)
-	})
-	env.OnActivity(a.RefundOrderLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundInput) (activities.LocalRefund, error) {
-		rec.note(ctx, "refund")
-		r, err := fn(in)
-		return activities.LocalRefund{Result: r, Err: activities.ErrorAsData(err)}, nil
-	})
+	onEffect(env, rec, "refund", a.RefundOrder, a.RefundOrderLocally, func(r activities.RefundResult, e *activities.AttemptError) activities.LocalRefund {
+		return activities.LocalRefund{Result: r, Err: e}
+	}, fn)
 }
 
-// onRefundReceipt is onRefund for SendRefundReceipt.
+// onRefundReceipt mocks SendRefundReceipt and SendRefundReceiptLocally
+// with fn.
 func onRefundReceipt(env *testsuite.TestWorkflowEnvironment, rec *attempts, fn func(activities.RefundReceiptInput) (activities.ReceiptResult, error)) {
 	var a *activities.Activities
-	env.OnActivity(a.SendRefundReceipt, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundReceiptInput) (activities.ReceiptResult, error) {
-		rec.note(ctx, "mail")
-		return fn(in)
-	})
-	env.OnActivity(a.SendRefundReceiptLocally, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RefundReceiptInput) (activities.LocalReceipt, error) {
-		rec.note(ctx, "mail")
-		r, err := fn(in)
-		return activities.LocalReceipt{Result: r, Err: activities.ErrorAsData(err)}, nil
-	})
+	onEffect(env, rec, "mail", a.SendRefundReceipt, a.SendRefundReceiptLocally, localReceipt, fn)
 }
 
 func TestOrderRefundRefundsThenSendsReceipt(t *testing.T) {
