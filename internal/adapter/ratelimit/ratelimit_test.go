@@ -298,7 +298,8 @@ func TestConfigErrors(t *testing.T) {
 // the backlog; the backlog still goes at the limit, and the express slots
 // come on top of it only while its slots were reserved ahead.
 func TestFlowsTakeTurns(t *testing.T) {
-	st := store.New(storetest.NewPool(t))
+	pool := storetest.NewPool(t)
+	st := store.New(pool)
 	const rate, n = 20.0, 60
 	l := newLimiter(t, st, ratelimit.Config{Provider: "stripe", Endpoint: ratelimit.Rate{PerSecond: rate, Burst: 1}, MaxWait: 10 * time.Second})
 	ep := "POST /v1/payment_intents"
@@ -312,7 +313,16 @@ func TestFlowsTakeTurns(t *testing.T) {
 			}
 		})
 	}
+	// The backlog reserved: its last slot is about n/rate ahead. (A fixed
+	// pause was not enough on a loaded 2-core CI machine: the other flow's
+	// first request then waited 726 ms for the backlog's reservations
+	// still being made, not behind its slots.)
 	time.Sleep(500 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, "the backlog's reservations", func() bool {
+		var tat time.Time
+		err := pool.QueryRow(context.Background(), `SELECT coalesce(max(tat), 'epoch') FROM rate_limits`).Scan(&tat)
+		return err == nil && tat.After(start.Add(time.Duration(float64(n-2)/rate*float64(time.Second))))
+	})
 	other := ratelimit.WithFlow(context.Background(), "order-refund")
 	var waits []time.Duration
 	for range 5 {
