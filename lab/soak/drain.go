@@ -26,7 +26,8 @@ type DrainConfig struct {
 	// Workers is how many worker processes drain it. Default 2.
 	Workers int
 	// Probes is how many refunds of the other route are timed, idle and
-	// again during the drain. Default 40.
+	// again during the drain. Default 100: the p99 of fewer is their
+	// slowest.
 	Probes int
 	// ProbeEvery spaces the probes. Default 250ms.
 	ProbeEvery time.Duration
@@ -108,8 +109,11 @@ type DrainReport struct {
 	// probes' latencies beside them (against IdleP99); BurstDrained is how
 	// long the burst took to be processed, BurstServer what the server
 	// and the machine did meanwhile.
-	Burst        int           `json:"burst"`
-	BurstRate    float64       `json:"burst_rate,omitempty"` // 0: at once
+	Burst     int     `json:"burst"`
+	BurstRate float64 `json:"burst_rate,omitempty"` // 0: at once
+	// BurstProbes is how many of the probes were sent before the burst's
+	// last order was processed: the burst's figures are theirs alone.
+	BurstProbes  int           `json:"burst_probes"`
 	BurstP99     time.Duration `json:"burst_p99"`
 	BurstP50     time.Duration `json:"burst_p50"`
 	BurstMax     time.Duration `json:"burst_max"`
@@ -185,8 +189,8 @@ func (r DrainReport) String() string {
 		if r.BurstRate > 0 {
 			arrival = fmt.Sprintf("at %.0f/s", r.BurstRate)
 		}
-		fmt.Fprintf(&b, "fairness, workers warm: %d orders %s (drained in %s); refunds beside them p99 %s against %s idle (%.1f×, target ≤ 2×), median %s, longest %s\n",
-			r.Burst, arrival, r.BurstDrained.Round(time.Millisecond), r.BurstP99.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BurstRatio(),
+		fmt.Fprintf(&b, "fairness, workers warm: %d orders %s (drained in %s); the %d refunds sent meanwhile p99 %s against %s idle (%.1f×, target ≤ 2×), median %s, longest %s\n",
+			r.Burst, arrival, r.BurstDrained.Round(time.Millisecond), r.BurstProbes, r.BurstP99.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BurstRatio(),
 			r.BurstP50.Round(time.Millisecond), r.BurstMax.Round(time.Millisecond))
 		fmt.Fprintf(&b, "  to the refund's claim p99 %s, the refund p99 %s, to the receipt's record p99 %s\n",
 			r.BurstStartP99.Round(time.Millisecond), r.BurstRefundP99.Round(time.Millisecond), r.BurstReceiptP99.Round(time.Millisecond))
@@ -247,7 +251,7 @@ func (c *DrainConfig) setDefaults() {
 		c.Workers = 2
 	}
 	if c.Probes == 0 {
-		c.Probes = 40
+		c.Probes = 100
 	}
 	if c.Burst == 0 {
 		c.Burst = 10 * c.Probes
@@ -493,7 +497,18 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		return err
 	}
 	rep.BurstServer = window(before, after)
-	rep.BurstP99, rep.BurstP50, rep.BurstMax = p99(lat.total), p50(lat.total), slices.Max(lat.total)
+	// Only the probes sent while the burst lasted show its effect.
+	var beside []time.Duration
+	for i, t := range lat.total {
+		if lat.sent[i].Before(last) {
+			beside = append(beside, t)
+		}
+	}
+	if len(beside) == 0 {
+		return fmt.Errorf("the burst of %d was processed before the first refund probe was sent: no probe ran beside it", cfg.Burst)
+	}
+	rep.BurstProbes = len(beside)
+	rep.BurstP99, rep.BurstP50, rep.BurstMax = p99(beside), p50(beside), slices.Max(beside)
 	rep.BurstDrained = last.Sub(at)
 	rep.BurstStartP99, rep.BurstRefundP99, rep.BurstReceiptP99 = p99(lat.start), p99(lat.refund), p99(lat.receipt)
 	rep.BurstTaskP99, rep.BurstScheduledP99, rep.BurstDispatchP99 = p99(lat.task), p99(lat.scheduled), p99(lat.dispatch)
@@ -514,6 +529,7 @@ type latencies struct {
 	// regular activity.
 	scheduled, dispatch []time.Duration
 	sentAt              []time.Duration // from the first probe's publication
+	sent                []time.Time     // when each of total was published
 	// slowest is the timeline of the probe with the longest total.
 	slowest string
 }
@@ -586,6 +602,7 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		out.total = append(out.total, at.Sub(sent[id]))
 		out.sentAt = append(out.sentAt, sent[id].Sub(sent[ids[0]]))
+		out.sent = append(out.sent, sent[id])
 		out.intake = append(out.intake, in.Sub(sent[id]))
 		out.work = append(out.work, at.Sub(in))
 		out.start = append(out.start, claimed.Sub(in))

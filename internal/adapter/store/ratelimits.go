@@ -42,11 +42,12 @@ type Reserved struct {
 
 // ReserveRate takes one request's slot in every bucket (row rate_limits,
 // created at its first use), all or none, in one statement
-// (rate_reserve_flow, see migrations 00014 and 00018): past a line, an
-// express slot for a flow without a backlog there when it comes sooner
-// than the line's, else the line's slots when the request would wait at
-// most r.MaxWait. Times are the database's, so the workers' clocks do not
-// matter.
+// (rate_reserve_flow, migrations 00014 and 00018): past a line, an express
+// slot for a flow without a backlog there when it comes sooner than the
+// line's, else the line's slots when the request would wait at most
+// r.MaxWait. Times are the database's, so the workers' clocks do not
+// matter. The statement commits asynchronously (rate_reserve_async,
+// migration 00019): the rows it locks are not held through a WAL flush.
 func (s *Store) ReserveRate(ctx context.Context, r Reservation) (Reserved, error) {
 	names := make([]string, len(r.Buckets))
 	emission := make([]float64, len(r.Buckets))
@@ -59,7 +60,7 @@ func (s *Store) ReserveRate(ctx context.Context, r Reservation) (Reserved, error
 	}
 	var wait float64
 	var res Reserved
-	err := s.pool.QueryRow(ctx, `SELECT wait, reserved, express FROM rate_reserve_flow($1, $2, $3, $4, $5, $6, $7)`,
+	err := s.pool.QueryRow(ctx, `SELECT wait, reserved, express FROM rate_reserve_async($1, $2, $3, $4, $5, $6, $7)`,
 		names, emission, burst, max(r.MaxWait, 0).Seconds(), r.Flow, max(r.Share, 0), max(r.ExpressWait, 0).Seconds()).
 		Scan(&wait, &res.OK, &res.Express)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/tools/storetest"
 )
@@ -328,14 +330,7 @@ func TestQuarantineCountsCopies(t *testing.T) {
 // shows its effect.
 func TestInboxAsyncCommitStaysInTheStatement(t *testing.T) {
 	ctx := context.Background()
-	pool, err := store.Open(ctx, storetest.NewDatabase(t), store.PoolConfig{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := store.Migrate(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
+	pool := oneConnection(t)
 	s := store.New(pool)
 	e := store.InboxEntry{Consumer: "order-placed", MessageID: "evt_async", Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}
 	for i := range 3 {
@@ -351,6 +346,55 @@ func TestInboxAsyncCommitStaysInTheStatement(t *testing.T) {
 	var dups int
 	if err := pool.QueryRow(ctx, `SELECT duplicates FROM inbox WHERE message_id = 'evt_async'`).Scan(&dups); err != nil || dups != 2 {
 		t.Fatalf("duplicates = %d, %v; want 2", dups, err)
+	}
+}
+
+// oneConnection is a migrated database's pool of one connection: what a
+// statement leaves set on its connection, the next one sees.
+func oneConnection(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Open(context.Background(), storetest.NewDatabase(t), store.PoolConfig{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(context.Background(), pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// TestRateReservationCommitsAsynchronously: a rate reservation's
+// transaction commits without waiting for its WAL flush (migration 00019),
+// so the bucket rows it locks are not held through one; the setting ends
+// with that transaction, so the next statement on the connection (a ledger
+// record) commits synchronously again.
+func TestRateReservationCommitsAsynchronously(t *testing.T) {
+	ctx := context.Background()
+	pool := oneConnection(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // a failure must free the pool's one connection
+	var reserved bool
+	var sc string
+	if err := tx.QueryRow(ctx, `SELECT reserved FROM rate_reserve_async(ARRAY['stripe'], ARRAY[0.05::float8], ARRAY[1::float8], 1, 'order-placed', 0.25, 0.2)`).Scan(&reserved); err != nil || !reserved {
+		t.Fatalf("reserve in a transaction = %v, %v", reserved, err)
+	}
+	if err := tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&sc); err != nil || sc != "off" {
+		t.Fatalf("in the reservation's transaction synchronous_commit is %q (%v), want off", sc, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(pool)
+	res, err := s.ReserveRate(ctx, store.Reservation{Buckets: []store.RateBucket{{Name: "stripe", Rate: 20, Burst: 1}}, MaxWait: time.Second})
+	if err != nil || !res.OK {
+		t.Fatalf("ReserveRate = %+v, %v", res, err)
+	}
+	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&sc); err != nil || sc != "on" {
+		t.Fatalf("after ReserveRate the connection's synchronous_commit is %q (%v), want on", sc, err)
 	}
 }
 
