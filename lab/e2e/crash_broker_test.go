@@ -29,62 +29,79 @@ func brokerEnv(j *testenv.JetStream) []string {
 // after the inbox insert but before the broker ack, and after the outbox
 // publish but before the row is marked: the redelivery is recognised and the
 // republish is dropped by the broker, so each message has one workflow, one
-// charge and one order.paid event.
+// charge and one order.paid event. It runs with the one consumer, and with a
+// consumer per route whose deliveries wait for room before their insert
+// (NATS_ROUTE_BACKLOG_WAITS, issue 24).
 func TestCrashWindowsAtBroker(t *testing.T) {
-	for _, point := range []string{failpoint.IntakeAfterInsert, failpoint.OutboxAfterPublish} {
-		t.Run(point, func(t *testing.T) {
-			t.Parallel()
-			j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
-			s := newProcStack(t)
-			s.cfg.NATSURL = testenv.NATSURL()
-			s.cfg.Extra = append(s.cfg.Extra, brokerEnv(j)...)
-			first := s.start(t, failpoint.EnvVar+"="+point)
-
-			id := "evt_broker_" + map[string]string{failpoint.IntakeAfterInsert: "insert", failpoint.OutboxAfterPublish: "publish"}[point]
-			j.Publish(t, order(id, 88, "pm_card_visa"), "")
-			killedAt(t, first, point)
-
-			s.start(t) // restarted, no failpoint
-			if st := s.waitOutcome(t, id); st.Outcome != workflows.OutcomeCompleted {
-				t.Fatalf("outcome = %+v", st)
-			}
-			if n := workflowsFor(t, s.client, id); n != 1 {
-				t.Errorf("workflows = %d, want 1", n)
-			}
-			if n := s.sims.Stripe.Stats().ChargesByMessage[id]; n != 1 {
-				t.Errorf("charges = %d, want 1", n)
-			}
-			ctx := context.Background()
-			ms, err := s.store.Status(ctx, message.ConsumerOrderPlaced, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ms.Inbox == nil || ms.Inbox.Source != "jetstream" || ms.Processed == nil || ms.Processed.Outcome != store.OutcomePaid {
-				t.Fatalf("postgres: inbox %+v processed %+v", ms.Inbox, ms.Processed)
-			}
-			if point == failpoint.IntakeAfterInsert && ms.Inbox.Duplicates < 1 {
-				t.Errorf("the redelivery was not seen by the inbox (duplicates = %d)", ms.Inbox.Duplicates)
-			}
-			// Exactly one order.paid event in the events stream, one
-			// receipt.sent (the outcome events), and the outbox rows marked.
-			testenv.Eventually(t, 30*time.Second, "outbox rows published", func() bool {
-				var published bool
-				err := s.store.Pool().QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox WHERE event_id = $1`, store.OrderPaidEventID(id)).Scan(&published)
-				n, uerr := s.store.OutboxUnpublished(ctx)
-				return err == nil && published && uerr == nil && n == 0
+	layouts := []struct {
+		name, source string
+		env          []string
+	}{
+		{"one-consumer", "jetstream", nil},
+		{"per-route-waits", "jetstream-order-placed", []string{"NATS_CONSUMER_PER_ROUTE=true", "NATS_ROUTE_BACKLOG_WAITS=true"}},
+	}
+	for _, layout := range layouts {
+		for _, point := range []string{failpoint.IntakeAfterInsert, failpoint.OutboxAfterPublish} {
+			t.Run(layout.name+"/"+point, func(t *testing.T) {
+				t.Parallel()
+				crashAtBroker(t, point, layout.source, layout.env)
 			})
-			stream, err := j.JS.Stream(ctx, j.EventsStream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(j.EventsPrefix+".>"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := map[string]uint64{j.EventsPrefix + ".order.paid": 1, j.EventsPrefix + ".receipt.sent": 1}
-			if info.State.Msgs != 2 || !maps.Equal(info.State.Subjects, want) {
-				t.Errorf("events in the stream = %d by subject %v, want %v", info.State.Msgs, info.State.Subjects, want)
-			}
-		})
+		}
+	}
+}
+
+// crashAtBroker is one case of TestCrashWindowsAtBroker: the worker killed
+// at point, its message's inbox row recorded by source.
+func crashAtBroker(t *testing.T, point, source string, env []string) {
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+	s := newProcStack(t)
+	s.cfg.NATSURL = testenv.NATSURL()
+	s.cfg.Extra = append(append(s.cfg.Extra, brokerEnv(j)...), env...)
+	first := s.start(t, failpoint.EnvVar+"="+point)
+
+	id := "evt_broker_" + map[string]string{failpoint.IntakeAfterInsert: "insert", failpoint.OutboxAfterPublish: "publish"}[point]
+	j.Publish(t, order(id, 88, "pm_card_visa"), "")
+	killedAt(t, first, point)
+
+	s.start(t) // restarted, no failpoint
+	if st := s.waitOutcome(t, id); st.Outcome != workflows.OutcomeCompleted {
+		t.Fatalf("outcome = %+v", st)
+	}
+	if n := workflowsFor(t, s.client, id); n != 1 {
+		t.Errorf("workflows = %d, want 1", n)
+	}
+	if n := s.sims.Stripe.Stats().ChargesByMessage[id]; n != 1 {
+		t.Errorf("charges = %d, want 1", n)
+	}
+	ctx := context.Background()
+	ms, err := s.store.Status(ctx, message.ConsumerOrderPlaced, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.Inbox == nil || ms.Inbox.Source != source || ms.Processed == nil || ms.Processed.Outcome != store.OutcomePaid {
+		t.Fatalf("postgres: inbox %+v processed %+v", ms.Inbox, ms.Processed)
+	}
+	if point == failpoint.IntakeAfterInsert && ms.Inbox.Duplicates < 1 {
+		t.Errorf("the redelivery was not seen by the inbox (duplicates = %d)", ms.Inbox.Duplicates)
+	}
+	// Exactly one order.paid event in the events stream, one
+	// receipt.sent (the outcome events), and the outbox rows marked.
+	testenv.Eventually(t, 30*time.Second, "outbox rows published", func() bool {
+		var published bool
+		err := s.store.Pool().QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox WHERE event_id = $1`, store.OrderPaidEventID(id)).Scan(&published)
+		n, uerr := s.store.OutboxUnpublished(ctx)
+		return err == nil && published && uerr == nil && n == 0
+	})
+	stream, err := j.JS.Stream(ctx, j.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(j.EventsPrefix+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{j.EventsPrefix + ".order.paid": 1, j.EventsPrefix + ".receipt.sent": 1}
+	if info.State.Msgs != 2 || !maps.Equal(info.State.Subjects, want) {
+		t.Errorf("events in the stream = %d by subject %v, want %v", info.State.Msgs, info.State.Subjects, want)
 	}
 }
