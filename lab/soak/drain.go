@@ -112,7 +112,8 @@ type DrainReport struct {
 	Burst     int     `json:"burst"`
 	BurstRate float64 `json:"burst_rate,omitempty"` // 0: at once
 	// BurstProbes is how many of the probes were sent before the burst's
-	// last order was processed: the burst's figures are theirs alone.
+	// last order was processed: BurstP99, BurstP50 and BurstMax are theirs
+	// alone; the split below (and BurstSlowest) covers every probe.
 	BurstProbes  int           `json:"burst_probes"`
 	BurstP99     time.Duration `json:"burst_p99"`
 	BurstP50     time.Duration `json:"burst_p50"`
