@@ -39,8 +39,8 @@ test-short: ## unit tests only (no Temporal dev server)
 	go test -count=1 ./internal/leaf/identity/ ./internal/adapter/message/ ./internal/config/ ./workflows/ ./sim/... ./internal/adapter/payment/ ./internal/adapter/email/
 
 .PHONY: soak
-soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut, a broker restart (BROKER=nats|kafka|rabbitmq), rate limits on; then the backlog drain (5,000)
-	go test -count=1 -timeout 30m -run '^(TestSoak|TestBacklogDrain)$$' -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true} -broker $${BROKER:-nats}
+soak: $(BIN)/temporal ## chaos soak: 2000 messages, duplicates, worker kills, provider faults, a Postgres cut, a broker restart (BROKER=nats|kafka|rabbitmq; WORKER_ENV="NAME=value …" adds to the workers' environment), rate limits on; then the backlog drain (5,000)
+	go test -count=1 -timeout 30m -run '^(TestSoak|TestBacklogDrain)$$' -v ./lab/soak/ -args -messages $${MESSAGES:-2000} -kills $${KILLS:-3} -webhooks=$${WEBHOOKS:-true} -broker $${BROKER:-nats} -worker-env "$${WORKER_ENV:-}"
 
 .PHONY: soak-cluster
 soak-cluster: $(BIN)/temporal-server ## the soak on a Temporal server on Postgres: its services killed one by one, Postgres restarted

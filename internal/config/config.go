@@ -204,7 +204,8 @@ type NATS struct {
 	// stream order, not behind another route's backlog.
 	PerRoute bool
 	// RouteWait keeps a route's backlog in its own consumer
-	// (NATS_ROUTE_BACKLOG_WAITS, with PerRoute): intake.PathConfig.OneRoute.
+	// (NATS_ROUTE_BACKLOG_WAITS, with PerRoute, which turns it on unless
+	// it is given): intake.PathConfig.OneRoute.
 	RouteWait bool
 	// DuplicateWindow is the deduplication window of a stream the worker
 	// creates (NATS_DUPLICATE_WINDOW); an existing stream keeps its own.

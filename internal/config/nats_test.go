@@ -30,6 +30,33 @@ func TestNATSDefaults(t *testing.T) {
 	}
 }
 
+// TestRouteBacklogWaitsFollowsPerRoute: NATS_ROUTE_BACKLOG_WAITS unset is
+// on exactly when NATS_CONSUMER_PER_ROUTE is; given, it is taken as given.
+func TestRouteBacklogWaitsFollowsPerRoute(t *testing.T) {
+	for _, tt := range []struct {
+		perRoute, wait string
+		want           bool
+	}{
+		{"", "", false},
+		{"true", "", true},
+		{"false", "", false},
+		{"true", "false", false},
+		{"true", "true", true},
+	} {
+		m := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "NATS_CONSUMER_PER_ROUTE": tt.perRoute, "NATS_ROUTE_BACKLOG_WAITS": tt.wait}
+		c, err := Load(env(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("per route %q, wait %q: %v", tt.perRoute, tt.wait, err)
+		}
+		if c.NATS.RouteWait != tt.want || c.NATS.PerRoute != (tt.perRoute == "true") {
+			t.Errorf("per route %q, wait %q: PerRoute %v RouteWait %v, want RouteWait %v", tt.perRoute, tt.wait, c.NATS.PerRoute, c.NATS.RouteWait, tt.want)
+		}
+	}
+}
+
 // TestQuarantineRetentionDefault: unset, QUARANTINE_RETENTION is 30 days or
 // RETENTION when that is longer, so that raising RETENTION for a long
 // horizon never gets the default refused; set, it is taken as given.

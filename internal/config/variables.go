@@ -256,9 +256,20 @@ var variables = []variable{
 	flag("NATS_CONSUMER_PER_ROUTE", "NATS.PerRoute",
 		"also run a durable consumer per route (`NATS_CONSUMER-<consumer>`, filtering the route's subject, starting after `NATS_CONSUMER`'s ack floor when created), source `jetstream-<consumer>`; `NATS_CONSUMER` then acks the routes' subjects without recording them and takes the rest (unknown types). A route's messages no longer wait behind another route's backlog (docs/operations.md); needs a `NATS_SUBJECT` ending in `.>`. Turning it off: wait until the routes' consumers have no pending messages first",
 		func(c *Config) *bool { return &c.NATS.PerRoute }),
-	flag("NATS_ROUTE_BACKLOG_WAITS", "NATS.RouteWait",
-		"with `NATS_CONSUMER_PER_ROUTE`: a route's delivery waits before its inbox insert, kept in progress, for at most half its ack wait, while its route has 2 × the starters it may use recorded and not started; a backlog that comes at once then enters Postgres about as fast as its route starts, and the other routes' messages do not wait for the machine meanwhile. Measured on 2 cores: the refunds' p99 within 2× of idle beside 400 orders at once in 3 of 7 runs at 20/s (0 of 5 without), and beside 1,000 at 1.6–2.8× of idle (10–13× without); the broker crash tests run with it; off by default until the soak does too, since it needs a consumer per route (docs/operations.md)",
-		func(c *Config) *bool { return &c.NATS.RouteWait }),
+	{name: "NATS_ROUTE_BACKLOG_WAITS", def: "false", field: "NATS.RouteWait", docDefault: "`NATS_CONSUMER_PER_ROUTE`'s value",
+		load: func(c *Config, v string, given bool) error {
+			if !given { // after NATS_CONSUMER_PER_ROUTE in the table
+				c.NATS.RouteWait = c.NATS.PerRoute
+				return nil
+			}
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q: use true or false", v)
+			}
+			c.NATS.RouteWait = b
+			return nil
+		},
+		doc: "with `NATS_CONSUMER_PER_ROUTE`: a route's delivery waits before its inbox insert, kept in progress, for at most half its ack wait, while its route has 2 × the starters it may use recorded and not started; a backlog that comes at once then enters Postgres about as fast as its route starts, and the other routes' messages do not wait for the machine meanwhile. Measured on 2 cores at Stripe's limits (20/s), the refunds' p99 beside 1,000 orders at once: 1.1–1.9× of idle with it in 9 runs; on a busier machine 1.6–2.8× with it, 10–13× without (docs/operations.md). `false` turns it off; turning it on or off needs nothing else"},
 	dur("NATS_ACK_WAIT", jetstream.DefaultAckWait, "NATS.JetStream.AckWait", "ack wait of the first delivery", func(c *Config) *time.Duration { return &c.NATS.JetStream.AckWait }),
 	{name: "NATS_BACKOFF", def: shortList(jetstream.DefaultBackOff), field: "NATS.JetStream.BackOff",
 		load: func(c *Config, v string, _ bool) error {

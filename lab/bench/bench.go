@@ -1126,6 +1126,7 @@ func (r *Report) evaluate() {
 			Met:      r.Charges > 0 && r.DoubleCharges == 0 && r.DuplicateEmails == 0,
 			Measured: fmt.Sprintf("%d and %d (%d charges, %d receipts)", r.DoubleCharges, r.DuplicateEmails, r.Charges, r.Emails)},
 	)
+	r.Targets = append(r.Targets, r.Drain.targets()...)
 }
 
 // rssText is the peak RSS target's measurement, with the message path's

@@ -23,6 +23,10 @@ const (
 	drainWorkerEndpoint = 20
 )
 
+// drainBurst is the fairness phase's orders at once: 10× its 100 refund
+// probes (issue 24's "a 10× backlog"), fewer in a short run.
+const drainBurst = 1000
+
 // DrainPhase is the long backlog drain (issue 24): its configuration and
 // what lab/soak's RunDrain measured.
 type DrainPhase struct {
@@ -45,7 +49,7 @@ func runDrain(ctx context.Context, cfg Config, n int) (*DrainPhase, error) {
 	// A drain at 20 msg/s takes n/20 s; the test's own timeout bounds it.
 	timeout := time.Duration(n/drainWorkerEndpoint)*time.Second*3 + 10*time.Minute
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout", timeout.String(), "-run", "^TestBacklogDrain$", "./soak/", "-args", //nolint:gosec // fixed arguments
-		"-drain-backlog", strconv.Itoa(n), "-drain-burst", strconv.Itoa(min(400, n)),
+		"-drain-backlog", strconv.Itoa(n), "-drain-burst", strconv.Itoa(min(drainBurst, n)),
 		"-drain-sim-endpoint", strconv.Itoa(drainSimEndpoint), "-drain-endpoint", strconv.Itoa(drainWorkerEndpoint),
 		"-drain-json", out)
 	cmd.Dir = filepath.Join(cfg.RepoRoot, "lab")
@@ -68,6 +72,31 @@ func runDrain(ctx context.Context, cfg Config, n int) (*DrainPhase, error) {
 		phase.Report.Violations = append(phase.Report.Violations, "TestBacklogDrain: "+tailLines(string(b), 10))
 	}
 	return phase, nil
+}
+
+// targets are the drain's rows of the targets table (issue 24), all at
+// Stripe's limits: the 429s' share; the fairness figure, a quiet route's
+// p99 beside a 10× backlog of another against its idle p99; and the same
+// route's p99 behind the backlog after the outage. None when the phase did
+// not run.
+func (d *DrainPhase) targets() []Target {
+	if d == nil || d.Report == nil {
+		return nil
+	}
+	r := d.Report
+	out := []Target{{What: "429s during the drain (Stripe's limits)", Want: "< 1%", Value: 100 * r.TooManyShare,
+		Met:      r.Requests > 0 && r.TooManyShare < 0.01,
+		Measured: fmt.Sprintf("%.2f%% (%d of %d requests; %d drained at %.0f%% of the limit)", 100*r.TooManyShare, r.TooMany, r.Requests, r.Backlog, 100*r.Rate/max(r.Limit, 1))}}
+	if r.Burst > 0 {
+		out = append(out, Target{What: fmt.Sprintf("refunds' p99 beside %d orders at once / idle (fairness, Stripe's limits)", r.Burst), Want: "≤ 2×",
+			Value: r.BurstRatio(), Met: r.IdleP99 > 0 && r.BurstRatio() <= 2,
+			Measured: fmt.Sprintf("%.2f× (%s against %s idle, %d probes; median %s)", r.BurstRatio(), r.BurstP99.Round(time.Millisecond),
+				r.IdleP99.Round(time.Millisecond), r.BurstProbes, r.BurstP50.Round(time.Millisecond))})
+	}
+	return append(out, Target{What: fmt.Sprintf("refunds' p99 behind the %d after the outage / idle", r.Backlog), Want: "≤ 2×",
+		Value: r.Ratio(), Met: r.IdleP99 > 0 && r.Ratio() <= 2,
+		Measured: fmt.Sprintf("%.2f× (%s against %s idle; median %s; longest %s, sent %s after the workers' readiness)", r.Ratio(), r.BusyP99.Round(time.Millisecond),
+			r.IdleP99.Round(time.Millisecond), r.BusyP50.Round(time.Millisecond), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond))})
 }
 
 func tailLines(s string, lines int) string {

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -50,10 +51,6 @@ func newBroker(t *testing.T, broker string) soakBroker {
 func natsBroker(t *testing.T) soakBroker {
 	srv := natstest.Start(t, "")
 	j := testenv.NewJetStreamAt(t, srv.URL("nats", "127.0.0.1"), testenv.JetStreamOptions{})
-	subject, err := jetstream.PublishSubject(j.Subject, "order.placed")
-	if err != nil {
-		t.Fatal(err)
-	}
 	return soakBroker{
 		natsURL: srv.URL("nats", "127.0.0.1"),
 		env: []string{
@@ -63,7 +60,11 @@ func natsBroker(t *testing.T) soakBroker {
 			"NATS_EVENTS_STREAM=" + j.EventsStream, "NATS_EVENTS_PREFIX=" + j.EventsPrefix,
 		},
 		send: func(ctx context.Context, raw []byte) error {
-			_, err := j.JS.Publish(ctx, subject, raw)
+			subject, err := subjectOf(j.Subject, raw)
+			if err != nil {
+				return err
+			}
+			_, err = j.JS.Publish(ctx, subject, raw)
 			return err
 		},
 		restart: func(context.Context) error {
@@ -71,6 +72,23 @@ func natsBroker(t *testing.T) soakBroker {
 			return nil
 		},
 	}
+}
+
+// subjectOf is the subject a producer publishes raw on: its envelope's
+// type's (jetstream.PublishSubject), as `starter publish` does, so that a
+// consumer of NATS_CONSUMER_PER_ROUTE gets its route's messages; the
+// order.placed subject for a message whose type cannot be read or named,
+// where it is quarantined all the same.
+func subjectOf(filter string, raw []byte) (string, error) {
+	var env struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(raw, &env) == nil && env.Type != "" {
+		if subject, err := jetstream.PublishSubject(filter, env.Type); err == nil {
+			return subject, nil
+		}
+	}
+	return jetstream.PublishSubject(filter, "order.placed")
 }
 
 // rabbitBroker is a RabbitMQ node of the soak's own (so that it can be

@@ -39,7 +39,7 @@ var (
 	drainWorkerEnv   = flag.String("drain-worker-env", "", "more of the workers' environment, NAME=value pairs separated by spaces (e.g. NATS_HANDLERS=8)")
 	drainProbes      = flag.Int("drain-probes", 0, "refund probes per phase (default 100)")
 	drainProbeEvery  = flag.Duration("drain-probe-every", 0, "the probes' spacing (default 250ms)")
-	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target, not met yet: see docs/operations.md)")
+	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target: met at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, not at the default 60/s; see docs/operations.md)")
 )
 
 // The short drain's limits: the simulators answer 429 past Stripe's ratios
@@ -146,7 +146,9 @@ func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics 
 // Before the outage, with the workers warm, 1,000 orders come at once beside
 // the refund probes. The refund route's p99 against its idle p99 (the
 // fairness target, 2×), beside those 1,000 and behind the 5,000, is
-// reported; -drain-fairness makes it fail the test: it is not met yet.
+// reported; -drain-fairness makes it fail the test (met at Stripe's own
+// limits, which make bench runs, not at this test's default 60/s on 2
+// cores).
 func TestBacklogDrain(t *testing.T) {
 	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
 	rep, err := RunDrain(context.Background(), DrainConfig{Probes: *drainProbes, ProbeEvery: *drainProbeEvery, Backlog: *drainBacklog, Burst: *drainBurst, BurstRate: *drainBurstRate, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)

@@ -12,13 +12,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -188,6 +191,9 @@ type Report struct {
 	Webhooks *WebhookReport `json:"webhooks,omitempty"`
 	// Audit is the end-of-run audit's report (audit.go).
 	Audit *audit.Report `json:"audit,omitempty"`
+	// Sources counts the inbox rows by the source that recorded them
+	// (with NATS_CONSUMER_PER_ROUTE, each route's consumer).
+	Sources map[string]int `json:"sources,omitempty"`
 }
 
 // ReceiptFigures are one receipt kind's figures.
@@ -248,6 +254,13 @@ func (r Report) String() string {
 		r.Kills, r.Restarts, r.DatabaseCuts, r.BrokerRestarts, r.Broker, r.Faults)
 	if len(r.Outages) > 0 {
 		fmt.Fprintf(&b, "outages: %s\n", strings.Join(r.Outages, ", "))
+	}
+	if len(r.Sources) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.Sources)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, r.Sources[k]))
+		}
+		fmt.Fprintf(&b, "inbox rows by source: %s\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(&b, "every workflow closed %s after the last send\n", r.SettledIn.Round(time.Second))
 	if len(r.Violations) == 0 {
@@ -505,6 +518,9 @@ func Run(ctx context.Context, cfg Config, st Stack) (Report, error) {
 	if err := auditRun(ctx, st, start, &rep); err != nil {
 		return rep, err
 	}
+	if err := countSources(ctx, st, &rep); err != nil {
+		return rep, err
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
@@ -697,6 +713,22 @@ func reconcile(ctx context.Context, st Stack, p plan, rep *Report) error {
 		rep.Violations = append(rep.Violations, fmt.Sprintf("%d quarantined, want the %d invalid messages", rep.Quarantined, len(p.invalid)))
 	}
 	return nil
+}
+
+// countSources counts the inbox rows by the source that recorded them.
+func countSources(ctx context.Context, st Stack, rep *Report) error {
+	rows, err := st.Pool.Query(ctx, `SELECT source, count(*) FROM inbox GROUP BY source`)
+	if err != nil {
+		return err
+	}
+	var source string
+	var n int
+	rep.Sources = map[string]int{}
+	_, err = pgx.ForEachRow(rows, []any{&source, &n}, func() error {
+		rep.Sources[source] = n
+		return nil
+	})
+	return err
 }
 
 func receiptOf(ms store.MessageStatus) string {

@@ -27,6 +27,7 @@ var (
 	hooksOn  = flag.Bool("webhooks", true, "simulators deliver signed webhooks to a worker; receipts wait for SendGrid's events before a resend")
 	brokerF  = flag.String("broker", "nats", "broker the messages go through: nats, kafka or rabbitmq (make soak BROKER=…)")
 	brokerRs = flag.Int("broker-restarts", 1, "restarts of the broker while messages flow")
+	soakEnv  = flag.String("worker-env", "", "more of the workers' environment, NAME=value pairs separated by spaces (e.g. NATS_CONSUMER_PER_ROUTE=true)")
 )
 
 // TestSoak is the chaos soak: `make soak`, or in CI at the default size.
@@ -59,7 +60,7 @@ func TestSoak(t *testing.T) {
 		Worker: workerproc.Config{
 			DatabaseURL: dbURL, TemporalAddress: tsrv.FrontendHostPort(), TaskQueue: queue,
 			StripeURL: sims.StripeURL, SendGridURL: sims.SendGridURL, NATSURL: b.natsURL,
-			Extra: append([]string{"LOG_LEVEL=info", "STRIPE_RATE_LIMIT=320", "STRIPE_ENDPOINT_RATE_LIMIT=80", "SENDGRID_RATE_LIMIT=80"}, b.env...),
+			Extra: append([]string{"LOG_LEVEL=info", "STRIPE_RATE_LIMIT=320", "STRIPE_ENDPOINT_RATE_LIMIT=80", "SENDGRID_RATE_LIMIT=80"}, append(b.env, strings.Fields(*soakEnv)...)...),
 		},
 		Send: b.send, Broker: *brokerF, RestartBroker: b.restart,
 	}

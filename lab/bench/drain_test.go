@@ -1,0 +1,32 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/effectively/effectively/lab/soak"
+)
+
+// TestDrainTargets: the drain's rows of the targets table are met or
+// missed by the report's own figures, and absent without a drain.
+func TestDrainTargets(t *testing.T) {
+	if got := (*DrainPhase)(nil).targets(); got != nil {
+		t.Fatalf("no drain: %+v, want no rows", got)
+	}
+	rep := &soak.DrainReport{Backlog: 10000, Burst: 1000, BurstProbes: 100, Requests: 30000, TooMany: 3, TooManyShare: 0.0001, Rate: 20, Limit: 20,
+		IdleP99: 20 * time.Millisecond, BurstP99: 39 * time.Millisecond, BusyP99: 41 * time.Millisecond}
+	got := (&DrainPhase{Report: rep}).targets()
+	if len(got) != 3 {
+		t.Fatalf("%d rows, want 3: %+v", len(got), got)
+	}
+	for i, want := range []bool{true, true, false} {
+		if got[i].Met != want {
+			t.Errorf("%s: met %v, want %v (%s)", got[i].What, got[i].Met, want, got[i].Measured)
+		}
+	}
+	rep.TooMany, rep.TooManyShare, rep.Burst = 300, 0.01, 0
+	got = (&DrainPhase{Report: rep}).targets()
+	if len(got) != 2 || got[0].Met {
+		t.Errorf("1%% 429s and no burst: %+v, want the 429s missed and no fairness row", got)
+	}
+}
