@@ -52,6 +52,15 @@ func TestTinyRun(t *testing.T) {
 	if rep.Drain == nil || rep.Drain.Report == nil || rep.Drain.Report.Charges != 200 || rep.Drain.Report.DoubleCharges != 0 {
 		t.Errorf("drain phase = %+v, want 200 charges, none twice", rep.Drain)
 	}
+	var drainRows int
+	for _, tg := range rep.Targets {
+		if strings.Contains(tg.What, "drain") || strings.Contains(tg.What, "fairness") || strings.Contains(tg.What, "after the outage") {
+			drainRows++
+		}
+	}
+	if drainRows != 3 {
+		t.Errorf("the targets table has %d of the drain's 3 rows: %+v", drainRows, rep.Targets)
+	}
 	if rep.E2E.Unique != 70 || rep.E2E.Duplicates != 30 || rep.E2E.Messages != 100 {
 		t.Errorf("e2e sent %d (%d unique, %d copies), want 100 (70, 30)", rep.E2E.Messages, rep.E2E.Unique, rep.E2E.Duplicates)
 	}

@@ -29,7 +29,9 @@ type DrainConfig struct {
 	// again during the drain. Default 100: the p99 of fewer is their
 	// slowest.
 	Probes int
-	// ProbeEvery spaces the probes. Default 250ms.
+	// ProbeEvery spaces the probes. Default 250ms, or less when the
+	// burst drains faster than Probes of them (Burst / Limit), so that they
+	// all run beside it.
 	ProbeEvery time.Duration
 	// Burst is how many order.placed messages come at once while the
 	// workers run (warm), before the outage: the fairness phase, in which
@@ -259,6 +261,14 @@ func (c *DrainConfig) setDefaults() {
 	}
 	if c.ProbeEvery == 0 {
 		c.ProbeEvery = 250 * time.Millisecond
+		// The probes within 90% of the burst's drain (Burst / Limit), so
+		// that their p99 is not their slowest: 150 ms at 60/s. Never more
+		// than a fifth of the limit, so that the quiet route stays within
+		// the limiter's express share (a quarter).
+		if c.Burst > 0 && c.Limit > 0 {
+			within := time.Duration(0.9 * float64(c.Burst) / c.Limit / float64(c.Probes) * float64(time.Second))
+			c.ProbeEvery = max(min(c.ProbeEvery, within), time.Duration(5/c.Limit*float64(time.Second)))
+		}
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 20 * time.Minute
