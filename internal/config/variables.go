@@ -269,7 +269,7 @@ var variables = []variable{
 			c.NATS.RouteWait = b
 			return nil
 		},
-		doc: "with `NATS_CONSUMER_PER_ROUTE`: a route's delivery waits before its inbox insert, kept in progress, for at most half its ack wait, while its route has 2 × the starters it may use recorded and not started; a backlog that comes at once then enters Postgres about as fast as its route starts, and the other routes' messages do not wait for the machine meanwhile. Measured on 2 cores at Stripe's limits (20/s), the refunds' p99 beside 1,000 orders at once: 1.1–1.9× of idle with it in 9 runs; on a busier machine 1.6–2.8× with it, 10–13× without (docs/operations.md). `false` turns it off; turning it on or off needs nothing else"},
+		doc: "with `NATS_CONSUMER_PER_ROUTE`: a route's delivery waits before its inbox insert, kept in progress, for at most half its ack wait, while its route has 2 × the starters it may use recorded and not started; a backlog that comes at once then enters Postgres about as fast as its route starts, and the other routes' messages do not wait for the machine meanwhile. Measured on 2 cores at Stripe's limits (20/s), the refunds' p99 beside 1,000 orders at once: 1.1–1.9× of idle with it in 8 runs; on a busier machine 1.6–2.8× with it, 10–13× without (docs/operations.md). `false` turns it off; turning it on or off needs nothing else"},
 	dur("NATS_ACK_WAIT", jetstream.DefaultAckWait, "NATS.JetStream.AckWait", "ack wait of the first delivery", func(c *Config) *time.Duration { return &c.NATS.JetStream.AckWait }),
 	{name: "NATS_BACKOFF", def: shortList(jetstream.DefaultBackOff), field: "NATS.JetStream.BackOff",
 		load: func(c *Config, v string, _ bool) error {
