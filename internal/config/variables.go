@@ -262,12 +262,7 @@ var variables = []variable{
 				c.NATS.RouteWait = c.NATS.PerRoute
 				return nil
 			}
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("%q: use true or false", v)
-			}
-			c.NATS.RouteWait = b
-			return nil
+			return parseFlag(&c.NATS.RouteWait, v)
 		},
 		doc: "with `NATS_CONSUMER_PER_ROUTE`: a route's delivery waits before its inbox insert, kept in progress, for at most half its ack wait, while its route has 2 × the starters it may use recorded and not started; a backlog that comes at once then enters Postgres about as fast as its route starts, and the other routes' messages do not wait for the machine meanwhile. Measured on 2 cores at Stripe's limits (20/s), the refunds' p99 beside 1,000 orders at once: 1.1–1.9× of idle with it in 8 runs; on a busier machine 1.6–2.8× with it, 10–13× without (docs/operations.md). `false` turns it off; turning it on or off needs nothing else"},
 	dur("NATS_ACK_WAIT", jetstream.DefaultAckWait, "NATS.JetStream.AckWait", "ack wait of the first delivery", func(c *Config) *time.Duration { return &c.NATS.JetStream.AckWait }),
@@ -450,14 +445,17 @@ func dur(name string, def time.Duration, field, doc string, f func(*Config) *tim
 // flag is a boolean variable, false by default.
 func flag(name, field, doc string, f func(*Config) *bool) variable {
 	return variable{name: name, def: "false", field: field, doc: doc,
-		load: func(c *Config, v string, _ bool) error {
-			b, err := strconv.ParseBool(v)
-			*f(c) = b
-			if err != nil {
-				return fmt.Errorf("%q: use true or false", v)
-			}
-			return nil
-		}}
+		load: func(c *Config, v string, _ bool) error { return parseFlag(f(c), v) }}
+}
+
+// parseFlag parses v, true or false, into dst.
+func parseFlag(dst *bool, v string) error {
+	b, err := strconv.ParseBool(v)
+	*dst = b
+	if err != nil {
+		return fmt.Errorf("%q: use true or false", v)
+	}
+	return nil
 }
 
 // external is a variable another loader reads (envconfig, the keyring, the

@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/rabbitmq"
+	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/tools/kafkatest"
 	"github.com/effectively/effectively/tools/natstest"
 	"github.com/effectively/effectively/tools/rabbittest"
@@ -74,21 +74,16 @@ func natsBroker(t *testing.T) soakBroker {
 	}
 }
 
-// subjectOf is the subject a producer publishes raw on: its envelope's
-// type's (jetstream.PublishSubject), as `starter publish` does, so that a
-// consumer of NATS_CONSUMER_PER_ROUTE gets its route's messages; the
-// order.placed subject for a message whose type cannot be read or named,
-// where it is quarantined all the same.
+// subjectOf is the subject a producer publishes raw on, as `starter
+// publish` does: its type's (jetstream.PublishSubject), so that a consumer
+// of NATS_CONSUMER_PER_ROUTE gets its route's messages, and "invalid" for a
+// message the routes cannot decode, which NATS_CONSUMER then quarantines.
 func subjectOf(filter string, raw []byte) (string, error) {
-	var env struct {
-		Type string `json:"type"`
+	typ := "invalid"
+	if m, err := route.Default().Decode(raw); err == nil {
+		typ = m.Type
 	}
-	if json.Unmarshal(raw, &env) == nil && env.Type != "" {
-		if subject, err := jetstream.PublishSubject(filter, env.Type); err == nil {
-			return subject, nil
-		}
-	}
-	return jetstream.PublishSubject(filter, "order.placed")
+	return jetstream.PublishSubject(filter, typ)
 }
 
 // rabbitBroker is a RabbitMQ node of the soak's own (so that it can be

@@ -29,9 +29,10 @@ type DrainConfig struct {
 	// again during the drain. Default 100: the p99 of fewer is their
 	// slowest.
 	Probes int
-	// ProbeEvery spaces the probes. Default 250ms, or less when the
-	// burst drains faster than Probes of them (Burst / Limit), so that they
-	// all run beside it.
+	// ProbeEvery spaces the probes. Default 250ms, fitted to the burst:
+	// less when it drains faster than Probes of them (Burst / Limit), so
+	// that they all run beside it, and more when the limit is under 20/s,
+	// so that the probes stay within a fifth of it.
 	ProbeEvery time.Duration
 	// Burst is how many order.placed messages come at once while the
 	// workers run (warm), before the outage: the fairness phase, in which

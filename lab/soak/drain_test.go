@@ -38,7 +38,7 @@ var (
 	drainMatchFair   = flag.Bool("drain-matching-fairness", true, "run the dev server with matching.enableFairness (each route's consumer a fairness key of the workflow task queue)")
 	drainWorkerEnv   = flag.String("drain-worker-env", "", "more of the workers' environment, NAME=value pairs separated by spaces (e.g. NATS_HANDLERS=8)")
 	drainProbes      = flag.Int("drain-probes", 0, "refund probes per phase (default 100)")
-	drainProbeEvery  = flag.Duration("drain-probe-every", 0, "the probes' spacing (default 250ms, less when the fairness phase's orders drain faster than 100 probes: 150ms at 60/s)")
+	drainProbeEvery  = flag.Duration("drain-probe-every", 0, "the probes' spacing (default 250ms, less when the fairness phase's orders drain faster than 100 probes, 150ms at 60/s; more under 20/s, where 4 a second would pass a fifth of the limit)")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target: met at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, not at the default 60/s; see docs/operations.md)")
 )
 
