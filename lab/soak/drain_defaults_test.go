@@ -16,6 +16,7 @@ func TestDrainProbeSpacing(t *testing.T) {
 		{DrainConfig{Limit: 60}, 150 * time.Millisecond},                                     // 1,000 drain in 16.7 s
 		{DrainConfig{Limit: 20}, 250 * time.Millisecond},                                     // 1,000 drain in 50 s
 		{DrainConfig{Limit: 20, Burst: 200}, 250 * time.Millisecond},                         // a fifth of 20/s
+		{DrainConfig{Limit: 10}, 500 * time.Millisecond},                                     // a fifth of 10/s
 		{DrainConfig{Limit: 60, Burst: -1}, 250 * time.Millisecond},                          // no burst
 		{DrainConfig{Limit: 60, ProbeEvery: 400 * time.Millisecond}, 400 * time.Millisecond}, // given
 	} {
