@@ -82,7 +82,7 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	if d.workflows, err = workflows.New(cfg.Workflows); err != nil {
 		return d, err
 	}
-	d.pool, err = store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: int32(cfg.DatabaseMaxConns)}) //nolint:gosec // validated: 4 to 1000
+	d.pool, err = store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: int32(cfg.DatabaseMaxConns), Warm: int32(cfg.DatabaseMaxConns / 4)}) //nolint:gosec // validated: 4 to 1000
 	if err != nil {
 		return d, err
 	}
@@ -117,6 +117,11 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	mailer, err := email.New(cfg.Email)
 	if err != nil {
 		return d, fmt.Errorf("sendgrid client: %w", err)
+	}
+	// Before /readyz: a start's first charge, refund and receipt should
+	// not build the clients' codec caches while a backlog comes in.
+	if err := errors.Join(payments.Warm(), mailer.Warm()); err != nil {
+		return d, err
 	}
 	if d.codecServer, err = newCodecServer(cfg); err != nil {
 		return d, fmt.Errorf("%w: %w", errBadConfig, err)

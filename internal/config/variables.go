@@ -56,7 +56,7 @@ type variable struct {
 // Names lists it and docs/configuration.md's table is generated from it.
 var variables = []variable{
 	str("DATABASE_URL", store.DefaultURL, "DatabaseURL", "Postgres, for the worker and the starter", func(c *Config) *string { return &c.DatabaseURL }),
-	num("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns, "DatabaseMaxConns", "the worker's pool (4–1000): JetStream handlers, starters, dispatcher, relay and activities share it",
+	num("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns, "DatabaseMaxConns", "the worker's pool (4–1000): JetStream handlers, starters, dispatcher, relay and activities share it; a quarter of it is opened before /readyz",
 		func(c *Config) *int { return &c.DatabaseMaxConns }).
 		checked(func(c Config) error { return within(c.DatabaseMaxConns, 4, 1000) }),
 	str("EFFECTIVELY_TASK_QUEUE", workflows.DefaultTaskQueue, "TaskQueue", "task queue of the worker and the starter", func(c *Config) *string { return &c.TaskQueue }),

@@ -143,6 +143,11 @@ type DrainReport struct {
 	// phase: its history's events and its rows, from its publication.
 	BurstSlowest string `json:"burst_slowest"`
 	BusySlowest  string `json:"busy_slowest"`
+	// BurstFive and BusyFive are each phase's five slowest probes, their
+	// latency and when they were sent: whether a p99 is one moment's or
+	// spread over the phase.
+	BurstFive string `json:"burst_five"`
+	BusyFive  string `json:"busy_five"`
 	// IdleP50 and BusyP50 are the medians of the same latencies.
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
@@ -201,6 +206,7 @@ func (r DrainReport) String() string {
 		fmt.Fprintf(&b, "  from the inbox row: the first task p99 %s; %s\n", r.BurstTaskP99.Round(time.Millisecond), regularLine(r.BurstRegular, r.Probes, r.BurstScheduledP99, r.BurstDispatchP99))
 		if r.BurstSlowest != "" {
 			fmt.Fprintf(&b, "  the slowest: %s\n", r.BurstSlowest)
+			fmt.Fprintf(&b, "  the five slowest: %s\n", r.BurstFive)
 		}
 		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
 	}
@@ -214,6 +220,7 @@ func (r DrainReport) String() string {
 	fmt.Fprintf(&b, "  %s\n", regularLine(r.BusyRegular, r.Probes, r.BusyScheduledP99, r.BusyDispatchP99))
 	if r.BusySlowest != "" {
 		fmt.Fprintf(&b, "  the slowest: %s\n", r.BusySlowest)
+		fmt.Fprintf(&b, "  the five slowest: %s\n", r.BusyFive)
 	}
 	fmt.Fprintf(&b, "the Temporal server's mean latencies (and the machine) while the probes ran:\n  idle:   %s\n  during: %s\n", r.IdleServer, r.BusyServer)
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
@@ -407,7 +414,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyCreatedP99, rep.BusyTaskP99 = p99(busy.created), p99(busy.task)
 	rep.BusyScheduledP99, rep.BusyDispatchP99 = p99(busy.scheduled), p99(busy.dispatch)
 	rep.BusyRegular = len(busy.scheduled)
-	rep.BusySlowest = busy.slowest
+	rep.BusySlowest, rep.BusyFive = busy.slowest, busy.five()
 	rep.BusyMax = slices.Max(busy.total)
 	rep.BusyMaxAt = busy.sentAt[slices.Index(busy.total, rep.BusyMax)]
 	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
@@ -525,7 +532,7 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 	rep.BurstStartP99, rep.BurstRefundP99, rep.BurstReceiptP99 = p99(lat.start), p99(lat.refund), p99(lat.receipt)
 	rep.BurstTaskP99, rep.BurstScheduledP99, rep.BurstDispatchP99 = p99(lat.task), p99(lat.scheduled), p99(lat.dispatch)
 	rep.BurstRegular = len(lat.scheduled)
-	rep.BurstSlowest = lat.slowest
+	rep.BurstSlowest, rep.BurstFive = lat.slowest, lat.five()
 	return nil
 }
 
@@ -544,6 +551,21 @@ type latencies struct {
 	sent                []time.Time     // when each of total was published
 	// slowest is the timeline of the probe with the longest total.
 	slowest string
+}
+
+// five renders the five slowest probes as "latency at sent", slowest
+// first, the sending time counted from the first probe's.
+func (l latencies) five() string {
+	order := make([]int, len(l.total))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(l.total[b], l.total[a]) })
+	parts := make([]string, 0, 5)
+	for _, i := range order[:min(5, len(order))] {
+		parts = append(parts, fmt.Sprintf("%s at %s", l.total[i].Round(time.Millisecond), l.sentAt[i].Round(10*time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stamp is one moment of a probe's timeline.

@@ -519,3 +519,21 @@ func TestReceiptClaimedByThePaymentRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenWarmsConnections: Open returns with PoolConfig.Warm connections
+// open and idle (at most MaxConns), so a start's first statements do not
+// each open one.
+func TestOpenWarmsConnections(t *testing.T) {
+	url := storetest.NewDatabase(t)
+	for _, c := range []struct{ warm, max, want int32 }{{0, 8, 1}, {6, 8, 6}, {12, 4, 4}} {
+		pool, err := store.Open(context.Background(), url, store.PoolConfig{MaxConns: c.max, Warm: c.warm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := pool.Stat()
+		pool.Close()
+		if st.TotalConns() != c.want || st.IdleConns() != c.want {
+			t.Errorf("Warm %d, MaxConns %d: %d connections open, %d idle; want %d, all idle", c.warm, c.max, st.TotalConns(), st.IdleConns(), c.want)
+		}
+	}
+}
