@@ -82,9 +82,14 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	if d.workflows, err = workflows.New(cfg.Workflows); err != nil {
 		return d, err
 	}
-	d.pool, err = store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: int32(cfg.DatabaseMaxConns), Warm: int32(cfg.DatabaseMaxConns / 4)}) //nolint:gosec // validated: 4 to 1000
+	d.pool, err = store.Open(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: int32(cfg.DatabaseMaxConns)}) //nolint:gosec // validated: 4 to 1000
 	if err != nil {
 		return d, err
+	}
+	// Before /readyz, a quarter of the pool. A failure costs only the
+	// warm-up: the first statements meet its cause again and report it.
+	if err := store.Warm(ctx, d.pool, int32(cfg.DatabaseMaxConns/4)); err != nil { //nolint:gosec // validated: 4 to 1000
+		logger.Warn("postgres pool not warmed; its first statements open their connections", "error", err.Error())
 	}
 	d.onClose(d.pool.Close)
 	if err := store.Migrate(ctx, d.pool, logger); err != nil {
@@ -119,9 +124,10 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 		return d, fmt.Errorf("sendgrid client: %w", err)
 	}
 	// Before /readyz: a start's first charge, refund and receipt should
-	// not build the clients' codec caches while a backlog comes in.
+	// not build the clients' codec caches while a backlog comes in. A
+	// failure costs only that.
 	if err := errors.Join(payments.Warm(), mailer.Warm()); err != nil {
-		return d, err
+		logger.Warn("provider clients not warmed; their first calls build their caches", "error", err.Error())
 	}
 	if d.codecServer, err = newCodecServer(cfg); err != nil {
 		return d, fmt.Errorf("%w: %w", errBadConfig, err)

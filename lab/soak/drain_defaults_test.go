@@ -27,3 +27,22 @@ func TestDrainProbeSpacing(t *testing.T) {
 		}
 	}
 }
+
+// TestFiveSlowest: the report's five slowest probes, slowest first, each
+// with when it was sent; fewer when fewer ran.
+func TestFiveSlowest(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		out := make([]time.Duration, len(ns))
+		for i, n := range ns {
+			out[i] = time.Duration(n) * time.Millisecond
+		}
+		return out
+	}
+	l := latencies{total: ms(10, 90, 20, 70, 30, 80, 5), sentAt: ms(0, 250, 500, 750, 1000, 1250, 1500)}
+	if got, want := l.five(), "90ms at 250ms, 80ms at 1.25s, 70ms at 750ms, 30ms at 1s, 20ms at 500ms"; got != want {
+		t.Errorf("five() = %q, want %q", got, want)
+	}
+	if got, want := (latencies{total: ms(12), sentAt: ms(0)}).five(), "12ms at 0s"; got != want {
+		t.Errorf("five() of one = %q, want %q", got, want)
+	}
+}

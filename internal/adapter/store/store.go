@@ -49,11 +49,6 @@ type PoolConfig struct {
 	// is pinged when acquired. Default 1m, not pgx's 1s, which costs a round
 	// trip for a third to half of the messages (docs/performance.md, "Pings").
 	PingAfterIdle time.Duration
-	// Warm is how many connections Open opens before it returns (at most
-	// MaxConns), so that a start's first messages do not wait for new
-	// connections: after an outage a backlog and every other route's
-	// messages come at once. Default 0: only the one Ping opens.
-	Warm int32
 }
 
 // Open creates the pool for url and checks that the server answers. It is
@@ -90,19 +85,16 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 		pool.Close()
 		return nil, fmt.Errorf("connect to postgres at %s: %w", pc.ConnConfig.Host, err)
 	}
-	if n := min(cfg.Warm, cfg.MaxConns); n > 1 {
-		if err := warm(pingCtx, pool, n); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("open %d connections to postgres at %s: %w", n, pc.ConnConfig.Host, err)
-		}
-	}
 	return pool, nil
 }
 
-// warm holds n of pool's connections at once, then gives them back: each
-// one is opened (a new one's cost is paid now, not by a message) and stays
-// idle in the pool.
-func warm(ctx context.Context, pool *pgxpool.Pool, n int32) error {
+// Warm holds n of pool's connections at once (at most its MaxConns), then
+// gives them back: each is opened now, not by a message, and stays idle in
+// the pool. A worker warms its pool before it answers /readyz, so that a
+// start's first messages (after an outage, a backlog's and every other
+// route's at once) do not each open one.
+func Warm(ctx context.Context, pool *pgxpool.Pool, n int32) error {
+	n = min(n, pool.Config().MaxConns)
 	conns := make([]*pgxpool.Conn, 0, max(n, 0))
 	defer func() {
 		for _, c := range conns {
@@ -112,7 +104,7 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int32) error {
 	for range n {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("open %d connections to postgres: %w", n, translate(err))
 		}
 		conns = append(conns, c)
 	}

@@ -520,18 +520,21 @@ func TestReceiptClaimedByThePaymentRecord(t *testing.T) {
 	}
 }
 
-// TestOpenWarmsConnections: Open returns with PoolConfig.Warm connections
-// open and idle (at most MaxConns), so a start's first statements do not
-// each open one.
-func TestOpenWarmsConnections(t *testing.T) {
+// TestWarmOpensConnections: Warm leaves n connections open and idle (at
+// most MaxConns), so a start's first statements do not each open one.
+func TestWarmOpensConnections(t *testing.T) {
 	url := storetest.NewDatabase(t)
 	for _, c := range []struct{ warm, max, want int32 }{{0, 8, 1}, {6, 8, 6}, {12, 4, 4}} {
-		pool, err := store.Open(context.Background(), url, store.PoolConfig{MaxConns: c.max, Warm: c.warm})
+		pool, err := store.Open(context.Background(), url, store.PoolConfig{MaxConns: c.max})
 		if err != nil {
 			t.Fatal(err)
 		}
+		err = store.Warm(context.Background(), pool, c.warm)
 		st := pool.Stat()
 		pool.Close()
+		if err != nil {
+			t.Fatalf("Warm %d: %v", c.warm, err)
+		}
 		if st.TotalConns() != c.want || st.IdleConns() != c.want {
 			t.Errorf("Warm %d, MaxConns %d: %d connections open, %d idle; want %d, all idle", c.warm, c.max, st.TotalConns(), st.IdleConns(), c.want)
 		}
