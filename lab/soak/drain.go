@@ -25,10 +25,18 @@ type DrainConfig struct {
 	Backlog int
 	// Workers is how many worker processes drain it. Default 2.
 	Workers int
-	// Probes is how many refunds of the other route are timed, idle and
-	// again during the drain. Default 100: the p99 of fewer is their
-	// slowest.
+	// Probes is how many refunds of the other route are timed idle and
+	// beside the burst. Default 100: the p99 of fewer is their slowest.
 	Probes int
+	// BusyProbes is how many are timed during the drain after the outage,
+	// BusyEvery apart. Default: spread over 90% of the drain's expected
+	// time (Backlog / Limit), one a second at 20/s (a twentieth of the
+	// limit, so that their receipts take little of SendGrid's share from
+	// the backlog's) and never closer than ProbeEvery; at least Probes.
+	// Spread, their p99 is the whole drain's, not its first seconds' (at
+	// ProbeEvery, 100 probes covered 25 s of a drain of 100-500 s).
+	BusyProbes int
+	BusyEvery  time.Duration
 	// ProbeEvery spaces the probes. Default 250ms, fitted to the burst:
 	// less when it drains faster than Probes of them (Burst / Limit), so
 	// that they all run beside it, and more when the limit is under 20/s,
@@ -148,6 +156,14 @@ type DrainReport struct {
 	// spread over the phase.
 	BurstFive string `json:"burst_five"`
 	BusyFive  string `json:"busy_five"`
+	// BusyProbes is how many probes were sent, BusyEvery apart, before the
+	// backlog's last message was processed: the busy figures are theirs
+	// alone. BusyFirst is the first probe's latency, sent as the workers
+	// answered /readyz (their start, which a restart without a backlog
+	// also shows).
+	BusyProbes int           `json:"busy_probes"`
+	BusyEvery  time.Duration `json:"busy_every"`
+	BusyFirst  time.Duration `json:"busy_first"`
 	// IdleP50 and BusyP50 are the medians of the same latencies.
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
@@ -210,14 +226,14 @@ func (r DrainReport) String() string {
 		}
 		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
 	}
-	fmt.Fprintf(&b, "after the outage, other route (refunds): p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes)\n",
-		r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond))
+	fmt.Fprintf(&b, "after the outage, other route (refunds), %d sent one every %s while the backlog lasted: p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes); the first, sent as the workers answered /readyz, %s\n",
+		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  median idle %s, during the drain %s\n", r.IdleP50.Round(time.Millisecond), r.BusyP50.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
 		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  after it: to the refund's claim p99 %s (to the workflow's creation %s, to its first task %s), the refund p99 %s, to the receipt's record p99 %s\n",
 		r.BusyStartP99.Round(time.Millisecond), r.BusyCreatedP99.Round(time.Millisecond), r.BusyTaskP99.Round(time.Millisecond), r.BusyRefundP99.Round(time.Millisecond), r.BusyReceiptP99.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  %s\n", regularLine(r.BusyRegular, r.Probes, r.BusyScheduledP99, r.BusyDispatchP99))
+	fmt.Fprintf(&b, "  %s\n", regularLine(r.BusyRegular, max(r.BusyProbes, r.BusyRegular), r.BusyScheduledP99, r.BusyDispatchP99))
 	if r.BusySlowest != "" {
 		fmt.Fprintf(&b, "  the slowest: %s\n", r.BusySlowest)
 		fmt.Fprintf(&b, "  the five slowest: %s\n", r.BusyFive)
@@ -278,6 +294,9 @@ func (c *DrainConfig) setDefaults() {
 			c.ProbeEvery = max(min(c.ProbeEvery, within), time.Duration(5/c.Limit*float64(time.Second)))
 		}
 	}
+	if c.BusyProbes == 0 || c.BusyEvery == 0 {
+		c.BusyProbes, c.BusyEvery = busyProbes(c.Backlog, c.Limit, c.Probes, c.ProbeEvery, c.BusyProbes, c.BusyEvery)
+	}
 	if c.Timeout == 0 {
 		c.Timeout = 20 * time.Minute
 	}
@@ -287,6 +306,33 @@ func (c *DrainConfig) setDefaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+}
+
+// busyProbes spreads the busy probes over 90% of a drain of backlog at
+// limit: every (a twentieth of the limit, at least probeEvery) apart, at
+// least probes of them; a count or spacing given (n, every) is kept.
+func busyProbes(backlog int, limit float64, probes int, probeEvery time.Duration, n int, every time.Duration) (int, time.Duration) {
+	window := time.Duration(0)
+	if limit > 0 {
+		window = time.Duration(0.9 * float64(backlog) / limit * float64(time.Second))
+	}
+	switch {
+	case n > 0:
+		if every == 0 {
+			every = max(probeEvery, window/time.Duration(n))
+		}
+	case every > 0:
+		n = max(probes, int(window/every))
+	default:
+		every = probeEvery
+		if limit > 0 {
+			every = max(every, time.Duration(20/limit*float64(time.Second)))
+		}
+		if n = int(window / every); n < probes {
+			n, every = probes, max(probeEvery, window/time.Duration(probes))
+		}
+	}
+	return n, every
 }
 
 // RunDrain piles up a backlog of order.placed messages while the workers are
@@ -351,7 +397,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err != nil {
 		return rep, err
 	}
-	idle, err := probe(ctx, cfg, st, stem+"_ri", orderBase)
+	idle, err := probe(ctx, cfg, st, stem+"_ri", orderBase, cfg.Probes, cfg.ProbeEvery)
 	if err != nil {
 		return rep, fmt.Errorf("idle probes: %w", err)
 	}
@@ -400,7 +446,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if before, err = readServer(ctx, st.ServerMetrics); err != nil {
 		return rep, err
 	}
-	busy, err := probe(ctx, cfg, st, stem+"_rb", orderBase)
+	busy, err := probe(ctx, cfg, st, stem+"_rb", orderBase, cfg.BusyProbes, cfg.BusyEvery)
 	if err != nil {
 		return rep, fmt.Errorf("probes during the drain: %w", err)
 	}
@@ -408,6 +454,20 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 		return rep, err
 	}
 	rep.BusyServer = window(before, after)
+	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
+		return rep, fmt.Errorf("drain: %w", err)
+	}
+	var last time.Time
+	if err := st.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages WHERE consumer = 'order-placed' AND message_id LIKE $1`,
+		stem+"\\_0%").Scan(&last); err != nil {
+		return rep, err
+	}
+	// Only the probes sent while the backlog lasted were behind it.
+	busy, rep.BusyFirst = busy.before(last)
+	if len(busy.total) == 0 {
+		return rep, fmt.Errorf("the backlog of %d was processed before the first refund probe was sent: no probe ran behind it", cfg.Backlog)
+	}
+	rep.BusyProbes, rep.BusyEvery = len(busy.total), cfg.BusyEvery
 	rep.BusyP99 = p99(busy.total)
 	rep.BusyIntakeP99, rep.BusyWorkP99 = p99(busy.intake), p99(busy.work)
 	rep.BusyStartP99, rep.BusyRefundP99, rep.BusyReceiptP99 = p99(busy.start), p99(busy.refund), p99(busy.receipt)
@@ -418,14 +478,6 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyMax = slices.Max(busy.total)
 	rep.BusyMaxAt = busy.sentAt[slices.Index(busy.total, rep.BusyMax)]
 	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
-	if err := awaitProcessed(ctx, st, "order-placed", backlog); err != nil {
-		return rep, fmt.Errorf("drain: %w", err)
-	}
-	var last time.Time
-	if err := st.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages WHERE consumer = 'order-placed' AND message_id LIKE $1`,
-		stem+"\\_0%").Scan(&last); err != nil {
-		return rep, err
-	}
 	rep.Drained = last.Sub(back)
 	rep.Rate = float64(cfg.Backlog) / rep.Drained.Seconds()
 	s1, g1 := st.Stripe.Stats(), st.SendGrid.Stats()
@@ -497,7 +549,7 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		published <- nil
 	}
-	lat, err := probe(ctx, cfg, st, stem+"_rf", orderBase)
+	lat, err := probe(ctx, cfg, st, stem+"_rf", orderBase, cfg.Probes, cfg.ProbeEvery)
 	if err != nil {
 		return err
 	}
@@ -549,12 +601,39 @@ type latencies struct {
 	scheduled, dispatch []time.Duration
 	sentAt              []time.Duration // from the first probe's publication
 	sent                []time.Time     // when each of total was published
-	// slowest is the timeline of the probe with the longest total.
-	slowest string
+	// slowest is the timeline of the probe with the longest total, sent at
+	// slowestSent.
+	slowest     string
+	slowestSent time.Time
+}
+
+// before keeps the probes sent before t (scheduled and dispatch, which
+// are the regular refunds', all of them), and slowest if its probe is
+// kept; first is the latency of the first probe sent.
+func (l latencies) before(t time.Time) (kept latencies, first time.Duration) {
+	kept = latencies{scheduled: l.scheduled, dispatch: l.dispatch}
+	if l.slowestSent.Before(t) {
+		kept.slowest, kept.slowestSent = l.slowest, l.slowestSent
+	}
+	for i, at := range l.sent {
+		if l.sentAt[i] == 0 {
+			first = l.total[i]
+		}
+		if !at.Before(t) {
+			continue
+		}
+		kept.total, kept.intake, kept.work = append(kept.total, l.total[i]), append(kept.intake, l.intake[i]), append(kept.work, l.work[i])
+		kept.start, kept.created, kept.task = append(kept.start, l.start[i]), append(kept.created, l.created[i]), append(kept.task, l.task[i])
+		kept.refund, kept.receipt = append(kept.refund, l.refund[i]), append(kept.receipt, l.receipt[i])
+		kept.sentAt, kept.sent = append(kept.sentAt, l.sentAt[i]), append(kept.sent, at)
+	}
+	return kept, first
 }
 
 // five renders the five slowest probes as "latency at sent", slowest
-// first, the sending time counted from the first probe's.
+// first, the sending time counted from the first probe's, each split (when
+// the split was read) into publication to inbox row, to the refund's
+// claim, to its record, and to the receipt's record.
 func (l latencies) five() string {
 	order := make([]int, len(l.total))
 	for i := range order {
@@ -563,7 +642,12 @@ func (l latencies) five() string {
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(l.total[b], l.total[a]) })
 	parts := make([]string, 0, 5)
 	for _, i := range order[:min(5, len(order))] {
-		parts = append(parts, fmt.Sprintf("%s at %s", l.total[i].Round(time.Millisecond), l.sentAt[i].Round(10*time.Millisecond)))
+		part := fmt.Sprintf("%s at %s", l.total[i].Round(time.Millisecond), l.sentAt[i].Round(10*time.Millisecond))
+		if len(l.receipt) == len(l.total) {
+			part += fmt.Sprintf(" (inbox %d, claim %d, refund %d, receipt %d ms)", l.intake[i].Milliseconds(), l.start[i].Milliseconds(),
+				l.refund[i].Milliseconds(), l.receipt[i].Milliseconds())
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -597,15 +681,15 @@ func eventStamp(ev *historypb.HistoryEvent) stamp {
 	return stamp{what: what, at: ev.GetEventTime().AsTime()}
 }
 
-// probe publishes cfg.Probes refunds of the warm-up orders, one every
-// cfg.ProbeEvery, and returns their latencies.
-func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64) (latencies, error) {
+// probe publishes n refunds of the warm-up orders (cfg.Probes of them, in
+// turn), one every every, and returns their latencies.
+func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64, n int, every time.Duration) (latencies, error) {
 	var out latencies
-	ids := make([]string, cfg.Probes)
-	sent := make(map[string]time.Time, cfg.Probes)
+	ids := make([]string, n)
+	sent := make(map[string]time.Time, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s%03d", stem, i)
-		raw := fmt.Appendf(nil, `{"id":%q,"type":"order.refund_requested","data":{"order_id":%d,"amount":10,"reason":"requested_by_customer"}}`, ids[i], orderBase+int64(i))
+		raw := fmt.Appendf(nil, `{"id":%q,"type":"order.refund_requested","data":{"order_id":%d,"amount":10,"reason":"requested_by_customer"}}`, ids[i], orderBase+int64(i%cfg.Probes))
 		sent[ids[i]] = time.Now()
 		if err := st.SendRefund(ctx, raw); err != nil {
 			return out, err
@@ -613,7 +697,7 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		select {
 		case <-ctx.Done():
 			return out, ctx.Err()
-		case <-time.After(cfg.ProbeEvery):
+		case <-time.After(every):
 		}
 	}
 	if err := awaitProcessed(ctx, st, "order-refund", ids); err != nil {
@@ -669,6 +753,7 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		if t := at.Sub(sent[id]); t >= slices.Max(out.total) {
 			out.slowest = fmt.Sprintf("%s, sent %s into the probes: %s", id, sent[id].Sub(sent[ids[0]]).Round(time.Millisecond), timeline(sent[id], stamps))
+			out.slowestSent = sent[id]
 		}
 		out.created = append(out.created, created.Sub(in))
 		out.task = append(out.task, task.Sub(in))

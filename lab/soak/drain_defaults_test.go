@@ -28,6 +28,53 @@ func TestDrainProbeSpacing(t *testing.T) {
 	}
 }
 
+// TestDrainBusyProbes: the drain's probes spread over 90% of its expected
+// time, a twentieth of the limit apart, at least the other phases' count
+// (closer, then, but never closer than their spacing); a count or a
+// spacing given is kept.
+func TestDrainBusyProbes(t *testing.T) {
+	for _, tt := range []struct {
+		cfg   DrainConfig
+		n     int
+		every time.Duration
+	}{
+		{DrainConfig{Limit: 60}, 225, 333333333 * time.Nanosecond},                            // 5,000 in 83 s
+		{DrainConfig{Limit: 20, Backlog: 10000}, 450, time.Second},                            // 10,000 in 500 s
+		{DrainConfig{Limit: 20, Backlog: 2000}, 100, 900 * time.Millisecond},                  // 90 s: 90 at 1 s are too few
+		{DrainConfig{Limit: 20, Backlog: 1}, 100, 250 * time.Millisecond},                     // no drain to spread over
+		{DrainConfig{Limit: 20, Backlog: 2000, BusyProbes: 300}, 300, 300 * time.Millisecond}, // a count given
+		{DrainConfig{Limit: 20, Backlog: 2000, BusyEvery: 2 * time.Second}, 100, 2 * time.Second},
+		{DrainConfig{Limit: 20, Backlog: 2000, BusyProbes: 10, BusyEvery: time.Second}, 10, time.Second},
+	} {
+		c := tt.cfg
+		c.setDefaults()
+		if c.BusyProbes != tt.n || c.BusyEvery != tt.every {
+			t.Errorf("%+v: %d busy probes every %s, want %d every %s", tt.cfg, c.BusyProbes, c.BusyEvery, tt.n, tt.every)
+		}
+	}
+}
+
+// TestProbesBefore: only the probes sent before the drain's end count;
+// the first is kept apart whether or not it counts, and the slowest's
+// timeline only with its probe.
+func TestProbesBefore(t *testing.T) {
+	t0 := time.Now()
+	l := latencies{slowest: "late", slowestSent: t0.Add(3 * time.Second)}
+	for i, d := range []time.Duration{70, 20, 30, 90} {
+		at := time.Duration(i) * time.Second
+		l.total, l.sentAt, l.sent = append(l.total, d*time.Millisecond), append(l.sentAt, at), append(l.sent, t0.Add(at))
+		l.intake, l.work, l.start, l.created = append(l.intake, d), append(l.work, d), append(l.start, d), append(l.created, d)
+		l.task, l.refund, l.receipt = append(l.task, d), append(l.refund, d), append(l.receipt, d)
+	}
+	kept, first := l.before(t0.Add(2500 * time.Millisecond))
+	if first != 70*time.Millisecond {
+		t.Errorf("first = %s, want 70ms", first)
+	}
+	if len(kept.total) != 3 || kept.total[2] != 30*time.Millisecond || len(kept.receipt) != 3 || kept.slowest != "" {
+		t.Errorf("kept %v (receipts %d, slowest %q), want the first three and no slowest", kept.total, len(kept.receipt), kept.slowest)
+	}
+}
+
 // TestFiveSlowest: the report's five slowest probes, slowest first, each
 // with when it was sent; fewer when fewer ran.
 func TestFiveSlowest(t *testing.T) {
@@ -42,7 +89,8 @@ func TestFiveSlowest(t *testing.T) {
 	if got, want := l.five(), "90ms at 250ms, 80ms at 1.25s, 70ms at 750ms, 30ms at 1s, 20ms at 500ms"; got != want {
 		t.Errorf("five() = %q, want %q", got, want)
 	}
-	if got, want := (latencies{total: ms(12), sentAt: ms(0)}).five(), "12ms at 0s"; got != want {
+	one := latencies{total: ms(12), sentAt: ms(0), intake: ms(1), start: ms(2), refund: ms(6), receipt: ms(3)}
+	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6, receipt 3 ms)"; got != want {
 		t.Errorf("five() of one = %q, want %q", got, want)
 	}
 }

@@ -39,6 +39,8 @@ var (
 	drainWorkerEnv   = flag.String("drain-worker-env", "", "more of the workers' environment, NAME=value pairs separated by spaces (e.g. NATS_HANDLERS=8)")
 	drainProbes      = flag.Int("drain-probes", 0, "refund probes per phase (default 100)")
 	drainProbeEvery  = flag.Duration("drain-probe-every", 0, "the probes' spacing (default 250ms, less when the fairness phase's orders drain faster than 100 probes, 150ms at 60/s; more under 20/s, where 4 a second would pass a fifth of the limit)")
+	drainBusyProbes  = flag.Int("drain-busy-probes", 0, "refund probes during the drain after the outage (default: spread over 90% of its expected time, at least -drain-probes)")
+	drainBusyEvery   = flag.Duration("drain-busy-every", 0, "the drain's probes' spacing (default: a twentieth of the limit, 1s at 20/s, never closer than the other probes)")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target: met at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, not at the default 60/s; see docs/operations.md)")
 )
 
@@ -151,7 +153,8 @@ func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics 
 // cores).
 func TestBacklogDrain(t *testing.T) {
 	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
-	rep, err := RunDrain(context.Background(), DrainConfig{Probes: *drainProbes, ProbeEvery: *drainProbeEvery, Backlog: *drainBacklog, Burst: *drainBurst, BurstRate: *drainBurstRate, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter, Logf: t.Logf}, st)
+	rep, err := RunDrain(context.Background(), DrainConfig{Probes: *drainProbes, ProbeEvery: *drainProbeEvery, Backlog: *drainBacklog, Burst: *drainBurst, BurstRate: *drainBurstRate, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter,
+		BusyProbes: *drainBusyProbes, BusyEvery: *drainBusyEvery, Logf: t.Logf}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
