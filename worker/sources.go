@@ -3,8 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/config"
@@ -36,6 +39,12 @@ func buildSources(ctx context.Context, cfg config.Config, in *intake.Intake, b *
 					sources = append(sources, c)
 					jsCfg.Skip = append(jsCfg.Skip, c.Subject())
 				}
+			} else {
+				left, err := retiringConsumers(ctx, in, b, jsCfg, logger)
+				if err != nil {
+					return nil, err
+				}
+				sources = append(sources, left...)
 			}
 			c, err := jetstream.NewConsumer(ctx, in, b.js, jsCfg)
 			if err != nil {
@@ -87,6 +96,34 @@ func routeConsumers(ctx context.Context, in *intake.Intake, b *broker, all jetst
 			return nil, err
 		}
 		out = append(out, c)
+	}
+	return out, nil
+}
+
+// retiringConsumers are the route consumers a run with
+// NATS_CONSUMER_PER_ROUTE left on the stream, now that it is off: each
+// records what the shared consumer skipped and is deleted once no worker
+// with the setting on is left (jetstream.Retiring).
+func retiringConsumers(ctx context.Context, in *intake.Intake, b *broker, shared jetstream.Config, logger *slog.Logger) ([]intake.Source, error) {
+	left, err := jetstream.Leftovers(ctx, b.js, shared)
+	if err != nil {
+		// A broker that refuses to list its consumers (an account without
+		// the permission) must not stop a worker that never used the
+		// setting; one that did is told what it risks.
+		logger.Warn("could not look for route consumers left by NATS_CONSUMER_PER_ROUTE; if it was ever on, what they hold is not recorded until a worker can", "error", err.Error())
+		return nil, nil
+	}
+	var out []intake.Source
+	for _, rc := range left {
+		r, err := jetstream.NewRetiring(ctx, in, b.js, rc)
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			continue // another worker deleted it meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("NATS_CONSUMER_PER_ROUTE is off and a route's consumer is left: this worker records what it holds, then deletes it", "consumer", rc.Durable)
+		out = append(out, r)
 	}
 	return out, nil
 }

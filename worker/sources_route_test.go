@@ -14,6 +14,7 @@ import (
 // per route (NATS_CONSUMER-<consumer>, on the route's subject, source
 // jetstream-<consumer>) before the shared one; with a NATS_SUBJECT that
 // names one subject for every type it is refused as bad configuration.
+// Turned off again, the durables it left are retired (jetstream.Retiring).
 func TestSourcesPerRoute(t *testing.T) {
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
 	in := offlineIntake(t)
@@ -53,5 +54,24 @@ func TestSourcesPerRoute(t *testing.T) {
 	}
 	if _, err := buildSources(t.Context(), load("one.subject"), in, b, nil, testenv.Logger(t)); !errors.Is(err, errBadConfig) {
 		t.Fatalf("per route with one subject for every type: %v, want a configuration error", err)
+	}
+
+	// Turned off, the routes' durables are left: each is retired by a
+	// source of its own, beside the shared consumer.
+	off := load(j.Subject)
+	off.NATS.PerRoute, off.NATS.RouteWait = false, false
+	if sources, err = buildSources(t.Context(), off, in, b, nil, testenv.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	names = names[:0]
+	for _, s := range sources {
+		if _, retiring := s.(*jetstream.Retiring); retiring != (s.Name() != "jetstream") {
+			t.Errorf("source %s is a %T", s.Name(), s)
+		}
+		names = append(names, s.Name())
+	}
+	slices.Sort(names)
+	if want := []string{"jetstream", "jetstream-order-placed", "jetstream-order-refund"}; !slices.Equal(names, want) {
+		t.Fatalf("sources with the setting off and its durables left: %v, want %v", names, want)
 	}
 }

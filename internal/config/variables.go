@@ -254,7 +254,7 @@ var variables = []variable{
 	str("NATS_CONSUMER", jetstream.DefaultDurable, "NATS.JetStream.Durable", "durable consumer name, shared by all worker processes",
 		func(c *Config) *string { return &c.NATS.JetStream.Durable }),
 	flag("NATS_CONSUMER_PER_ROUTE", "NATS.PerRoute",
-		"also run a durable consumer per route (`NATS_CONSUMER-<consumer>`, filtering the route's subject, starting after `NATS_CONSUMER`'s ack floor when created), source `jetstream-<consumer>`; `NATS_CONSUMER` then acks the routes' subjects without recording them and takes the rest (unknown types). A route's messages no longer wait behind another route's backlog (docs/operations.md); needs a `NATS_SUBJECT` ending in `.>`. Turning it off: wait until the routes' consumers have no pending messages first",
+		"also run a durable consumer per route (`NATS_CONSUMER-<consumer>`, filtering the route's subject, starting after `NATS_CONSUMER`'s ack floor when created), source `jetstream-<consumer>`; `NATS_CONSUMER` then acks the routes' subjects without recording them and takes the rest (unknown types). A route's messages no longer wait behind another route's backlog (docs/operations.md); needs a `NATS_SUBJECT` ending in `.>`. Turned off, the workers record what each route's consumer still holds and delete it once no worker with the setting on pulls from it (docs/operations.md)",
 		func(c *Config) *bool { return &c.NATS.PerRoute }),
 	{name: "NATS_ROUTE_BACKLOG_WAITS", def: "false", field: "NATS.RouteWait", docDefault: "`NATS_CONSUMER_PER_ROUTE`'s value",
 		load: func(c *Config, v string, given bool) error {

@@ -264,8 +264,10 @@ func (c Config) ackWaitOf(n uint64) time.Duration {
 type Consumer struct {
 	path *intake.Path
 	js   natsjs.JetStream
-	cons natsjs.Consumer
 	cfg  Config
+
+	mu   sync.Mutex
+	cons natsjs.Consumer // replaced when a route's durable is created again (Run)
 }
 
 var _ intake.Source = (*Consumer)(nil)
@@ -274,11 +276,25 @@ var _ intake.Source = (*Consumer)(nil)
 // existing stream and returns a Consumer that records into in. Nothing is
 // fetched before Run.
 func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cfg Config) (*Consumer, error) {
+	cfg, path, err := newPath(in, js, cfg, "jetstream consumer")
+	if err != nil {
+		return nil, err
+	}
+	cons, err := createDurable(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{path: path, js: js, cons: cons, cfg: cfg}, nil
+}
+
+// newPath checks cfg, fills in its defaults and makes the Path its
+// deliveries go through; what names the caller in its errors.
+func newPath(in *intake.Intake, js natsjs.JetStream, cfg Config, what string) (Config, *intake.Path, error) {
 	if in == nil || js == nil {
-		return nil, errors.New("jetstream consumer: intake and jetstream are required")
+		return cfg, nil, fmt.Errorf("%s: intake and jetstream are required", what)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("jetstream consumer: %w", err)
+		return cfg, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	cfg = cfg.withDefaults()
 	path, err := intake.NewPath(in, intake.PathConfig{
@@ -288,8 +304,20 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 		StartQueue: max(cfg.FetchBatch*2, cfg.MaxAckPending),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jetstream consumer: %w", err)
+		return cfg, nil, fmt.Errorf("%s: %w", what, err)
 	}
+	return cfg, path, nil
+}
+
+// durable is the durable consumer's handle.
+func (c *Consumer) durable() natsjs.Consumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cons
+}
+
+// createDurable creates or updates the durable cfg describes.
+func createDurable(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.Consumer, error) {
 	// Workers that start together may each find the durable missing and
 	// create it from different starts; the broker refuses to change a start,
 	// so one that lost the race takes the durable's own start and updates.
@@ -301,7 +329,7 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 		beforeCreate()
 		cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, natsjs.ConsumerConfig{
 			Durable:       cfg.Durable,
-			Description:   "effectively: order messages into the Postgres inbox",
+			Description:   consumerDescription,
 			FilterSubject: cfg.Subject,
 			AckPolicy:     natsjs.AckExplicitPolicy,
 			AckWait:       cfg.AckWait,
@@ -312,7 +340,7 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 			OptStartSeq:   startSeq,
 		})
 		if err == nil {
-			return &Consumer{path: path, js: js, cons: cons, cfg: cfg}, nil
+			return cons, nil
 		}
 		if _, lerr := js.Consumer(ctx, cfg.Stream, cfg.Durable); attempt >= 3 || lerr != nil {
 			return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
@@ -360,7 +388,7 @@ func (c *Consumer) Stats() intake.SourceStats { return c.path.Stats() }
 // Check is ready when the broker answers for the durable consumer.
 func (c *Consumer) Check() health.Check {
 	return health.Check{Name: "source." + c.cfg.Name, Fn: func(ctx context.Context) error {
-		if _, err := c.cons.Info(ctx); err != nil {
+		if _, err := c.durable().Info(ctx); err != nil {
 			return fmt.Errorf("jetstream consumer %s on stream %s: %w", c.cfg.Durable, c.cfg.Stream, err)
 		}
 		return nil
@@ -370,7 +398,7 @@ func (c *Consumer) Check() health.Check {
 // Redelivery reads the consumer's configuration as the broker holds it, and
 // the stream's duplicate window: the inputs of the retention horizon.
 func (c *Consumer) Redelivery(ctx context.Context) (retention.Redelivery, time.Duration, error) {
-	ci, err := c.cons.Info(ctx)
+	ci, err := c.durable().Info(ctx)
 	if err != nil {
 		return retention.Redelivery{}, 0, fmt.Errorf("consumer %s info: %w", c.cfg.Durable, err)
 	}
@@ -435,7 +463,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// expiry notice does not arrive ends only a second after its expiry.)
 	pause := time.Second
 	for ctx.Err() == nil {
-		iter, err := c.cons.Messages(natsjs.PullMaxMessages(c.cfg.FetchBatch), natsjs.PullExpiry(c.cfg.FetchWait))
+		iter, err := c.durable().Messages(natsjs.PullMaxMessages(c.cfg.FetchBatch), natsjs.PullExpiry(c.cfg.FetchWait))
 		if err == nil {
 			pause = time.Second // the broker answered: no backoff beyond a second
 			err = c.consume(ctx, iter, deliveries)
@@ -449,6 +477,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			err = errors.New("the pull iterator closed")
 		}
 		c.cfg.Logger.Warn("pull from jetstream failed", "stream", c.cfg.Stream, "consumer", c.cfg.Durable, "error", err.Error(), "retry_in", pause.String())
+		c.recreate(ctx)
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
@@ -456,6 +485,30 @@ func (c *Consumer) Run(ctx context.Context) error {
 		pause = min(2*pause, 30*time.Second)
 	}
 	return nil
+}
+
+// recreate creates a route's durable again when it is gone: a worker
+// without NATS_CONSUMER_PER_ROUTE deleted it (Retiring) just as this one
+// started with the setting on. The shared consumer skips the route's
+// messages here, so without the durable they would go unrecorded; it
+// starts again after the shared consumer's ack floor.
+func (c *Consumer) recreate(ctx context.Context) {
+	if c.cfg.StartAfter == "" {
+		return
+	}
+	if _, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable); !errors.Is(err, natsjs.ErrConsumerNotFound) {
+		return
+	}
+	cons, err := createDurable(ctx, c.js, c.cfg)
+	if err != nil {
+		c.cfg.Logger.Error("a route's consumer is gone and creating it again failed", "stream", c.cfg.Stream, "consumer", c.cfg.Durable, "error", err.Error())
+		return
+	}
+	c.mu.Lock()
+	c.cons = cons
+	c.mu.Unlock()
+	c.cfg.Logger.Error("a route's consumer was deleted while this worker ran with NATS_CONSUMER_PER_ROUTE (a worker without it retired it); created it again after the shared consumer's ack floor: messages this worker's shared consumer skipped meanwhile are not recorded; run every worker with the same setting",
+		"stream", c.cfg.Stream, "consumer", c.cfg.Durable)
 }
 
 // consume hands the iterator's messages to the handlers until the iterator

@@ -1,9 +1,19 @@
 package jetstream
 
+import "time"
+
 // SetBeforeCreate sets what runs between NewConsumer's reading of the
 // durable's start and its create, until the returned func restores it.
 func SetBeforeCreate(f func()) (restore func()) {
 	prev := beforeCreate
 	beforeCreate = f
 	return func() { beforeCreate = prev }
+}
+
+// SetRetire sets how often a Retiring checks its durable and how many
+// quiet checks in a row it needs, until the returned func restores them.
+func SetRetire(every time.Duration, quiet int) (restore func()) {
+	prevEvery, prevQuiet := retireEvery, retireQuiet
+	retireEvery, retireQuiet = every, quiet
+	return func() { retireEvery, retireQuiet = prevEvery, prevQuiet }
 }
