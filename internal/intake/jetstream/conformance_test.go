@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,18 @@ func TestConformance(t *testing.T) { sourcetest.Run(t, jsHarness{}) }
 // consumer of every subject that skips it.
 func TestConformanceOfARouteConsumer(t *testing.T) { sourcetest.Run(t, jsHarness{route: true}) }
 
+// TestConformanceOfARetiringConsumer runs the suite against a route's
+// consumer left by NATS_CONSUMER_PER_ROUTE, read by a worker without it
+// (jetstream.Retiring): it records what the durable holds the way the
+// route's consumer would. Its checks are made every 100ms and never find
+// the quiet that lets it delete the durable, which the suite's cases keep
+// publishing to (its deletion: TestRetiring…).
+func TestConformanceOfARetiringConsumer(t *testing.T) {
+	restore := jetstream.SetRetire(100*time.Millisecond, math.MaxInt)
+	t.Cleanup(restore)
+	sourcetest.Run(t, jsHarness{route: true, retiring: true})
+}
+
 // natsConf has two users: worker, and lossy, whose acks the server drops
 // (publish to $JS.ACK.> denied) while its connection stays up.
 const natsConf = `
@@ -40,8 +53,9 @@ accounts {
 `
 
 // jsHarness runs the JetStream consumer of every subject, or with route a
-// route's consumer of its subject alone.
-type jsHarness struct{ route bool }
+// route's consumer of its subject alone, or with retiring too that
+// consumer's durable read by a Retiring.
+type jsHarness struct{ route, retiring bool }
 
 func (h jsHarness) Name() string {
 	if h.route {
@@ -59,7 +73,7 @@ func (jsHarness) NA(c sourcetest.Case) string {
 
 func (h jsHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOptions) sourcetest.Subscription {
 	t.Helper()
-	s := &jsSub{srv: natstest.Start(t, natsConf), opts: o, route: h.route}
+	s := &jsSub{srv: natstest.Start(t, natsConf), opts: o, route: h.route, retiring: h.retiring}
 	s.nc, s.js = s.connect(t, "worker")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -73,11 +87,11 @@ func (h jsHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOption
 }
 
 type jsSub struct {
-	srv   *natstest.Server
-	opts  sourcetest.SubscriptionOptions
-	route bool
-	nc    *nats.Conn
-	js    natsjs.JetStream
+	srv             *natstest.Server
+	opts            sourcetest.SubscriptionOptions
+	route, retiring bool
+	nc              *nats.Conn
+	js              natsjs.JetStream
 }
 
 func (s *jsSub) connect(t testing.TB, user string) (*nats.Conn, natsjs.JetStream) {
@@ -130,7 +144,16 @@ func (s *jsSub) NewWorker(t testing.TB, in *intake.Intake, o sourcetest.WorkerOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &jsWorker{Consumer: c, nc: nc}
+	if !s.retiring {
+		return &jsWorker{Source: c, nc: nc}
+	}
+	// The durable as the route's consumer left it, read by a worker
+	// without the setting.
+	r, err := jetstream.NewRetiring(ctx, in, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &jsWorker{Source: r, nc: nc}
 }
 
 func (s *jsSub) RestartBroker(t testing.TB) { s.srv.Restart(t) }
@@ -153,9 +176,10 @@ func (s *jsSub) Unsettled(testing.TB) int {
 	return ci.NumAckPending + int(ci.NumPending) //nolint:gosec // a test's few messages
 }
 
-// jsWorker is a Consumer on a connection of its own, which Crash closes.
+// jsWorker is a Consumer (or a Retiring) on a connection of its own, which
+// Crash closes.
 type jsWorker struct {
-	*jetstream.Consumer
+	intake.Source
 	nc     *nats.Conn
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -167,7 +191,7 @@ func (w *jsWorker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.cancel = cancel
 	w.mu.Unlock()
-	return w.Consumer.Run(ctx)
+	return w.Source.Run(ctx)
 }
 
 func (w *jsWorker) Crash() {
