@@ -38,7 +38,11 @@ func (h *rmqHarness) NewSubscription(t testing.TB, o sourcetest.SubscriptionOpti
 	cfg := rabbittest.Config(t, h.node.URL)
 	cfg.MaxDeliver = o.MaxAttempts
 	cfg.Prefetch = 5
-	cfg.RetryDelays = []time.Duration{100 * time.Millisecond}
+	// A failed delivery is held 100 ms, then o.Redelivery, before it goes
+	// back: at 100 ms throughout, postgres_down's outage used up the 50
+	// deliveries in about 10 s, less than two rabbitmqctl calls took on a
+	// loaded CI machine, and its messages were dead-lettered.
+	cfg.RetryDelays = []time.Duration{100 * time.Millisecond, o.Redelivery}
 	s := &rmqSub{node: h.node, cfg: cfg}
 	s.pub = rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: cfg.URL, Name: "conformance publisher",
 		Declare: func(ch *amqp.Channel) error { return rabbitmq.Declare(ch, cfg) }})
