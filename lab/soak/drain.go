@@ -14,6 +14,8 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 
 	"github.com/effectively/effectively/internal/leaf/identity"
+	"github.com/effectively/effectively/sim/sendgridsim"
+	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/workerproc"
 )
 
@@ -76,6 +78,17 @@ type DrainStack struct {
 	// ServerMetrics is the URL of the Temporal server's own metrics
 	// (Prometheus text); "" reads none (the report then shows the CPU only).
 	ServerMetrics string
+	// SimStats reads the simulators' counts when they run apart (Stripe
+	// and SendGrid in Stack are then nil); nil reads Stack's.
+	SimStats func(context.Context) (stripesim.Stats, sendgridsim.Stats, error)
+}
+
+// simStats reads the simulators' counts.
+func (st DrainStack) simStats(ctx context.Context) (stripesim.Stats, sendgridsim.Stats, error) {
+	if st.SimStats != nil {
+		return st.SimStats(ctx)
+	}
+	return st.Stripe.Stats(), st.SendGrid.Stats(), nil
 }
 
 // DrainReport is what a drain measured.
@@ -429,7 +442,10 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 		return rep, fmt.Errorf("publish the backlog: %w", err)
 	}
 	cfg.Logf("drain: %d messages piled up in %s with the workers stopped", cfg.Backlog, time.Since(publishedAt).Round(time.Millisecond))
-	s0, g0 := st.Stripe.Stats(), st.SendGrid.Stats()
+	s0, g0, err := st.simStats(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("the simulators' counts before the drain: %w", err)
+	}
 
 	// Back: the drain, with the other route's probes meanwhile.
 	back := time.Now()
@@ -480,7 +496,10 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
 	rep.Drained = last.Sub(back)
 	rep.Rate = float64(cfg.Backlog) / rep.Drained.Seconds()
-	s1, g1 := st.Stripe.Stats(), st.SendGrid.Stats()
+	s1, g1, err := st.simStats(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("the simulators' counts after the drain: %w", err)
+	}
 	rep.Requests = s1.Requests - s0.Requests + g1.Requests - g0.Requests
 	rep.TooMany = s1.RateLimited - s0.RateLimited + g1.RateLimited - g0.RateLimited
 	if rep.Requests > 0 {

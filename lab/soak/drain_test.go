@@ -15,6 +15,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/simlimit"
 	"github.com/effectively/effectively/sim/stripesim"
 	"github.com/effectively/effectively/tools/cluster"
@@ -41,6 +42,7 @@ var (
 	drainProbeEvery  = flag.Duration("drain-probe-every", 0, "the probes' spacing (default 250ms, less when the fairness phase's orders drain faster than 100 probes, 150ms at 60/s; more under 20/s, where 4 a second would pass a fifth of the limit)")
 	drainBusyProbes  = flag.Int("drain-busy-probes", 0, "refund probes during the drain after the outage (default: spread over 90% of its expected time, at least -drain-probes)")
 	drainBusyEvery   = flag.Duration("drain-busy-every", 0, "the drain's probes' spacing (default: a twentieth of the limit, 1s at 20/s, never closer than the other probes)")
+	drainSimsApart   = flag.Bool("drain-sims-apart", false, "run the simulators as a process of their own (sim/providersim), not in the test's process beside the probes and the publisher")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target: met at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, not at the default 60/s; see docs/operations.md)")
 )
 
@@ -63,12 +65,19 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 	t.Helper()
 	ctx := context.Background()
 	tc, address, namespace, metricsURL := drainTemporal(t)
-	sims := testenv.StartSims(t)
-	sims.Stripe.SetRateLimits(stripesim.RateLimits{
-		Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
-		Endpoint: simlimit.Rate{PerSecond: simEndpoint},
-	})
-	sims.SendGrid.SetRateLimit(simlimit.Rate{PerSecond: simEndpoint})
+	var sims testenv.Sims
+	var simStats func(context.Context) (stripesim.Stats, sendgridsim.Stats, error)
+	if *drainSimsApart {
+		p := startSimProcess(t, simEndpoint)
+		sims.StripeURL, sims.SendGridURL, simStats = p.StripeURL, p.SendGridURL, p.Stats
+	} else {
+		sims = *testenv.StartSims(t)
+		sims.Stripe.SetRateLimits(stripesim.RateLimits{
+			Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
+			Endpoint: simlimit.Rate{PerSecond: simEndpoint},
+		})
+		sims.SendGrid.SetRateLimit(simlimit.Rate{PerSecond: simEndpoint})
+	}
 	dbURL := storetest.NewDatabase(t)
 	pool, err := store.Open(ctx, dbURL, store.PoolConfig{})
 	if err != nil {
@@ -119,6 +128,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 		},
 		SendRefund:    publish(refunds),
 		ServerMetrics: metricsURL,
+		SimStats:      simStats,
 	}
 }
 
