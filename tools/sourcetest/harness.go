@@ -70,7 +70,10 @@ type SubscriptionOptions struct {
 	MaxAttempts int
 	// Redelivery is how soon a delivery left unsettled (a lost ack) should
 	// come back where the broker redelivers on a timer (JetStream's ack
-	// wait); short, for tests.
+	// wait), and how long a source that holds a failed delivery before
+	// handing it back (RabbitMQ) holds it after the first time; short, for
+	// tests, yet long enough that an outage case does not use up
+	// MaxAttempts.
 	Redelivery time.Duration
 }
 
