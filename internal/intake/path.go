@@ -80,10 +80,11 @@ var DefaultRetryBackoff = []time.Duration{time.Second, 2 * time.Second, 5 * time
 // owns the source's counters and its starters.
 //
 // A delivery whose message cannot be recorded (Postgres unreachable) is
-// never acked: it is handed back. On its last delivery it is quarantined
-// with its raw bytes instead (max_deliver), retrying the quarantine while
-// the broker is kept waiting, so a message the inbox cannot take never
-// blocks the source for good nor vanishes. Before its last delivery, a
+// never acked: it is handed back. Its last delivery is held, the broker
+// kept waiting, and the record tried again until it commits, or until the
+// quarantine takes the message with its raw bytes instead (max_deliver: the
+// inbox refused it while Postgres answered), so a message the inbox cannot
+// take never blocks the source for good nor vanishes. Before its last delivery, a
 // message of a type this worker does not know is handed back for a worker
 // that knows it (a rolling deploy that adds a type).
 type Path struct {
@@ -255,7 +256,7 @@ func (p *Path) decide(ctx, hctx context.Context, d Delivery, pre *message.Messag
 	// Before its last delivery, a message of a type this worker does not
 	// know goes back to the broker for a worker that does (a rolling
 	// deploy); the last delivery quarantines it.
-	record := p.in.RecordKnown
+	var record recordFunc = p.in.RecordKnown
 	if d.Last {
 		record = p.in.Record
 	}
@@ -266,7 +267,10 @@ func (p *Path) decide(ctx, hctx context.Context, d Delivery, pre *message.Messag
 	}
 	rec, err := record(hctx, d.Raw, d.Source)
 	if err != nil {
-		return p.fail(ctx, d, err), nil
+		var v *Verdict
+		if rec, v = p.fail(ctx, d, record, err); v != nil {
+			return *v, nil
+		}
 	}
 	failpoint.Hit(failpoint.IntakeAfterInsert)
 	v := Verdict{Settle: SettleAck, Result: rec.Result}
@@ -350,11 +354,16 @@ func (p *Path) admit(ctx context.Context, d *Delivery, consumer string) (release
 	}
 }
 
-// fail hands back a delivery that could not be recorded, or quarantines it
-// when it is the last delivery the broker will make.
-func (p *Path) fail(ctx context.Context, d Delivery, cause error) Verdict {
+// recordFunc records a delivery's raw message in the inbox.
+type recordFunc func(ctx context.Context, raw []byte, source string) (Recorded, error)
+
+// fail hands back a delivery that could not be recorded (a nil Recorded's
+// verdict), or holds it when it is the last delivery the broker will make
+// (holdLast), which may end recorded after all: then it returns what was
+// recorded and a nil verdict.
+func (p *Path) fail(ctx context.Context, d Delivery, record recordFunc, cause error) (Recorded, *Verdict) {
 	if d.Last {
-		return p.quarantineLast(ctx, d, cause)
+		return p.holdLast(ctx, d, record, cause)
 	}
 	var delay time.Duration
 	if d.AckWait > 0 {
@@ -368,43 +377,82 @@ func (p *Path) fail(ctx context.Context, d Delivery, cause error) Verdict {
 	p.stats.retries.Add(1)
 	p.cfg.Logger.Warn("message not recorded; it will be delivered again", "source", d.Source, "position", d.Position,
 		"delivery", d.Attempt, "redeliver_in", delay.String(), "error", cause.Error())
-	return Verdict{Settle: SettleRetry, Delay: delay, Cause: cause}
+	return Recorded{}, &Verdict{Settle: SettleRetry, Delay: delay, Cause: cause}
 }
 
-// quarantineLast keeps a message on its last delivery in the quarantine
-// table. If even the quarantine fails (Postgres down), it keeps the
-// delivery alive (d.KeepAlive) and tries again until ctx ends: the broker
-// will not deliver it again, so giving up would lose it. After ctx ended it
-// returns a retry: the source hands it back, which is all it can still do.
-func (p *Path) quarantineLast(ctx context.Context, d Delivery, cause error) Verdict {
-	reason := fmt.Errorf("not recorded on its last delivery (%d), %s: %w", d.Attempt, d.Position, cause)
+// holdLast keeps a message whose last delivery could not be recorded: the
+// broker will not deliver it again, so giving up would lose it. It keeps
+// the delivery alive (d.KeepAlive) and tries again, the inbox record first
+// and then the quarantine (max_deliver), until one of them commits. So a
+// Postgres outage longer than the broker's delivery limit ends with the
+// message recorded, and only a message the inbox keeps refusing while the
+// quarantine takes it is quarantined. A nil verdict means it was recorded
+// (rec). Once ctx has ended it tries both once more, then returns a retry:
+// the source hands the delivery back, which is all it can still do.
+func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, cause error) (Recorded, *Verdict) {
+	p.cfg.Logger.Warn("message not recorded on its last delivery; holding it and trying again", "source", d.Source,
+		"position", d.Position, "delivery", d.Attempt, "error", cause.Error())
 	pause := time.Second
 	for {
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		res, err := p.in.reject(qctx, d.Raw, d.Source, "", "", store.ReasonMaxDeliver, reason)
+		p.keepAlive(ctx, d, pause)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		rec, err := record(rctx, d.Raw, d.Source)
 		cancel()
 		if err == nil {
+			p.cfg.Logger.Info("message recorded on its last delivery after it was held", "message_id", rec.MessageID,
+				"source", d.Source, "position", d.Position)
+			return rec, nil
+		}
+		reason := fmt.Errorf("not recorded on its last delivery (%d), %s: %w", d.Attempt, d.Position, err)
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		res, qerr := p.in.reject(qctx, d.Raw, d.Source, "", "", store.ReasonMaxDeliver, reason)
+		cancel()
+		if qerr == nil {
 			p.stats.maxDelivered.Add(1)
 			p.cfg.Logger.Warn("message quarantined after its last delivery", "message_id", res.MessageID,
-				"quarantine_id", res.QuarantineID, "source", d.Source, "position", d.Position)
-			return Verdict{Settle: SettleQuarantined, Result: res}
+				"quarantine_id", res.QuarantineID, "source", d.Source, "position", d.Position, "error", err.Error())
+			return Recorded{}, &Verdict{Settle: SettleQuarantined, Result: res}
 		}
 		if ctx.Err() != nil {
-			p.cfg.Logger.Error("message on its last delivery could not be quarantined before shutdown; it is handed back",
-				"source", d.Source, "position", d.Position, "error", err.Error())
+			p.cfg.Logger.Error("message on its last delivery could be neither recorded nor quarantined before shutdown; it is handed back",
+				"source", d.Source, "position", d.Position, "error", qerr.Error())
 			p.stats.retries.Add(1)
-			return Verdict{Settle: SettleRetry, Cause: errors.Join(cause, err)}
+			return Recorded{}, &Verdict{Settle: SettleRetry, Cause: errors.Join(err, qerr)}
 		}
-		p.cfg.Logger.Error("quarantine failed; holding the message and retrying", "source", d.Source, "position", d.Position,
-			"error", err.Error(), "retry_in", pause.String())
-		if d.KeepAlive != nil {
-			d.KeepAlive()
-		}
+		p.cfg.Logger.Error("message on its last delivery neither recorded nor quarantined; holding it and trying again",
+			"source", d.Source, "position", d.Position, "error", qerr.Error(), "retry_in", min(2*pause, 15*time.Second).String())
+		pause = min(2*pause, 15*time.Second)
+	}
+}
+
+// keepAlive waits pause, or until ctx ends, keeping d alive (d.KeepAlive)
+// when it starts and, for a broker with an ack wait, every third of it.
+func (p *Path) keepAlive(ctx context.Context, d Delivery, pause time.Duration) {
+	if d.KeepAlive == nil {
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, 15*time.Second)
+		return
+	}
+	d.KeepAlive()
+	every := pause
+	if d.AckWait > 0 {
+		every = max(d.AckWait/3, 10*time.Millisecond)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	end := time.NewTimer(pause)
+	defer end.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-end.C:
+			return
+		case <-tick.C:
+			d.KeepAlive()
+		}
 	}
 }
 

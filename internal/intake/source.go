@@ -46,8 +46,9 @@ type Delivery struct {
 	// broker keeps none (Kafka).
 	Attempt int
 	// Last is true when the broker will not deliver the message again after
-	// this one (its delivery limit): a message not recorded now is
-	// quarantined, and a message of a type this worker does not know is
+	// this one (its delivery limit): a message not recorded now is held
+	// and recorded once Postgres takes it, or quarantined when only the
+	// quarantine does, and a message of a type this worker does not know is
 	// quarantined rather than handed back.
 	Last bool
 	// Headers carry the publisher's trace context (traceparent); nil for
@@ -69,8 +70,9 @@ type Delivery struct {
 	// Handle, before the fast-path start. Its error is logged: an ack lost
 	// means a redelivery, which the inbox recognises.
 	Settle func(ctx context.Context, v Verdict) error
-	// KeepAlive, when set, is called while a last delivery's quarantine is
-	// retried (Postgres down), to keep the broker from giving up on it
+	// KeepAlive, when set, is called while a last delivery is held and its
+	// record retried (Postgres down), and while a delivery waits for room
+	// (PathConfig.OneRoute), to keep the broker from giving up on it
 	// (JetStream's in-progress).
 	KeepAlive func()
 }

@@ -40,6 +40,7 @@ const (
 	CasePostgresDown      Case = "postgres_down"
 	CaseBrokerRestart     Case = "broker_restart"
 	CaseMaxAttempts       Case = "max_attempts"
+	CaseOutagePastLimit   Case = "outage_past_limit"
 	CaseOversized         Case = "oversized"
 	CaseTwoWorkers        Case = "two_workers"
 	CaseHandover          Case = "handover"
@@ -48,7 +49,7 @@ const (
 
 // Cases lists every case.
 var Cases = []Case{CaseCopies, CaseLostAck, CaseCrashAfterCommit, CaseCrashBeforeCommit, CasePostgresDown,
-	CaseBrokerRestart, CaseMaxAttempts, CaseOversized, CaseTwoWorkers, CaseHandover, CaseOrdering}
+	CaseBrokerRestart, CaseMaxAttempts, CaseOutagePastLimit, CaseOversized, CaseTwoWorkers, CaseHandover, CaseOrdering}
 
 // Harness is one broker's side of the suite.
 type Harness interface {

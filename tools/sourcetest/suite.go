@@ -16,7 +16,7 @@ func Run(t *testing.T, h Harness) {
 	cases := map[Case]func(*testing.T, Harness){
 		CaseCopies: testCopies, CaseLostAck: testLostAck, CaseCrashAfterCommit: testCrashAfterCommit,
 		CaseCrashBeforeCommit: testCrashBeforeCommit, CasePostgresDown: testPostgresDown,
-		CaseBrokerRestart: testBrokerRestart, CaseMaxAttempts: testMaxAttempts, CaseOversized: testOversized,
+		CaseBrokerRestart: testBrokerRestart, CaseMaxAttempts: testMaxAttempts, CaseOutagePastLimit: testOutagePastLimit, CaseOversized: testOversized,
 		CaseTwoWorkers: testTwoWorkers, CaseHandover: testHandover, CaseOrdering: testOrdering,
 	}
 	var na []string
@@ -214,6 +214,35 @@ func testMaxAttempts(t *testing.T, h Harness) {
 	}
 	if n := len(e.inbox()); n != 0 {
 		t.Errorf("%d inbox rows although the inbox refused every statement", n)
+	}
+}
+
+// testOutagePastLimit: Postgres refuses every statement for longer than
+// the deliveries last; each message's last delivery is held, unsettled and
+// not quarantined, and recorded once Postgres is back: an outage of any
+// length ends with every message recorded once.
+func testOutagePastLimit(t *testing.T, h Harness) {
+	const attempts = 3
+	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: 300 * time.Millisecond})
+	ids, raws := orders("past", 5)
+	e.hook.down.Store(true)
+	w := e.worker(WorkerOptions{})
+	e.run(w)
+	for _, raw := range raws {
+		e.publish(raw)
+	}
+	e.eventually(60*time.Second, "every message's last delivery under way", func() bool { return w.Stats().Delivered >= attempts*int64(len(ids)) })
+	time.Sleep(3 * time.Second) // the held deliveries retry meanwhile (1 s, then 2 s)
+	if u := e.sub.Unsettled(t); u != len(ids) {
+		t.Errorf("%d messages unsettled at the broker past their delivery limit, want all %d held", u, len(ids))
+	}
+	e.hook.down.Store(false)
+	e.eventually(90*time.Second, "every message recorded, started and settled after the outage", func() bool { return e.settled(ids) })
+	if q := e.quarantine(); len(q) != 0 {
+		t.Errorf("quarantined %v after an outage past the delivery limit", q)
+	}
+	if st := w.Stats(); st.MaxDelivered != 0 || st.Recorded != int64(len(ids)) || st.Delivered != attempts*int64(len(ids)) {
+		t.Errorf("stats %+v; want %d deliveries, %d recorded, none quarantined", st, attempts*len(ids), len(ids))
 	}
 }
 
