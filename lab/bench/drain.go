@@ -77,8 +77,9 @@ func runDrain(ctx context.Context, cfg Config, n int) (*DrainPhase, error) {
 // targets are the drain's rows of the targets table (issue 24), all at
 // Stripe's limits: the 429s' share; the fairness figure, a quiet route's
 // p99 beside a 10× backlog of another against its idle p99; and the same
-// route's p99 behind the backlog after the outage. None when the phase did
-// not run.
+// route's p99 behind the backlog after the outage; and the route's
+// longest wait behind the backlog against soak.WaitBound. None when the
+// phase did not run.
 func (d *DrainPhase) targets() []Target {
 	if d == nil || d.Report == nil {
 		return nil
@@ -93,6 +94,11 @@ func (d *DrainPhase) targets() []Target {
 			Measured: fmt.Sprintf("%.2f× (%s against %s idle, %d probes; median %s)", r.BurstRatio(), r.BurstP99.Round(time.Millisecond),
 				r.IdleP99.Round(time.Millisecond), r.BurstProbes, r.BurstP50.Round(time.Millisecond))})
 	}
+	longest := max(r.BusyMax, r.BusyFirst, r.BurstMax)
+	out = append(out, Target{What: "refunds' longest wait behind another route's backlog", Want: fmt.Sprintf("≤ %s", soak.WaitBound),
+		Value: longest.Seconds(), Met: len(r.Waits()) == 0,
+		Measured: fmt.Sprintf("%s (the backlog after the outage drained in %s, the burst in %s)",
+			longest.Round(time.Millisecond), r.Drained.Round(time.Second), r.BurstDrained.Round(time.Second))})
 	return append(out, Target{What: fmt.Sprintf("refunds' p99 behind the %d after the outage / idle", r.Backlog), Want: "≤ 2×",
 		Value: r.Ratio(), Met: r.IdleP99 > 0 && r.Ratio() <= 2,
 		Measured: fmt.Sprintf("%.2f× (%s against %s idle, %d probes over the drain; median %s; longest %s, sent %s after the workers' readiness; the first %s)", r.Ratio(), r.BusyP99.Round(time.Millisecond),

@@ -16,17 +16,21 @@ func TestDrainTargets(t *testing.T) {
 	rep := &soak.DrainReport{Backlog: 10000, Burst: 1000, BurstProbes: 100, Requests: 30000, TooMany: 3, TooManyShare: 0.0001, Rate: 20, Limit: 20,
 		IdleP99: 20 * time.Millisecond, BurstP99: 39 * time.Millisecond, BusyP99: 41 * time.Millisecond}
 	got := (&DrainPhase{Report: rep}).targets()
-	if len(got) != 3 {
-		t.Fatalf("%d rows, want 3: %+v", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("%d rows, want 4: %+v", len(got), got)
 	}
-	for i, want := range []bool{true, true, false} {
+	for i, want := range []bool{true, true, true, false} {
 		if got[i].Met != want {
 			t.Errorf("%s: met %v, want %v (%s)", got[i].What, got[i].Met, want, got[i].Measured)
 		}
 	}
+	rep.BusyFirst = 4 * time.Second
+	if got = (&DrainPhase{Report: rep}).targets(); got[2].Met {
+		t.Errorf("the first probe after the outage took 4s: %+v, want the wait bound missed", got[2])
+	}
 	rep.TooMany, rep.TooManyShare, rep.Burst = 300, 0.01, 0
 	got = (&DrainPhase{Report: rep}).targets()
-	if len(got) != 2 || got[0].Met {
+	if len(got) != 3 || got[0].Met {
 		t.Errorf("1%% 429s and no burst: %+v, want the 429s missed and no fairness row", got)
 	}
 }

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,5 +93,25 @@ func TestFiveSlowest(t *testing.T) {
 	one := latencies{total: ms(12), sentAt: ms(0), intake: ms(1), start: ms(2), refund: ms(6), receipt: ms(3)}
 	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6, receipt 3 ms)"; got != want {
 		t.Errorf("five() of one = %q, want %q", got, want)
+	}
+}
+
+// TestWaitBound: a refund that waited seconds behind the backlog is past
+// the bound in either phase, the busy phase's first probe counted; a wait
+// of the probes' usual size is not.
+func TestWaitBound(t *testing.T) {
+	ok := DrainReport{Backlog: 5000, Drained: 83 * time.Second, BusyMax: 60 * time.Millisecond, BusyFirst: 900 * time.Millisecond,
+		Burst: 1000, BurstDrained: 16 * time.Second, BurstMax: 700 * time.Millisecond}
+	if w := ok.Waits(); len(w) != 0 {
+		t.Errorf("waits under a second reported: %v", w)
+	}
+	for name, r := range map[string]DrainReport{
+		"busy":  {Backlog: 5000, Drained: 83 * time.Second, BusyMax: 40 * time.Second},
+		"first": {Backlog: 5000, Drained: 83 * time.Second, BusyFirst: 5100 * time.Millisecond},
+		"burst": {Backlog: 5000, Drained: 83 * time.Second, Burst: 1000, BurstDrained: 16 * time.Second, BurstMax: 12 * time.Second},
+	} {
+		if w := r.Waits(); len(w) != 1 || !strings.Contains(w[0], "past the bound of 3s") {
+			t.Errorf("%s: waits %q; want one past the bound of 3s", name, w)
+		}
 	}
 }

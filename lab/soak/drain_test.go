@@ -156,7 +156,8 @@ func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics 
 // at the configured limit with under 1% 429s from the rate-limited
 // simulators, no double charge, every key used well inside Stripe's 24 h.
 // Before the outage, with the workers warm, 1,000 orders come at once beside
-// the refund probes. The refund route's p99 against its idle p99 (the
+// the refund probes. No refund may take longer than WaitBound beside
+// either backlog. The refund route's p99 against its idle p99 (the
 // fairness target, 2×), beside those 1,000 and behind the 5,000, is
 // reported; -drain-fairness makes it fail the test (met at Stripe's own
 // limits, which make bench runs, not at this test's default 60/s on 2
@@ -186,6 +187,9 @@ func TestBacklogDrain(t *testing.T) {
 	}
 	if rep.Rate > 1.1*rep.Limit {
 		t.Errorf("drained at %.1f msg/s, above the configured %.0f", rep.Rate, rep.Limit)
+	}
+	for _, w := range rep.Waits() {
+		t.Errorf("the refunds waited behind the orders' backlog: %s", w)
 	}
 	if rep.OldestKey >= 23*time.Hour {
 		t.Errorf("a payment key was used %s after its first claim: past Stripe's window", rep.OldestKey)
