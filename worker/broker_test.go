@@ -57,7 +57,7 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := func(pw string) config.Config {
-		vals := map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE": pki.CA, "NATS_USER": "worker"}
+		vals := map[string]string{"NATS_URL": srv.URL("nats", "127.0.0.1"), "NATS_TLS_CA_FILE": pki.CA, "NATS_USER": "worker", "NATS_CONSUMER_PER_ROUTE": "false"}
 		if pw == "" {
 			vals["NATS_PASSWORD_FILE"] = pwFile
 		} else {

@@ -30,29 +30,33 @@ func TestNATSDefaults(t *testing.T) {
 	}
 }
 
-// TestRouteBacklogWaitsFollowsPerRoute: NATS_ROUTE_BACKLOG_WAITS unset is
-// on exactly when NATS_CONSUMER_PER_ROUTE is; given, it is taken as given.
+// TestRouteBacklogWaitsFollowsPerRoute: NATS_CONSUMER_PER_ROUTE unset is on
+// exactly when NATS_SUBJECT ends in .> (one subject per type, the default);
+// NATS_ROUTE_BACKLOG_WAITS unset is on exactly when NATS_CONSUMER_PER_ROUTE
+// is. Given, each is taken as given.
 func TestRouteBacklogWaitsFollowsPerRoute(t *testing.T) {
 	for _, tt := range []struct {
-		perRoute, wait string
-		want           bool
+		subject, perRoute, wait string
+		wantPerRoute, wantWait  bool
 	}{
-		{"", "", false},
-		{"true", "", true},
-		{"false", "", false},
-		{"true", "false", false},
-		{"true", "true", true},
+		{"", "", "", true, true},
+		{"orders.>", "", "", true, true},
+		{"orders.all", "", "", false, false},
+		{"", "true", "", true, true},
+		{"", "false", "", false, false},
+		{"", "true", "false", true, false},
+		{"", "true", "true", true, true},
 	} {
-		m := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "NATS_CONSUMER_PER_ROUTE": tt.perRoute, "NATS_ROUTE_BACKLOG_WAITS": tt.wait}
+		m := map[string]string{"STRIPE_API_KEY": "k", "SENDGRID_API_KEY": "k", "NATS_SUBJECT": tt.subject, "NATS_CONSUMER_PER_ROUTE": tt.perRoute, "NATS_ROUTE_BACKLOG_WAITS": tt.wait}
 		c, err := Load(env(m))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Validate(); err != nil {
-			t.Fatalf("per route %q, wait %q: %v", tt.perRoute, tt.wait, err)
+			t.Fatalf("subject %q, per route %q, wait %q: %v", tt.subject, tt.perRoute, tt.wait, err)
 		}
-		if c.NATS.RouteWait != tt.want || c.NATS.PerRoute != (tt.perRoute == "true") {
-			t.Errorf("per route %q, wait %q: PerRoute %v RouteWait %v, want RouteWait %v", tt.perRoute, tt.wait, c.NATS.PerRoute, c.NATS.RouteWait, tt.want)
+		if c.NATS.PerRoute != tt.wantPerRoute || c.NATS.RouteWait != tt.wantWait {
+			t.Errorf("subject %q, per route %q, wait %q: PerRoute %v RouteWait %v, want %v and %v", tt.subject, tt.perRoute, tt.wait, c.NATS.PerRoute, c.NATS.RouteWait, tt.wantPerRoute, tt.wantWait)
 		}
 	}
 }
@@ -134,7 +138,7 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		"negative handlers":                  {map[string]string{"NATS_HANDLERS": "-2"}, "NATS_HANDLERS"},
 		"handlers not a number":              {map[string]string{"NATS_HANDLERS": "lots"}, "NATS_HANDLERS"},
 		"no starters":                        {map[string]string{"NATS_STARTERS": "0"}, "NATS_STARTERS"},
-		"backlog waits on a shared consumer": {map[string]string{"NATS_ROUTE_BACKLOG_WAITS": "true"}, "NATS_CONSUMER_PER_ROUTE=true"},
+		"backlog waits on a shared consumer": {map[string]string{"NATS_CONSUMER_PER_ROUTE": "false", "NATS_ROUTE_BACKLOG_WAITS": "true"}, "NATS_CONSUMER_PER_ROUTE=true"},
 	}
 	for name, tt := range tests {
 		m := map[string]string{}

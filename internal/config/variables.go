@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -253,9 +254,15 @@ var variables = []variable{
 		"consumer filter; `starter publish` sends a message of type T to `effectively.messages.T`", func(c *Config) *string { return &c.NATS.JetStream.Subject }),
 	str("NATS_CONSUMER", jetstream.DefaultDurable, "NATS.JetStream.Durable", "durable consumer name, shared by all worker processes",
 		func(c *Config) *string { return &c.NATS.JetStream.Durable }),
-	flag("NATS_CONSUMER_PER_ROUTE", "NATS.PerRoute",
-		"also run a durable consumer per route (`NATS_CONSUMER-<consumer>`, filtering the route's subject, starting after `NATS_CONSUMER`'s ack floor when created), source `jetstream-<consumer>`; `NATS_CONSUMER` then acks the routes' subjects without recording them and takes the rest (unknown types). A route's messages no longer wait behind another route's backlog (docs/operations.md); needs a `NATS_SUBJECT` ending in `.>`. Turned off, the workers record what each route's consumer still holds and delete it once no worker with the setting on pulls from it (docs/operations.md)",
-		func(c *Config) *bool { return &c.NATS.PerRoute }),
+	{name: "NATS_CONSUMER_PER_ROUTE", def: "false", field: "NATS.PerRoute", docDefault: "`true` when `NATS_SUBJECT` ends in `.>`",
+		load: func(c *Config, v string, given bool) error {
+			if !given { // after NATS_SUBJECT in the table
+				c.NATS.PerRoute = strings.HasSuffix(cmp.Or(c.NATS.JetStream.Subject, jetstream.DefaultSubject), ".>")
+				return nil
+			}
+			return parseFlag(&c.NATS.PerRoute, v)
+		},
+		doc: "also run a durable consumer per route (`NATS_CONSUMER-<consumer>`, filtering the route's subject, starting after `NATS_CONSUMER`'s ack floor when created), source `jetstream-<consumer>`; `NATS_CONSUMER` then acks the routes' subjects without recording them and takes the rest (unknown types). A route's messages no longer wait behind another route's backlog (docs/operations.md); needs a `NATS_SUBJECT` ending in `.>`. Turned off, the workers record what each route's consumer still holds and delete it once no worker with the setting on pulls from it (docs/operations.md). On by default since 2026-12-05: with one shared consumer, the refunds published after an outage waited up to 2.9 s behind 5,000 orders before their inbox row, and longer behind more (docs/operations.md)"},
 	{name: "NATS_ROUTE_BACKLOG_WAITS", def: "false", field: "NATS.RouteWait", docDefault: "`NATS_CONSUMER_PER_ROUTE`'s value",
 		load: func(c *Config, v string, given bool) error {
 			if !given { // after NATS_CONSUMER_PER_ROUTE in the table

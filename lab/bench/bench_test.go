@@ -92,8 +92,8 @@ func TestTinyRun(t *testing.T) {
 	if rep.E2E.CPU.Worker <= 0 || rep.WorkerPeakRSSMB <= 0 {
 		t.Errorf("worker resources not measured: CPU %.2fs, peak RSS %.1f MB", rep.E2E.CPU.Worker, rep.WorkerPeakRSSMB)
 	}
-	if len(rep.Targets) != 12 { // 9, and the drain's 3
-		t.Errorf("%d targets evaluated, want 12", len(rep.Targets))
+	if len(rep.Targets) != 13 { // 9, and the drain's 4
+		t.Errorf("%d targets evaluated, want 13", len(rep.Targets))
 	}
 	// The default series: floor, e2e, floor, e2e, floor, paired.
 	if len(rep.Floors) != 3 || len(rep.E2ERounds) != 2 || len(rep.Rounds) != 2 || rep.RatioSpread.N != 2 {

@@ -37,8 +37,8 @@ func TestCrashWindowsAtBroker(t *testing.T) {
 		name, source string
 		env          []string
 	}{
-		{"one-consumer", "jetstream", nil},
-		{"per-route-waits", "jetstream-order-placed", []string{"NATS_CONSUMER_PER_ROUTE=true", "NATS_ROUTE_BACKLOG_WAITS=true"}},
+		{"one-consumer", "jetstream", []string{"NATS_CONSUMER_PER_ROUTE=false"}},
+		{"per-route-waits", "jetstream-order-placed", nil}, // the default: NATS_CONSUMER_PER_ROUTE and NATS_ROUTE_BACKLOG_WAITS on
 	}
 	for _, layout := range layouts {
 		for _, point := range []string{failpoint.IntakeAfterInsert, failpoint.OutboxAfterPublish} {

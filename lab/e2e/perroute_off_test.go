@@ -56,7 +56,7 @@ func TestPerRouteTurnedOffLosesNothing(t *testing.T) {
 	}
 	t.Logf("the old worker stopped with %d orders left in the route's durable, %d charged", left, len(s.sims.Stripe.Stats().ChargesByMessage))
 
-	s.start(t) // the setting off
+	s.start(t, "NATS_CONSUMER_PER_ROUTE=false") // the setting off
 	testenv.Eventually(t, 120*time.Second, "every order charged", func() bool {
 		return len(s.sims.Stripe.Stats().ChargesByMessage) == n
 	})

@@ -223,7 +223,10 @@ func testMaxAttempts(t *testing.T, h Harness) {
 // length ends with every message recorded once.
 func testOutagePastLimit(t *testing.T, h Harness) {
 	const attempts = 3
-	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: 300 * time.Millisecond})
+	// JetStream's ack wait is the redelivery: long enough that a loaded
+	// machine does not stall a held delivery's keep-alive (a third of it)
+	// past it.
+	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: 2 * time.Second})
 	ids, raws := orders("past", 5)
 	e.hook.down.Store(true)
 	w := e.worker(WorkerOptions{})
