@@ -76,6 +76,13 @@ type SubscriptionOptions struct {
 	// tests, yet long enough that an outage case does not use up
 	// MaxAttempts.
 	Redelivery time.Duration
+	// LongPulls keeps a pulling source's requests open for seconds
+	// (JetStream's expiry, and its heartbeats), not the quick ones the other
+	// cases use: a missed heartbeat on a loaded machine drops the pull, and
+	// a delivery the broker sent it is lost in transit, counted all the
+	// same. Lost on the last delivery, it is never delivered again
+	// (CaseOutagePastLimit must not depend on that).
+	LongPulls bool
 }
 
 // Subscription is one case's subscription.

@@ -226,7 +226,7 @@ func testOutagePastLimit(t *testing.T, h Harness) {
 	// JetStream's ack wait is the redelivery: long enough that a loaded
 	// machine does not stall a held delivery's keep-alive (a third of it)
 	// past it.
-	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: 2 * time.Second})
+	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: 2 * time.Second, LongPulls: true})
 	ids, raws := orders("past", 5)
 	e.hook.down.Store(true)
 	w := e.worker(WorkerOptions{})

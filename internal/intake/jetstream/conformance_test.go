@@ -130,6 +130,9 @@ func (s *jsSub) NewWorker(t testing.TB, in *intake.Intake, o sourcetest.WorkerOp
 		AckWait: s.opts.Redelivery, MaxDeliver: s.opts.MaxAttempts, BackOff: []time.Duration{},
 		FetchBatch: 5, FetchWait: time.Second, Logger: testenv.Logger(t),
 	}
+	if s.opts.LongPulls {
+		cfg.FetchWait = 10 * time.Second // heartbeats every 5 s
+	}
 	if s.route {
 		// The route's consumer, as the worker builds it beside the shared
 		// one (which acks the route's subject without recording it).
