@@ -107,6 +107,12 @@ func TestNATSSettings(t *testing.T) {
 	if want := []time.Duration{10 * time.Second, time.Minute}; !reflect.DeepEqual(c.NATS.JetStream.BackOff, want) || c.NATS.JetStream.MaxDeliver != 4 {
 		t.Fatalf("backoff = %v, max deliver %d", c.NATS.JetStream.BackOff, c.NATS.JetStream.MaxDeliver)
 	}
+	if c.NATS.JetStream.DeadLetters != "" {
+		t.Fatalf("dead letters = %q unset, want the stream's default (jetstream.DeadLetterStream)", c.NATS.JetStream.DeadLetters)
+	}
+	if c, err := Load(env(map[string]string{"NATS_DEAD_LETTER_STREAM": "off"})); err != nil || c.NATS.JetStream.DeadLetters != jetstream.DeadLettersOff {
+		t.Fatalf("NATS_DEAD_LETTER_STREAM=off: %q, %v", c.NATS.JetStream.DeadLetters, err)
+	}
 	if c.NATS.JetStream.Handlers != 3 {
 		t.Fatalf("handlers = %d, want 3 from NATS_HANDLERS", c.NATS.JetStream.Handlers)
 	}
@@ -124,6 +130,7 @@ func TestNATSValidateNamesTheVariable(t *testing.T) {
 		"bad backoff":                        {map[string]string{"NATS_BACKOFF": "1m,soon"}, "NATS_BACKOFF"},
 		"stream with a dot":                  {map[string]string{"NATS_STREAM": "a.b"}, "NATS_STREAM"},
 		"consumer with a space":              {map[string]string{"NATS_CONSUMER": "a b"}, "NATS_CONSUMER"},
+		"dead-letter stream with a dot":      {map[string]string{"NATS_DEAD_LETTER_STREAM": "a.b"}, "NATS_DEAD_LETTER_STREAM"},
 		"subject with inner wildcard":        {map[string]string{"NATS_SUBJECT": "a.*.b"}, "NATS_SUBJECT"},
 		"empty subject token":                {map[string]string{"NATS_SUBJECT": "a..>"}, "NATS_SUBJECT"},
 		"bad url":                            {map[string]string{"NATS_URL": "::"}, "NATS_URL"},

@@ -290,6 +290,15 @@ var variables = []variable{
 			return nil
 		},
 		doc: "ack waits of the 2nd, 3rd, … delivery (the last repeats); `none` uses `NATS_ACK_WAIT` throughout"},
+	{name: "NATS_DEAD_LETTER_STREAM", field: "NATS.JetStream.DeadLetters", docDefault: "`NATS_STREAM` + `_MAX_DELIVERIES`",
+		load: func(c *Config, v string, _ bool) error {
+			if strings.ContainsAny(v, ". *>\t") {
+				return fmt.Errorf("%q: a stream name has no '.', '*', '>' or spaces", v)
+			}
+			c.NATS.JetStream.DeadLetters = v // "" takes NATS_STREAM's default name
+			return nil
+		},
+		doc: "stream that captures the consumers' max-delivery advisories (`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<NATS_STREAM>.*`), created when missing (7 days `MaxAge`); each consumer reads its own from a durable `<consumer>-dead-letters` and records the message (else quarantines it, `max_deliver`) when JetStream delivered it its last time and no worker settled it: a worker killed holding it, a pull lost with it. An advisory read more than 30 min after it was captured only quarantines. Name an existing stream that already captures those subjects, or `off` (then such a message stays in the stream unrecorded)"},
 	num("NATS_MAX_DELIVER", jetstream.DefaultMaxDeliver, "NATS.JetStream.MaxDeliver",
 		"deliveries before a message that cannot be recorded is quarantined as `max_deliver`; at least 1 (unlimited redelivery has no horizon) and more than the number of ack waits",
 		func(c *Config) *int { return &c.NATS.JetStream.MaxDeliver }).checked(ifNATS(func(c Config) error {

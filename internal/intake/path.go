@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -265,6 +267,7 @@ func (p *Path) decide(ctx, hctx context.Context, d Delivery, pre *message.Messag
 			return p.in.RecordMessage(ctx, pre, source)
 		}
 	}
+	failpoint.Hit(failpoint.IntakeBeforeInsert)
 	rec, err := record(hctx, d.Raw, d.Source)
 	if err != nil {
 		var v *Verdict
@@ -383,10 +386,11 @@ func (p *Path) fail(ctx context.Context, d Delivery, record recordFunc, cause er
 // holdLast keeps a message whose last delivery could not be recorded: the
 // broker will not deliver it again, so giving up would lose it. It keeps
 // the delivery alive (d.KeepAlive) and tries again, the inbox record first
-// and then the quarantine (max_deliver), until one of them commits. So a
-// Postgres outage longer than the broker's delivery limit ends with the
-// message recorded, and only a message the inbox keeps refusing while the
-// quarantine takes it is quarantined. A nil verdict means it was recorded
+// and, when Postgres refused it (refused), the quarantine (max_deliver),
+// until one of them commits. So a Postgres outage longer than the broker's
+// delivery limit ends with the message recorded, even when Postgres comes
+// back between a record and a quarantine, and only a message the inbox
+// refuses while the quarantine takes it is quarantined. A nil verdict means it was recorded
 // (rec). Once ctx has ended it tries both once more, then returns a retry:
 // the source hands the delivery back, which is all it can still do.
 func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, cause error) (Recorded, *Verdict) {
@@ -402,6 +406,21 @@ func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, caus
 			p.cfg.Logger.Info("message recorded on its last delivery after it was held", "message_id", rec.MessageID,
 				"source", d.Source, "position", d.Position)
 			return rec, nil
+		}
+		if !refused(err) {
+			// Postgres did not answer: the quarantine would fail the same
+			// way, or, were Postgres back this instant, take a message
+			// the inbox would take too. Hold it for the record alone.
+			if ctx.Err() != nil {
+				p.cfg.Logger.Error("message on its last delivery not recorded before shutdown (Postgres did not answer); it is handed back",
+					"source", d.Source, "position", d.Position, "error", err.Error())
+				p.stats.retries.Add(1)
+				return Recorded{}, &Verdict{Settle: SettleRetry, Cause: err}
+			}
+			pause = min(2*pause, 15*time.Second)
+			p.cfg.Logger.Error("message on its last delivery not recorded (Postgres did not answer); holding it and trying again",
+				"source", d.Source, "position", d.Position, "error", err.Error(), "retry_in", pause.String())
+			continue
 		}
 		reason := fmt.Errorf("not recorded on its last delivery (%d), %s: %w", d.Attempt, d.Position, err)
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -419,10 +438,51 @@ func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, caus
 			p.stats.retries.Add(1)
 			return Recorded{}, &Verdict{Settle: SettleRetry, Cause: errors.Join(err, qerr)}
 		}
-		p.cfg.Logger.Error("message on its last delivery neither recorded nor quarantined; holding it and trying again",
-			"source", d.Source, "position", d.Position, "error", qerr.Error(), "retry_in", min(2*pause, 15*time.Second).String())
 		pause = min(2*pause, 15*time.Second)
+		p.cfg.Logger.Error("message on its last delivery neither recorded nor quarantined; holding it and trying again",
+			"source", d.Source, "position", d.Position, "error", qerr.Error(), "retry_in", pause.String())
 	}
+}
+
+// QuarantineDeadLetter keeps raw, a message its broker gave up on (a dead
+// letter: RabbitMQ's delivery limit or TTL, a JetStream last delivery no
+// worker settled), in the quarantine as max_deliver with detail. It tries
+// again, 1 s and then up to 15 s apart, until the row commits; false when
+// ctx ended first, the message then left with the broker.
+func (p *Path) QuarantineDeadLetter(ctx context.Context, raw []byte, detail string) (Result, bool) {
+	var consumer, id string
+	if len(raw) <= message.MaxSize {
+		if m, err := p.in.cfg.Routes.Decode(raw); err == nil {
+			consumer, id = m.Consumer, m.ID
+		}
+	}
+	for pause := time.Second; ; pause = min(2*pause, 15*time.Second) {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		res, err := p.in.reject(qctx, raw, p.cfg.Source, consumer, id, store.ReasonMaxDeliver, errors.New(detail))
+		cancel()
+		if err == nil {
+			p.stats.maxDelivered.Add(1)
+			return res, true
+		}
+		p.cfg.Logger.Error("quarantine of a dead letter failed; holding it and trying again", "source", p.cfg.Source,
+			"message_id", id, "error", err.Error(), "retry_in", pause.String())
+		select {
+		case <-ctx.Done():
+			return Result{}, false
+		case <-time.After(pause):
+		}
+	}
+}
+
+// refused reports whether err is Postgres' own answer (a statement it
+// refused), not a failure to reach it (a network error, a closed
+// connection, a timeout) or a shutdown's (SQLSTATE classes 08 and 57P).
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
 }
 
 // keepAlive waits pause, or until ctx ends, keeping d alive (d.KeepAlive)

@@ -255,6 +255,12 @@ func TestNATSConfPermissions(t *testing.T) {
 	if _, err := cons.Info(ctx); err != nil {
 		t.Errorf("worker: consumer info: %v", err)
 	}
+	// And the stream of its consumers' max-delivery advisories, with the
+	// consumer that reads them (it reads a dead letter's message back with
+	// STREAM.MSG.GET, as below).
+	if _, err := jetstream.EnsureDeadLetters(ctx, w.js, wcfg.NATS.JetStream); err != nil {
+		t.Fatalf("worker: dead letters: %v", err)
+	}
 
 	// The publisher: `starter publish` looks the stream up, then publishes
 	// each message with a message ID, expecting the stream.

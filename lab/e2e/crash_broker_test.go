@@ -105,3 +105,39 @@ func crashAtBroker(t *testing.T, point, source string, env []string) {
 		t.Errorf("events in the stream = %d by subject %v, want %v", info.State.Msgs, info.State.Subjects, want)
 	}
 }
+
+// TestCrashHoldingTheLastDelivery kills the real worker while it holds a
+// message's last delivery (NATS_MAX_DELIVER=1), before anything of it is
+// recorded. JetStream delivers it no more; the restarted worker reads the
+// broker's max-delivery advisory from the dead-letter stream and records
+// the message: it is charged once. Without the dead letters it stayed in
+// the stream, unrecorded, and nothing said so.
+func TestCrashHoldingTheLastDelivery(t *testing.T) {
+	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
+	s := newProcStack(t)
+	s.cfg.NATSURL = testenv.NATSURL()
+	s.cfg.Extra = append(append(s.cfg.Extra, brokerEnv(j)...), "NATS_MAX_DELIVER=1")
+	first := s.start(t, failpoint.EnvVar+"="+failpoint.IntakeBeforeInsert)
+
+	const id = "evt_broker_last"
+	j.Publish(t, order(id, 89, "pm_card_visa"), "")
+	killedAt(t, first, failpoint.IntakeBeforeInsert)
+
+	s.start(t)
+	if st := s.waitOutcome(t, id); st.Outcome != workflows.OutcomeCompleted {
+		t.Fatalf("outcome = %+v", st)
+	}
+	if n := s.sims.Stripe.Stats().ChargesByMessage[id]; n != 1 {
+		t.Errorf("charges = %d, want 1", n)
+	}
+	ms, err := s.store.Status(context.Background(), message.ConsumerOrderPlaced, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.Inbox == nil || ms.Processed == nil || ms.Processed.Outcome != store.OutcomePaid {
+		t.Fatalf("postgres: inbox %+v processed %+v", ms.Inbox, ms.Processed)
+	}
+	if n := len(ms.Quarantine); n != 0 {
+		t.Errorf("%d quarantine rows, want none", n)
+	}
+}

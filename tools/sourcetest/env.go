@@ -250,7 +250,7 @@ type pgHook struct {
 	beforeInbox func()      // run once, then the statement's connection is broken
 	afterInbox  func()      // run once, after an inbox statement succeeded
 	down        atomic.Bool // every statement fails
-	inboxDown   atomic.Bool // every inbox statement fails
+	inboxLost   atomic.Bool // every inbox statement fails, its connection broken
 }
 
 func isInbox(sql string) bool { return strings.Contains(sql, "INSERT INTO inbox") }
@@ -280,7 +280,7 @@ func (h *pgHook) breakIfDown(conn *pgx.Conn, sql string) {
 			return
 		}
 	}
-	if h.down.Load() || (inbox && h.inboxDown.Load()) {
+	if h.down.Load() || (inbox && h.inboxLost.Load()) {
 		_ = conn.PgConn().Conn().Close()
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // Run runs every case against h, each as a subtest named for it; a case h
@@ -198,8 +199,8 @@ func testBrokerRestart(t *testing.T, h Harness) {
 func testMaxAttempts(t *testing.T, h Harness) {
 	const attempts = 3
 	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: 300 * time.Millisecond})
-	_, raws := orders("max", 1)
-	e.hook.inboxDown.Store(true)
+	ids, raws := orders("max", 1)
+	testenv.RefuseInbox(t, e.db, ids[0])
 	w := e.worker(WorkerOptions{})
 	e.run(w)
 	e.publish(raws[0])
@@ -239,7 +240,16 @@ func testOutagePastLimit(t *testing.T, h Harness) {
 	if u := e.sub.Unsettled(t); u != len(ids) {
 		t.Errorf("%d messages unsettled at the broker past their delivery limit, want all %d held", u, len(ids))
 	}
+	// Postgres answers again, but not yet the held records' statements
+	// (their connections break): a record that failed for want of
+	// Postgres must not be quarantined because a quarantine got through.
+	e.hook.inboxLost.Store(true)
 	e.hook.down.Store(false)
+	time.Sleep(4 * time.Second)
+	if q := e.quarantine(); len(q) != 0 {
+		t.Errorf("quarantined %v while the records failed for want of Postgres", q)
+	}
+	e.hook.inboxLost.Store(false)
 	e.eventually(90*time.Second, "every message recorded, started and settled after the outage", func() bool { return e.settled(ids) })
 	if q := e.quarantine(); len(q) != 0 {
 		t.Errorf("quarantined %v after an outage past the delivery limit", q)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -106,6 +107,17 @@ func NewJetStreamAt(t testing.TB, url string, o JetStreamOptions) *JetStream {
 			}
 		})
 	}
+	t.Cleanup(func() {
+		// The dead-letter stream a consumer of the test's stream created.
+		if nc.Status() != nats.CONNECTED {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteStream(ctx, jetstream.DeadLetterStream(j.Stream)); err != nil && !errors.Is(err, natsjs.ErrStreamNotFound) {
+			t.Logf("testenv: delete stream %s: %v", jetstream.DeadLetterStream(j.Stream), err)
+		}
+	})
 	return j
 }
 

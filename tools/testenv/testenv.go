@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
@@ -317,8 +318,15 @@ func NewStack(t testing.TB, o StackOptions) *Stack {
 // returned func lifts it.
 func (s *Stack) RefuseInbox(t testing.TB, messageID string) (lift func()) {
 	t.Helper()
+	return RefuseInbox(t, s.Store.Pool(), messageID)
+}
+
+// RefuseInbox is Stack.RefuseInbox on the database of db: Postgres
+// answers, and refuses the row (a trigger raises an error).
+func RefuseInbox(t testing.TB, db *pgxpool.Pool, messageID string) (lift func()) {
+	t.Helper()
 	ctx := context.Background()
-	if _, err := s.Store.Pool().Exec(ctx, `
+	if _, err := db.Exec(ctx, `
 		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.message_id = TG_ARGV[0] THEN
@@ -331,7 +339,7 @@ func (s *Stack) RefuseInbox(t testing.TB, messageID string) (lift func()) {
 	}
 	return func() {
 		t.Helper()
-		if _, err := s.Store.Pool().Exec(ctx, `DROP TRIGGER refuse_poison ON inbox`); err != nil {
+		if _, err := db.Exec(ctx, `DROP TRIGGER refuse_poison ON inbox`); err != nil {
 			t.Fatalf("testenv: lift the refusal of %s: %v", messageID, err)
 		}
 	}

@@ -95,6 +95,12 @@ type Config struct {
 	// repeating. nil means DefaultBackOff; empty, AckWait for every
 	// delivery.
 	BackOff []time.Duration
+	// DeadLetters is the stream that captures the durable's max-delivery
+	// advisories, created when missing: a last delivery no worker settled
+	// (a worker killed holding it, a pull lost with it) is read from there
+	// and recorded or quarantined, not left in the stream unrecorded.
+	// Default DeadLetterStream(Stream); DeadLettersOff captures none.
+	DeadLetters string
 	// MaxAckPending bounds the messages delivered and not yet acked.
 	// Default 1000.
 	MaxAckPending int
@@ -137,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Durable == "" {
 		c.Durable = DefaultDurable
+	}
+	if c.DeadLetters == "" {
+		c.DeadLetters = DeadLetterStream(c.Stream)
 	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
@@ -194,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.Stream, ". *>\t") {
 		bad(fmt.Errorf("stream name %q must not contain '.', '*', '>' or spaces", c.Stream), "Stream")
+	}
+	if strings.ContainsAny(c.DeadLetters, ". *>\t") {
+		bad(fmt.Errorf("dead-letter stream name %q must not contain '.', '*', '>' or spaces", c.DeadLetters), "DeadLetters")
 	}
 	if strings.ContainsAny(c.Durable, ". *>\t") {
 		bad(fmt.Errorf("consumer name %q must not contain '.', '*', '>' or spaces", c.Durable), "Durable")
@@ -258,13 +270,17 @@ func (c Config) ackWaitOf(n uint64) time.Duration {
 //
 // A delivery that cannot be recorded (Postgres unreachable) is never acked:
 // it is handed back with a delay (a nak when its ack wait would have run
-// out), and on its MaxDeliver-th delivery it is quarantined with its raw
-// bytes and terminated, so a message the inbox cannot take does not block
-// the stream or vanish.
+// out); its MaxDeliver-th delivery is held and recorded once Postgres
+// takes it, else quarantined with its raw bytes and terminated, so a message
+// the inbox cannot take does not block the stream or vanish. A last delivery
+// no worker settled (a kill, a lost pull) comes back from the broker's
+// max-delivery advisory (Config.DeadLetters) and is settled the same way.
 type Consumer struct {
 	path *intake.Path
 	js   natsjs.JetStream
 	cfg  Config
+
+	dead natsjs.Consumer // its max-delivery advisories (Config.DeadLetters); nil when off
 
 	mu   sync.Mutex
 	cons natsjs.Consumer // replaced when a route's durable is created again (Run)
@@ -284,7 +300,11 @@ func NewConsumer(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{path: path, js: js, cons: cons, cfg: cfg}, nil
+	dead, err := EnsureDeadLetters(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{path: path, js: js, cons: cons, dead: dead, cfg: cfg}, nil
 }
 
 // newPath checks cfg, fills in its defaults and makes the Path its
@@ -449,11 +469,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		})
 	}
+	var dead sync.WaitGroup
+	if c.dead != nil {
+		dead.Go(func() { c.runDeadLetters(ctx, c.dead) })
+	}
 	defer func() {
 		// Every fetched delivery has been handed to a handler. Let them
 		// settle it; only then can no handler queue a start any more.
 		close(deliveries)
 		handlers.Wait()
+		dead.Wait()
 		c.path.Close()
 	}()
 

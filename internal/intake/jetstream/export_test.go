@@ -17,3 +17,11 @@ func SetRetire(every time.Duration, quiet int) (restore func()) {
 	retireEvery, retireQuiet = every, quiet
 	return func() { retireEvery, retireQuiet = prevEvery, prevQuiet }
 }
+
+// SetDeadLetterRecordAge sets the age past which a dead letter is only
+// quarantined, until the returned func restores it.
+func SetDeadLetterRecordAge(d time.Duration) (restore func()) {
+	prev := deadLetterRecordAge
+	deadLetterRecordAge = d
+	return func() { deadLetterRecordAge = prev }
+}

@@ -2,8 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -14,8 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/effectively/effectively/internal/adapter/health"
-	"github.com/effectively/effectively/internal/adapter/message"
-	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/internal/intake/retention"
 )
@@ -385,19 +381,4 @@ func (c *Consumer) settleVerdict(sctx context.Context, d *Delivery, v intake.Ver
 	default:
 		return fmt.Errorf("unknown settlement %q", v.Settle)
 	}
-}
-
-// quarantine keeps raw under reason, as the source's row. A raw over
-// message.MaxSize is kept as its first bytes, its size and its SHA-256, as
-// the intake keeps one.
-func (c *Consumer) quarantine(ctx context.Context, raw []byte, reason, detail string) (int64, error) {
-	in := c.path.Intake()
-	q := store.QuarantineEntry{Source: c.cfg.Name, Raw: raw, Reason: reason, Detail: detail}
-	if len(raw) > message.MaxSize {
-		sum := sha256.Sum256(raw)
-		q.Raw, q.Size, q.SHA256 = raw[:message.OversizedPrefix], int64(len(raw)), hex.EncodeToString(sum[:])
-	} else if m, err := in.Routes().Decode(raw); err == nil {
-		q.Consumer, q.MessageID = m.Consumer, m.ID
-	}
-	return in.Store().Quarantine(ctx, q)
 }

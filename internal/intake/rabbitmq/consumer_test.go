@@ -180,21 +180,7 @@ func TestCopiesStartOnce(t *testing.T) {
 // refuse makes Postgres refuse inbox rows of id (a trigger) until lifted.
 func refuse(t *testing.T, pool *pgxpool.Pool, id string) (lift func()) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `
-		CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.message_id = TG_ARGV[0] THEN RAISE EXCEPTION 'simulated failure recording %', NEW.message_id; END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse_poison BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION refuse_poison('`+id+`');`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if _, err := pool.Exec(ctx, `DROP TRIGGER refuse_poison ON inbox`); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return testenv.RefuseInbox(t, pool, id)
 }
 
 // TestNotRecordedIsRejectedThenRecorded: while Postgres refuses the row the

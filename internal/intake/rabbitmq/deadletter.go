@@ -6,8 +6,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/effectively/effectively/internal/adapter/store"
 )
 
 // runDeadLetters quarantines what the broker dead-letters from the queue
@@ -83,27 +81,16 @@ func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bo
 	default:
 		detail += "see the x-death header"
 	}
-	pause := time.Second
-	for {
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		id, err := c.quarantine(qctx, m.Body, store.ReasonMaxDeliver, detail)
-		cancel()
-		if err == nil {
-			c.stats.deadLetters.Add(1)
-			c.cfg.Logger.Warn("dead-lettered message quarantined", "quarantine_id", id, "reason", why)
-			if err := m.Ack(false); err != nil {
-				c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
-			}
-			return true
-		}
-		c.cfg.Logger.Error("quarantine of a dead letter failed; holding it and retrying", "error", err.Error(), "retry_in", pause.String())
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 15*time.Second)
+	res, ok := c.path.QuarantineDeadLetter(ctx, m.Body, detail)
+	if !ok {
+		return false
 	}
+	c.stats.deadLetters.Add(1)
+	c.cfg.Logger.Warn("dead-lettered message quarantined", "quarantine_id", res.QuarantineID, "reason", why)
+	if err := m.Ack(false); err != nil {
+		c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
+	}
+	return true
 }
 
 // deathReason is the broker's reason of the latest dead-lettering

@@ -25,6 +25,8 @@ const EnvVar = "EFFECTIVELY_FAILPOINTS"
 
 // The failpoints in the code path, in the order a message meets them.
 const (
+	// IntakeBeforeInsert: a broker delivery is held, nothing of it recorded.
+	IntakeBeforeInsert = "intake.before_insert"
 	// IntakeAfterInsert: the inbox row is committed, the broker not yet acked.
 	IntakeAfterInsert = "intake.after_insert"
 	// APIAfterInsert: the HTTP intake's inbox row is committed, the answer

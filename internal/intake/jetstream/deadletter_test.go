@@ -1,0 +1,149 @@
+package jetstream_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/tools/testenv"
+)
+
+// killedHolding plays a worker that took every delivery of the durable's
+// one message, up to its last, on a connection of its own and died
+// holding each: no ack, no nak, no term, then the connection gone. The
+// broker counts the deliveries and, past the last, delivers the message no
+// more.
+func killedHolding(t *testing.T, h *harness, durable string, deliveries int, ackWait time.Duration) {
+	t.Helper()
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, h.j.Stream, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= deliveries; n++ {
+		batch, err := cons.Fetch(1, natsjs.FetchMaxWait(ackWait+5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if md.NumDelivered != uint64(n) {
+				t.Fatalf("delivery %d of the message, want %d", md.NumDelivered, n)
+			}
+			got++
+		}
+		if got != 1 {
+			t.Fatalf("fetch %d brought %d messages (%v), want the one", n, got, batch.Error())
+		}
+	}
+}
+
+// deadLetter makes a consumer of a fresh stream (ack wait 1 s, 2
+// deliveries) and one message id whose deliveries a killed worker held
+// (killedHolding), and returns them before the consumer runs.
+func deadLetter(t *testing.T, id string, orderID int) (*harness, jetstream.Config, *jetstream.Consumer) {
+	t.Helper()
+	h := newHarness(t, nil)
+	cfg := h.j.ConsumerConfig(t, time.Second, 2)
+	cons, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.j.Publish(t, orderMsg(id, orderID), id)
+	killedHolding(t, h, cfg.Durable, 2, time.Second)
+	return h, cfg, cons
+}
+
+// TestDeadLetterRecordsALastDeliveryNoWorkerSettled kills the worker that
+// held a message's last delivery: JetStream then never delivers it again,
+// and before the dead letters it stayed in the stream neither recorded nor
+// quarantined, with nothing logged. The next worker must read the broker's
+// max-delivery advisory and record the message (Postgres answers), start
+// its workflow once, and ack the advisory.
+func TestDeadLetterRecordsALastDeliveryNoWorkerSettled(t *testing.T) {
+	h, cfg, cons := deadLetter(t, "evt_dead_001", 4001)
+	stop := run(t, cons)
+	testenv.Eventually(t, 30*time.Second, "the dead letter recorded", func() bool {
+		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_001'`) == 1
+	})
+	testenv.Eventually(t, 30*time.Second, "its advisory acked", func() bool {
+		return deadLettersLeft(t, h, cfg.Durable) == 0
+	})
+	stop()
+	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("%d quarantine rows, want none: the message was recorded", n)
+	}
+	if s := cons.Stats(); s.Recorded != 1 || s.MaxDelivered != 0 {
+		t.Errorf("stats %+v: want it recorded once, not quarantined", s)
+	}
+	if starts := h.tc.Starts(); len(starts) != 1 {
+		t.Errorf("workflow starts %v, want the message's one", starts)
+	} else {
+		for id, n := range starts {
+			if n != 1 {
+				t.Errorf("workflow %s started %d times, want once", id, n)
+			}
+		}
+	}
+}
+
+// TestDeadLetterPastTheRecordAgeIsQuarantined: an advisory older than the
+// age a record stays safe at (its message's record may have been pruned)
+// quarantines the message as max_deliver instead, its raw bytes kept.
+func TestDeadLetterPastTheRecordAgeIsQuarantined(t *testing.T) {
+	defer jetstream.SetDeadLetterRecordAge(0)()
+	h, cfg, cons := deadLetter(t, "evt_dead_002", 4002)
+	stop := run(t, cons)
+	testenv.Eventually(t, 30*time.Second, "the dead letter quarantined", func() bool {
+		return h.count(t, `SELECT count(*) FROM quarantine WHERE message_id = 'evt_dead_002' AND reason = $1`, store.ReasonMaxDeliver) == 1
+	})
+	testenv.Eventually(t, 30*time.Second, "its advisory acked", func() bool {
+		return deadLettersLeft(t, h, cfg.Durable) == 0
+	})
+	stop()
+	if n := h.count(t, `SELECT count(*) FROM inbox`); n != 0 {
+		t.Errorf("%d inbox rows, want none", n)
+	}
+	if n := h.count(t, `SELECT count(*) FROM quarantine WHERE raw = convert_to($1, 'UTF8')`, string(orderMsg("evt_dead_002", 4002))); n != 1 {
+		t.Errorf("the quarantine row does not hold the message as published")
+	}
+}
+
+// deadLettersLeft is how many advisories the durable's dead-letter
+// consumer has not yet acked.
+func deadLettersLeft(t *testing.T, h *harness, durable string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := h.j.JS.Consumer(ctx, jetstream.DeadLetterStream(h.j.Stream), durable+"-dead-letters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Delivered.Consumer == 0 {
+		return 1 // no advisory yet
+	}
+	return ci.NumAckPending + int(ci.NumPending) //nolint:gosec // a handful
+}
