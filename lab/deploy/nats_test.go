@@ -338,6 +338,14 @@ func TestNATSConfPermissions(t *testing.T) {
 		natsjs.WithMsgID("evt_nats1/order.paid"), natsjs.WithExpectStream(wcfg.NATS.EventsStream)); err != nil {
 		t.Errorf("worker: publish %s: %v", event, err)
 	}
+	// It retires a route's consumer (NATS_CONSUMER_PER_ROUTE turned off):
+	// it creates one, and deletes it.
+	route := wcfg.NATS.JetStream.Durable + "-order-placed"
+	if _, err := w.js.CreateOrUpdateConsumer(ctx, stream, natsjs.ConsumerConfig{Durable: route, FilterSubject: subject, AckPolicy: natsjs.AckExplicitPolicy}); err != nil {
+		t.Errorf("worker: create a route's consumer: %v", err)
+	} else if err := w.js.DeleteConsumer(ctx, stream, route); err != nil {
+		t.Errorf("worker: retire a route's consumer: %v", err)
+	}
 	// But it neither publishes intake messages nor destroys a stream.
 	w.refusedPublish(t, subject)
 	w.refusedRequest(t, "delete the intake stream", "$JS.API.STREAM.DELETE.", func(ctx context.Context) error {

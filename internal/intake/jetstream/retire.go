@@ -97,7 +97,11 @@ func NewRetiring(ctx context.Context, in *intake.Intake, js natsjs.JetStream, cf
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
 	}
-	r := &Retiring{c: &Consumer{path: path, js: js, cons: cons, cfg: cfg}}
+	dead, err := EnsureDeadLetters(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Retiring{c: &Consumer{path: path, js: js, cons: cons, dead: dead, cfg: cfg}}
 	// Its redelivery window counts while it runs; once it is deleted it
 	// delivers nothing more, and the next start leaves it out.
 	if r.horizon, err = r.c.Horizon(ctx); err != nil {
@@ -143,6 +147,15 @@ type retireState struct {
 func (r *Retiring) Run(ctx context.Context) error {
 	r.c.path.Open(ctx)
 	defer r.c.path.Close()
+	if r.c.dead != nil {
+		// Its dead letters, while it runs: a last delivery it made that no
+		// worker settled.
+		dctx, stop := context.WithCancel(ctx)
+		var dead sync.WaitGroup
+		dead.Go(func() { r.c.runDeadLetters(dctx, r.c.dead) })
+		defer dead.Wait()
+		defer stop()
+	}
 	r.c.cfg.Logger.Info("a route's consumer left by NATS_CONSUMER_PER_ROUTE: recording what it holds while no worker with the setting on pulls from it, then deleting it",
 		"stream", r.c.cfg.Stream, "consumer", r.c.cfg.Durable)
 	var st retireState
