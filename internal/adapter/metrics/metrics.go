@@ -36,6 +36,7 @@ const (
 	NameAuditFindings     = "effectively_audit_findings_open"
 	NameRetentionHeadroom = "effectively_retention_headroom_seconds"
 	NameSourceSettlements = "effectively_source_settlements_total"
+	NameDeadLetters       = "effectively_source_dead_letters_total"
 )
 
 // Decision is the value of the decision label of NameIntakeDecisions.
@@ -122,6 +123,7 @@ type Metrics struct {
 	effectOutcomes   *prometheus.CounterVec
 	providerDuration *prometheus.HistogramVec
 	settlements      *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
 	rateLimited      *prometheus.CounterVec
 	rateWait         *prometheus.HistogramVec
 	rateFallback     *prometheus.CounterVec
@@ -149,6 +151,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: NameSourceSettlements,
 			Help: "Deliveries by source and settlement: ack (in the inbox), retry (handed back: not recorded), quarantined.",
 		}, []string{"source", "settle"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameDeadLetters,
+			Help: "Messages a broker gave up delivering with no worker settling them (JetStream's max-delivery advisories, RabbitMQ's dead-letter queue), each then recorded or quarantined, by source.",
+		}, []string{"source"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameRateLimited,
 			Help: "429 answers of Stripe and SendGrid, by endpoint and reason (Stripe-Rate-Limited-Reason, or 429); each pauses every worker.",
@@ -167,7 +173,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Requests not sent because the shared rate limit had no slot within their wait: retried when it has one (Temporal's NextRetryDelay), not failures.",
 		}, []string{"provider"}),
 	}
-	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements, m.rateLimited, m.rateWait, m.rateFallback, m.rateDeferred)
+	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements, m.deadLetters, m.rateLimited, m.rateWait, m.rateFallback, m.rateDeferred)
 	return m
 }
 
@@ -191,6 +197,15 @@ func (m *Metrics) SourceSettlement(source, settle string) {
 		return
 	}
 	m.settlements.WithLabelValues(source, settle).Inc()
+}
+
+// DeadLetter counts one message source's broker gave up delivering
+// unsettled, taken up from its dead letter.
+func (m *Metrics) DeadLetter(source string) {
+	if m == nil {
+		return
+	}
+	m.deadLetters.WithLabelValues(source).Inc()
 }
 
 // EffectOutcome counts one outcome of an effect attempt.

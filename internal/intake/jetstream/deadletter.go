@@ -155,6 +155,7 @@ func (c *Consumer) deadLetter(ctx context.Context, adv natsjs.Msg) {
 		_ = adv.Ack() // a route's own consumer records it
 		return
 	}
+	c.cfg.Metrics.DeadLetter(c.cfg.Name)
 	md, err := adv.Metadata()
 	if err == nil && time.Since(md.Timestamp) > deadLetterRecordAge {
 		detail := fmt.Sprintf("jetstream stopped delivering it after %d deliveries to %s (%s) and its dead letter waited %s, past %s: quarantined, not recorded, since its record may have been pruned",

@@ -7,7 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/tools/testenv"
@@ -60,10 +62,11 @@ func killedHolding(t *testing.T, h *harness, durable string, deliveries int, ack
 // deadLetter makes a consumer of a fresh stream (ack wait 1 s, 2
 // deliveries) and one message id whose deliveries a killed worker held
 // (killedHolding), and returns them before the consumer runs.
-func deadLetter(t *testing.T, id string, orderID int) (*harness, jetstream.Config, *jetstream.Consumer) {
+func deadLetter(t *testing.T, id string, orderID int, reg *prometheus.Registry) (*harness, jetstream.Config, *jetstream.Consumer) {
 	t.Helper()
 	h := newHarness(t, nil)
 	cfg := h.j.ConsumerConfig(t, time.Second, 2)
+	cfg.Metrics = metrics.New(reg)
 	cons, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +83,8 @@ func deadLetter(t *testing.T, id string, orderID int) (*harness, jetstream.Confi
 // max-delivery advisory and record the message (Postgres answers), start
 // its workflow once, and ack the advisory.
 func TestDeadLetterRecordsALastDeliveryNoWorkerSettled(t *testing.T) {
-	h, cfg, cons := deadLetter(t, "evt_dead_001", 4001)
+	reg := prometheus.NewRegistry()
+	h, cfg, cons := deadLetter(t, "evt_dead_001", 4001, reg)
 	stop := run(t, cons)
 	testenv.Eventually(t, 30*time.Second, "the dead letter recorded", func() bool {
 		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_001'`) == 1
@@ -91,6 +95,9 @@ func TestDeadLetterRecordsALastDeliveryNoWorkerSettled(t *testing.T) {
 	stop()
 	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
 		t.Errorf("%d quarantine rows, want none: the message was recorded", n)
+	}
+	if n := deadLetterCount(t, reg); n != 1 {
+		t.Errorf("%s = %v, want 1", metrics.NameDeadLetters, n)
 	}
 	if s := cons.Stats(); s.Recorded != 1 || s.MaxDelivered != 0 {
 		t.Errorf("stats %+v: want it recorded once, not quarantined", s)
@@ -111,7 +118,7 @@ func TestDeadLetterRecordsALastDeliveryNoWorkerSettled(t *testing.T) {
 // quarantines the message as max_deliver instead, its raw bytes kept.
 func TestDeadLetterPastTheRecordAgeIsQuarantined(t *testing.T) {
 	defer jetstream.SetDeadLetterRecordAge(0)()
-	h, cfg, cons := deadLetter(t, "evt_dead_002", 4002)
+	h, cfg, cons := deadLetter(t, "evt_dead_002", 4002, prometheus.NewRegistry())
 	stop := run(t, cons)
 	testenv.Eventually(t, 30*time.Second, "the dead letter quarantined", func() bool {
 		return h.count(t, `SELECT count(*) FROM quarantine WHERE message_id = 'evt_dead_002' AND reason = $1`, store.ReasonMaxDeliver) == 1
@@ -146,4 +153,22 @@ func deadLettersLeft(t *testing.T, h *harness, durable string) int {
 		return 1 // no advisory yet
 	}
 	return ci.NumAckPending + int(ci.NumPending) //nolint:gosec // a handful
+}
+
+// deadLetterCount is the dead-letter counter's value in reg.
+func deadLetterCount(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == metrics.NameDeadLetters {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }

@@ -81,6 +81,7 @@ func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bo
 	default:
 		detail += "see the x-death header"
 	}
+	c.cfg.Metrics.DeadLetter(c.cfg.Name)
 	res, ok := c.path.QuarantineDeadLetter(ctx, m.Body, detail)
 	if !ok {
 		return false
