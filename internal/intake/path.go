@@ -446,9 +446,11 @@ func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, caus
 
 // QuarantineDeadLetter keeps raw, a message its broker gave up on (a dead
 // letter: RabbitMQ's delivery limit or TTL, a JetStream last delivery no
-// worker settled), in the quarantine as max_deliver with detail. It tries
-// again, 1 s and then up to 15 s apart, until the row commits; false when
-// ctx ended first, the message then left with the broker.
+// worker settled), in the quarantine as max_deliver with detail, unless the
+// inbox holds it already (recorded, its ack lost: then a StatusDuplicate
+// result with no QuarantineID). It tries again, 1 s and then up to 15 s
+// apart, until the row commits; false when ctx ended first, the message
+// then left with the broker.
 func (p *Path) QuarantineDeadLetter(ctx context.Context, raw []byte, detail string) (Result, bool) {
 	var consumer, id string
 	if len(raw) <= message.MaxSize {
@@ -458,10 +460,9 @@ func (p *Path) QuarantineDeadLetter(ctx context.Context, raw []byte, detail stri
 	}
 	for pause := time.Second; ; pause = min(2*pause, 15*time.Second) {
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		res, err := p.in.reject(qctx, raw, p.cfg.Source, consumer, id, store.ReasonMaxDeliver, errors.New(detail))
+		res, err := p.keepDeadLetter(qctx, raw, consumer, id, detail)
 		cancel()
 		if err == nil {
-			p.stats.maxDelivered.Add(1)
 			return res, true
 		}
 		p.cfg.Logger.Error("quarantine of a dead letter failed; holding it and trying again", "source", p.cfg.Source,
@@ -472,6 +473,24 @@ func (p *Path) QuarantineDeadLetter(ctx context.Context, raw []byte, detail stri
 		case <-time.After(pause):
 		}
 	}
+}
+
+// keepDeadLetter is one try of QuarantineDeadLetter.
+func (p *Path) keepDeadLetter(ctx context.Context, raw []byte, consumer, id, detail string) (Result, error) {
+	if id != "" {
+		has, err := p.in.store.InboxHas(ctx, consumer, id)
+		if err != nil {
+			return Result{}, err
+		}
+		if has {
+			return Result{MessageID: id, Status: StatusDuplicate}, nil
+		}
+	}
+	res, err := p.in.reject(ctx, raw, p.cfg.Source, consumer, id, store.ReasonMaxDeliver, errors.New(detail))
+	if err == nil {
+		p.stats.maxDelivered.Add(1)
+	}
+	return res, err
 }
 
 // refused reports whether err is Postgres' own answer (a statement it

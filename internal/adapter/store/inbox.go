@@ -382,6 +382,16 @@ func (s *Store) insertInboxTogether(calls []*inboxCall) error {
 // inboxGroupTimeout bounds one group's transaction.
 const inboxGroupTimeout = 30 * time.Second
 
+// InboxHas reports whether the inbox holds a row of consumer's messageID.
+func (s *Store) InboxHas(ctx context.Context, consumer, messageID string) (bool, error) {
+	var has bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM inbox WHERE consumer = $1 AND message_id = $2)`, consumer, messageID).Scan(&has)
+	if err != nil {
+		return false, fmt.Errorf("inbox row of %s %q: %w", consumer, messageID, translate(err))
+	}
+	return has, nil
+}
+
 // MarkDispatched records that the message's workflow was started (or found
 // already started).
 func (s *Store) MarkDispatched(ctx context.Context, consumer, messageID, workflowID string) error {

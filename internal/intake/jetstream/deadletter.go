@@ -161,7 +161,8 @@ func (c *Consumer) deadLetter(ctx context.Context, adv natsjs.Msg) {
 		detail := fmt.Sprintf("jetstream stopped delivering it after %d deliveries to %s (%s) and its dead letter waited %s, past %s: quarantined, not recorded, since its record may have been pruned",
 			a.Deliveries, a.Consumer, position, time.Since(md.Timestamp).Round(time.Second), deadLetterRecordAge)
 		if res, ok := c.path.QuarantineDeadLetter(ctx, msg.Data, detail); ok {
-			c.cfg.Logger.Warn("dead letter quarantined", "quarantine_id", res.QuarantineID, "position", position)
+			c.cfg.Logger.Warn("dead letter quarantined, or already in the inbox (quarantine_id 0)", "message_id", res.MessageID,
+				"quarantine_id", res.QuarantineID, "position", position)
 			_ = adv.Ack()
 		}
 		return

@@ -135,6 +135,29 @@ func TestDeadLetterPastTheRecordAgeIsQuarantined(t *testing.T) {
 	}
 }
 
+// TestOldDeadLetterOfARecordedMessageIsNotQuarantined: the message was
+// recorded, only its acks were lost (or the dead-letter consumer was made
+// again and reads old advisories): an old dead letter finds its inbox row
+// and is acked, with no quarantine row for a message that was processed.
+func TestOldDeadLetterOfARecordedMessageIsNotQuarantined(t *testing.T) {
+	defer jetstream.SetDeadLetterRecordAge(0)()
+	h, cfg, cons := deadLetter(t, "evt_dead_003", 4003, prometheus.NewRegistry())
+	if _, err := h.in.Record(context.Background(), orderMsg("evt_dead_003", 4003), "jetstream"); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, cons)
+	testenv.Eventually(t, 30*time.Second, "its advisory acked", func() bool {
+		return deadLettersLeft(t, h, cfg.Durable) == 0
+	})
+	stop()
+	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("%d quarantine rows for a message the inbox holds, want none", n)
+	}
+	if n := h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_003'`); n != 1 {
+		t.Errorf("%d inbox rows, want the one", n)
+	}
+}
+
 // deadLettersLeft is how many advisories the durable's dead-letter
 // consumer has not yet acked.
 func deadLettersLeft(t *testing.T, h *harness, durable string) int {

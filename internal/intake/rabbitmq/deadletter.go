@@ -87,7 +87,8 @@ func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bo
 		return false
 	}
 	c.stats.deadLetters.Add(1)
-	c.cfg.Logger.Warn("dead-lettered message quarantined", "quarantine_id", res.QuarantineID, "reason", why)
+	c.cfg.Logger.Warn("dead-lettered message quarantined, or already in the inbox (quarantine_id 0)", "message_id", res.MessageID,
+		"quarantine_id", res.QuarantineID, "reason", why)
 	if err := m.Ack(false); err != nil {
 		c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
 	}
