@@ -4,3 +4,6 @@ package intake
 // (max_deliver, payload_mismatch, an inbox row that no longer decodes)
 // enters the quarantine.
 var Reject = (*Intake).reject
+
+// Refused is refused: whether a record's error is Postgres' own refusal.
+var Refused = refused

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,9 +389,10 @@ func (p *Path) fail(ctx context.Context, d Delivery, record recordFunc, cause er
 // until one of them commits. So a Postgres outage longer than the broker's
 // delivery limit ends with the message recorded, even when Postgres comes
 // back between a record and a quarantine, and only a message the inbox
-// refuses while the quarantine takes it is quarantined. A nil verdict means it was recorded
-// (rec). Once ctx has ended it tries both once more, then returns a retry:
-// the source hands the delivery back, which is all it can still do.
+// refuses while the quarantine takes it is quarantined. A nil verdict
+// means it was recorded (rec). Once ctx has ended it tries once more, then
+// returns a retry: the source hands the delivery back, which is all it can
+// still do.
 func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, cause error) (Recorded, *Verdict) {
 	p.cfg.Logger.Warn("message not recorded on its last delivery; holding it and trying again", "source", d.Source,
 		"position", d.Position, "delivery", d.Attempt, "error", cause.Error())
@@ -493,15 +493,21 @@ func (p *Path) keepDeadLetter(ctx context.Context, raw []byte, consumer, id, det
 	return res, err
 }
 
-// refused reports whether err is Postgres' own answer (a statement it
-// refused), not a failure to reach it (a network error, a closed
-// connection, a timeout) or a shutdown's (SQLSTATE classes 08 and 57P).
+// refused reports whether err is Postgres refusing the statement itself,
+// not a failure to reach it (a network error, a closed connection, a
+// timeout) nor a transient answer: SQLSTATE class 08 (connection), 40
+// (serialization, deadlock), 53 (resources: too many connections) or 57
+// (a shutdown, a cancelled statement).
 func refused(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
-	return !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
+	switch pgErr.Code[:min(2, len(pgErr.Code))] {
+	case "08", "40", "53", "57":
+		return false
+	}
+	return true
 }
 
 // keepAlive waits pause, or until ctx ends, keeping d alive (d.KeepAlive)

@@ -172,7 +172,7 @@ func (c *Consumer) deadLetter(ctx context.Context, adv natsjs.Msg) {
 	c.path.Handle(ctx, intake.Delivery{
 		Raw:      msg.Data,
 		Source:   c.cfg.Name,
-		Attempt:  int(min(a.Deliveries, 1<<31-1)),
+		Attempt:  int(min(a.Deliveries+1, 1<<31-1)), // one more than the broker made: a pending row it finds is started
 		Last:     true,
 		Headers:  tracing.HeaderCarrier(msg.Header),
 		AckWait:  deadLetterAckWait,
