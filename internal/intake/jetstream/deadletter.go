@@ -49,13 +49,21 @@ const deadLetterAckWait = 30 * time.Second
 // EnsureDeadLetters creates the stream that captures cfg's max-delivery
 // advisories when it is missing, and the durable that reads cfg.Durable's
 // (cfg.Durable-dead-letters, from the stream's first advisory on), and
-// returns that durable; nil with DeadLettersOff. NewConsumer calls it.
+// returns that durable; nil with DeadLettersOff. The stream has as many
+// replicas as cfg.Stream. NewConsumer calls it.
 func EnsureDeadLetters(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.Consumer, error) {
 	cfg = cfg.withDefaults()
 	if cfg.DeadLetters == DeadLettersOff {
 		return nil, nil
 	}
-	spec := StreamSpec{Name: cfg.DeadLetters, Subjects: []string{advisorySubject(cfg.Stream, "*")}, MaxAge: deadLetterMaxAge, MaxMsgSize: -1}
+	// As many replicas as the stream it serves: a dead letter is the last
+	// trace of a message that stream delivers no more.
+	src, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Stream, err)
+	}
+	spec := StreamSpec{Name: cfg.DeadLetters, Subjects: []string{advisorySubject(cfg.Stream, "*")}, MaxAge: deadLetterMaxAge, MaxMsgSize: -1,
+		Replicas: src.CachedInfo().Config.Replicas}
 	if _, _, err := EnsureStream(ctx, js, spec); err != nil {
 		return nil, fmt.Errorf("dead letters of stream %s (NATS_DEAD_LETTER_STREAM): %w", cfg.Stream, err)
 	}

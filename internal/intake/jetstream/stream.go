@@ -43,6 +43,8 @@ type StreamSpec struct {
 	// stores. Default MaxStreamMsgSize; -1: none of its own (the server's
 	// max_payload still applies).
 	MaxMsgSize int32
+	// Replicas is the stream's replica count on a cluster. Default 1.
+	Replicas int
 }
 
 // EnsureStream returns the stream spec.Name, creating it from spec when it
@@ -70,6 +72,7 @@ func EnsureStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec) (s 
 		Duplicates: spec.Duplicates,
 		MaxAge:     spec.MaxAge,
 		MaxMsgSize: spec.MaxMsgSize,
+		Replicas:   spec.Replicas,
 	})
 	if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
 		// Another worker created it a moment ago.
