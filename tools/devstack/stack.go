@@ -24,6 +24,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
+	intakejs "github.com/effectively/effectively/internal/intake/jetstream"
 	"github.com/effectively/effectively/internal/intake/route"
 	"github.com/effectively/effectively/internal/leaf/identity"
 	"github.com/effectively/effectively/sim/sendgridsim"
@@ -527,7 +528,9 @@ func (s *stack) broker(ctx context.Context, fresh bool) ([]string, bool) {
 	subjects := "effectively-" + s.instance
 	if fresh {
 		if js, err := jetstream.New(nc); err == nil {
-			for _, name := range []string{devStream, devEventsStream} {
+			// The dead letters too: their advisories name sequences of the
+			// stream deleted here, which a new stream reuses.
+			for _, name := range []string{devStream, devEventsStream, intakejs.DeadLetterStream(devStream)} {
 				_ = js.DeleteStream(ctx, name) // absent on a first run
 			}
 		}

@@ -163,8 +163,16 @@ func (c *Consumer) deadLetter(ctx context.Context, adv natsjs.Msg) {
 		_ = adv.Ack() // a route's own consumer records it
 		return
 	}
-	c.cfg.Metrics.DeadLetter(c.cfg.Name)
 	md, err := adv.Metadata()
+	if err == nil && msg.Time.After(md.Timestamp) {
+		// The sequence holds a message stored after the advisory: the
+		// stream was deleted and made again, and its message is gone.
+		c.cfg.Logger.Error("a dead letter names a stream sequence that now holds a newer message (the stream was made again); its own message is gone",
+			"position", position, "consumer", a.Consumer, "advisory_time", md.Timestamp, "message_time", msg.Time)
+		_ = adv.Ack()
+		return
+	}
+	c.cfg.Metrics.DeadLetter(c.cfg.Name)
 	if err == nil && time.Since(md.Timestamp) > deadLetterRecordAge {
 		detail := fmt.Sprintf("jetstream stopped delivering it after %d deliveries to %s (%s) and its dead letter waited %s, past %s: quarantined, not recorded, since its record may have been pruned",
 			a.Deliveries, a.Consumer, position, time.Since(md.Timestamp).Round(time.Second), deadLetterRecordAge)

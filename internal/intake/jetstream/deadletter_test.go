@@ -158,6 +158,53 @@ func TestOldDeadLetterOfARecordedMessageIsNotQuarantined(t *testing.T) {
 	}
 }
 
+// TestDeadLetterOfADeletedStreamIsDropped: an advisory outlives its
+// stream when the stream is deleted and made again, and its sequence then
+// holds another, newer message. That message is not the dead letter's: it
+// must be recorded once by the consumer, not taken up as a dead letter.
+func TestDeadLetterOfADeletedStreamIsDropped(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h, cfg, _ := deadLetter(t, "evt_dead_004", 4004, reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A pull past the last delivery's ack wait: the broker gives up on the
+	// message and publishes the advisory.
+	old, err := h.j.JS.Consumer(ctx, h.j.Stream, cfg.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := old.Fetch(1, natsjs.FetchMaxWait(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the advisory captured", func() bool {
+		st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream))
+		return err == nil && st.CachedInfo().State.Msgs == 1
+	})
+	if err := h.j.JS.DeleteStream(ctx, h.j.Stream); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := jetstream.EnsureStream(ctx, h.j.JS, jetstream.StreamSpec{Name: h.j.Stream, Subjects: []string{h.j.Subject}}); err != nil {
+		t.Fatal(err)
+	}
+	h.j.Publish(t, orderMsg("evt_dead_005", 4005), "evt_dead_005") // sequence 1 again
+	cons, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, cons)
+	testenv.Eventually(t, 30*time.Second, "the new message recorded and the advisory acked", func() bool {
+		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_005'`) == 1 && deadLettersLeft(t, h, cfg.Durable) == 0
+	})
+	stop()
+	if n := deadLetterCount(t, reg); n != 0 {
+		t.Errorf("%s = %v: the new message was taken up as the old one's dead letter", metrics.NameDeadLetters, n)
+	}
+	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("%d quarantine rows, want none", n)
+	}
+}
+
 // deadLettersLeft is how many advisories the durable's dead-letter
 // consumer has not yet acked.
 func deadLettersLeft(t *testing.T, h *harness, durable string) int {
