@@ -17,6 +17,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/leaf/failpoint"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
@@ -443,6 +444,13 @@ func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, caus
 			"source", d.Source, "position", d.Position, "error", qerr.Error(), "retry_in", pause.String())
 	}
 }
+
+// DeadLetterRecordAge bounds the age of a dead letter (a message its broker
+// gave up on with no worker settling it) that a source still records like
+// a last delivery (record, else quarantine). Older, it is only quarantined:
+// its record may have been pruned, and only a message that arrives within
+// the retention horizon's margin may be recorded.
+const DeadLetterRecordAge = retention.DefaultMargin / 2
 
 // QuarantineDeadLetter keeps raw, a message its broker gave up on (a dead
 // letter: RabbitMQ's delivery limit or TTL, a JetStream last delivery no

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/effectively/effectively/internal/intake"
-	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/internal/leaf/tracing"
 )
 
@@ -36,11 +35,9 @@ func advisorySubject(stream, durable string) string {
 // long stop still quarantines what its consumers gave up on meanwhile.
 const deadLetterMaxAge = 7 * 24 * time.Hour
 
-// deadLetterRecordAge bounds the age of an advisory whose message is still
-// recorded like a last delivery (record, else quarantine). Older, it is
-// only quarantined: its record may have been pruned, and only a message
-// that arrives within the retention horizon's margin may be recorded.
-var deadLetterRecordAge = retention.DefaultMargin / 2
+// deadLetterRecordAge is intake.DeadLetterRecordAge, a variable for the
+// tests.
+var deadLetterRecordAge = intake.DeadLetterRecordAge
 
 // deadLetterAckWait is the dead-letter consumer's ack wait; a held dead
 // letter is kept in progress a third of it apart.

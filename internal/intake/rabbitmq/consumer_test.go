@@ -410,3 +410,42 @@ func TestExpiredIsQuarantined(t *testing.T) {
 		t.Fatalf("dead letters left: %d", d)
 	}
 }
+
+// TestPastTheDeliveryLimitIsRecorded: a message returned more often than
+// the queue's delivery limit (here rejected by a consumer that never
+// records it; on 3.x a crashed worker counts the same) is dead-lettered by
+// the broker, and then recorded from the dead-letter queue like a last
+// delivery, its workflow started, not quarantined.
+func TestPastTheDeliveryLimitIsRecorded(t *testing.T) {
+	f := newFixture(t, rabbittest.URL())
+	f.publish(t, order("evt_limit", 6))
+	ch := rabbittest.Channel(t, f.cfg.URL)
+	for i := 0; queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue) == 0; i++ {
+		if i > 50 {
+			t.Fatalf("not dead-lettered after %d returns", i)
+		}
+		m, ok, err := ch.Get(f.cfg.Queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if err := m.Reject(true); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	c, stop := f.run(t, f.cfg, nil)
+	eventually(t, "taken up from the dead-letter queue", func() bool { return c.BrokerStats().DeadLetters == 1 })
+	stop()
+	if n := f.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_limit'`); n != 1 {
+		t.Errorf("%d inbox rows, want the message recorded", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("%d quarantine rows, want none", n)
+	}
+	if d := queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue); d != 0 {
+		t.Errorf("dead letters left: %d", d)
+	}
+}

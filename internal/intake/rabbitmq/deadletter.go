@@ -6,12 +6,18 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/effectively/effectively/internal/intake"
 )
 
-// runDeadLetters quarantines what the broker dead-letters from the queue
-// (its TTL passed, or its delivery limit), with the broker's reason, and
-// acks each one only after the quarantine committed. Until then the message
-// stays in DeadLetterQueue: a quarantine that fails is retried while the
+// runDeadLetters takes up what the broker dead-letters from the queue, and
+// acks each one only after it committed. A message past its delivery limit
+// (3.x counts a worker's crash against it) goes through the Path as a last
+// delivery, recorded, else quarantined, while the dead-lettering is under
+// intake.DeadLetterRecordAge old; the rest (its TTL passed, or older) is
+// quarantined with the broker's reason. Until then the message stays in
+// DeadLetterQueue: a record or quarantine that fails is retried while the
 // message is held, never rejected (a dead-letter queue on 4.x has a
 // delivery limit of its own).
 func (c *Consumer) runDeadLetters(ctx context.Context) {
@@ -68,10 +74,15 @@ func (c *Consumer) deadLetterSession(ctx context.Context) error {
 	}
 }
 
-// quarantineDeadLetter keeps m in the quarantine table and acks it. It
-// reports false when ctx ended first (m is left unacked).
+// quarantineDeadLetter records m (recordDeadLetter) or keeps it in the
+// quarantine table, and acks it. It reports false when ctx ended first (m
+// is left unacked).
 func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bool {
 	why := deathReason(m.Headers)
+	c.cfg.Metrics.DeadLetter(c.cfg.Name)
+	if at, ok := deathTime(m.Headers); why == "delivery_limit" && ok && time.Since(at) <= intake.DeadLetterRecordAge {
+		return c.recordDeadLetter(ctx, m)
+	}
 	detail := fmt.Sprintf("dead-lettered by rabbitmq from queue %s (%s): ", c.cfg.Queue, why)
 	switch why {
 	case "expired":
@@ -81,7 +92,6 @@ func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bo
 	default:
 		detail += "see the x-death header"
 	}
-	c.cfg.Metrics.DeadLetter(c.cfg.Name)
 	res, ok := c.path.QuarantineDeadLetter(ctx, m.Body, detail)
 	if !ok {
 		return false
@@ -93,6 +103,48 @@ func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bo
 		c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
 	}
 	return true
+}
+
+// recordDeadLetter puts m, dead-lettered past the queue's delivery limit,
+// through the Path as a last delivery: recorded (its workflow started), or
+// quarantined when the inbox refuses it; held while Postgres does not
+// answer. It reports false when ctx ended first (m is left unacked).
+func (c *Consumer) recordDeadLetter(ctx context.Context, m amqp.Delivery) bool {
+	c.cfg.Logger.Warn("the broker dead-lettered a message past its delivery limit; recording it from its dead letter", "queue", c.cfg.Queue)
+	settled := false
+	c.path.Handle(ctx, intake.Delivery{
+		Raw:      m.Body,
+		Source:   c.cfg.Name,
+		Attempt:  c.cfg.MaxDeliver + 1,
+		Last:     true,
+		Headers:  headerCarrier(m.Headers),
+		Position: fmt.Sprintf("queue %s, dead-lettered past its delivery limit (%d)", c.cfg.Queue, c.cfg.MaxDeliver),
+		Attributes: []attribute.KeyValue{
+			attribute.String("messaging.system", "rabbitmq"),
+			attribute.String("messaging.destination.name", c.cfg.DeadLetterQueue),
+		},
+		Settle: func(_ context.Context, v intake.Verdict) error {
+			if v.Settle == intake.SettleRetry {
+				return nil // left unacked: it goes back to the dead-letter queue with the connection
+			}
+			settled = true
+			c.stats.deadLetters.Add(1)
+			return m.Ack(false)
+		},
+	})
+	return settled
+}
+
+// deathTime is when the broker last dead-lettered the message (the first
+// x-death entry's time).
+func deathTime(h amqp.Table) (time.Time, bool) {
+	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			at, ok := t["time"].(time.Time)
+			return at, ok
+		}
+	}
+	return time.Time{}, false
 }
 
 // deathReason is the broker's reason of the latest dead-lettering
