@@ -66,6 +66,9 @@ type PathConfig struct {
 	// routes must not set it: one route's wait would hold the others'
 	// deliveries behind it.
 	OneRoute bool
+	// DeadLetterRecordAge bounds the age of a dead letter DeadLetter still
+	// records like a last delivery. Default DeadLetterRecordAge.
+	DeadLetterRecordAge time.Duration
 	// Metrics counts the settlements by source. Nil counts nothing.
 	Metrics *metrics.Metrics
 	// Logger receives a line per quarantined, retried and redelivered
@@ -117,6 +120,9 @@ func NewPath(in *Intake, cfg PathConfig) (*Path, error) {
 	}
 	if len(cfg.RetryBackoff) == 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.DeadLetterRecordAge <= 0 {
+		cfg.DeadLetterRecordAge = DeadLetterRecordAge
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -445,21 +451,56 @@ func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, caus
 	}
 }
 
-// DeadLetterRecordAge bounds the age of a dead letter (a message its broker
-// gave up on with no worker settling it) that a source still records like
-// a last delivery (record, else quarantine). Older, it is only quarantined:
-// its record may have been pruned, and only a message that arrives within
-// the retention horizon's margin may be recorded.
+// DeadLetterRecordAge is PathConfig.DeadLetterRecordAge's default: half
+// the retention horizon's margin. Only a message that arrives within that
+// margin may be recorded; an older one's record may have been pruned.
 const DeadLetterRecordAge = retention.DefaultMargin / 2
 
-// QuarantineDeadLetter keeps raw, a message its broker gave up on (a dead
-// letter: RabbitMQ's delivery limit or TTL, a JetStream last delivery no
-// worker settled), in the quarantine as max_deliver with detail, unless the
-// inbox holds it already (recorded, its ack lost: then a StatusDuplicate
-// result with no QuarantineID). It tries again, 1 s and then up to 15 s
-// apart, until the row commits; false when ctx ended first, the message
-// then left with the broker.
-func (p *Path) QuarantineDeadLetter(ctx context.Context, raw []byte, detail string) (Result, bool) {
+// DeadLetter settles d, a message its broker gave up delivering with no
+// worker settling it (a worker killed holding its last delivery, a lost
+// pull, RabbitMQ's delivery limit or TTL), taken up from the dead letter
+// the broker captured at capturedAt. It counts it
+// (effectively_source_dead_letters_total); while the dead letter is under
+// PathConfig.DeadLetterRecordAge old it is handled as a last delivery
+// (Handle: recorded, else quarantined, held while Postgres does not
+// answer). Older, or with a zero capturedAt (a dead letter never to be
+// recorded: one past its TTL), it is only quarantined as max_deliver with
+// detail, and not even that when the inbox holds it already (recorded, its
+// acks lost: SettleAck); d.Settle carries the verdict out. A SettleRetry
+// verdict means ctx ended first.
+func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time, detail string) Verdict {
+	p.cfg.Metrics.DeadLetter(p.cfg.Source)
+	if !capturedAt.IsZero() && time.Since(capturedAt) <= p.cfg.DeadLetterRecordAge {
+		p.cfg.Logger.Warn("a message its broker gave up delivering, unsettled; recording it from its dead letter",
+			"source", d.Source, "position", d.Position)
+		d.Last = true
+		return p.Handle(ctx, d)
+	}
+	v := Verdict{Settle: SettleRetry, Cause: context.Cause(ctx)}
+	if res, ok := p.quarantineDeadLetter(ctx, d.Raw, detail); ok {
+		v = Verdict{Settle: SettleQuarantined, Result: res}
+		if res.QuarantineID == 0 {
+			v.Settle = SettleAck // the inbox holds it
+		}
+		p.cfg.Logger.Warn("dead letter quarantined, or already in the inbox (quarantine_id 0)", "source", d.Source,
+			"position", d.Position, "message_id", res.MessageID, "quarantine_id", res.QuarantineID)
+	}
+	p.cfg.Metrics.SourceSettlement(p.cfg.Source, string(v.Settle))
+	if d.Settle != nil {
+		if err := d.Settle(ctx, v); err != nil {
+			p.cfg.Logger.Warn("settle of a dead letter not sent; the broker hands it over again", "source", d.Source,
+				"position", d.Position, "error", err.Error())
+		}
+	}
+	return v
+}
+
+// quarantineDeadLetter keeps raw, a dead letter, in the quarantine as
+// max_deliver with detail, unless the inbox holds it already (then a
+// StatusDuplicate result with no QuarantineID). It tries again, 1 s and
+// then up to 15 s apart, until the row commits; false when ctx ended
+// first, the message then left with the broker.
+func (p *Path) quarantineDeadLetter(ctx context.Context, raw []byte, detail string) (Result, bool) {
 	var consumer, id string
 	if len(raw) <= message.MaxSize {
 		if m, err := p.in.cfg.Routes.Decode(raw); err == nil {
@@ -483,7 +524,7 @@ func (p *Path) QuarantineDeadLetter(ctx context.Context, raw []byte, detail stri
 	}
 }
 
-// keepDeadLetter is one try of QuarantineDeadLetter.
+// keepDeadLetter is one try of quarantineDeadLetter.
 func (p *Path) keepDeadLetter(ctx context.Context, raw []byte, consumer, id, detail string) (Result, error) {
 	if id != "" {
 		has, err := p.in.store.InboxHas(ctx, consumer, id)

@@ -319,6 +319,7 @@ func newPath(in *intake.Intake, js natsjs.JetStream, cfg Config, what string) (C
 	cfg = cfg.withDefaults()
 	path, err := intake.NewPath(in, intake.PathConfig{
 		Source: cfg.Name, Starters: cfg.Starters, Metrics: cfg.Metrics, Logger: cfg.Logger, OneRoute: cfg.OneRoute,
+		DeadLetterRecordAge: deadLetterRecordAge,
 		// Room for every delivery the broker can have outstanding: a start
 		// that finds no room is left to the Dispatcher, which waits MinAge.
 		StartQueue: max(cfg.FetchBatch*2, cfg.MaxAckPending),

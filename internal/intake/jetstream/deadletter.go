@@ -35,9 +35,9 @@ func advisorySubject(stream, durable string) string {
 // long stop still quarantines what its consumers gave up on meanwhile.
 const deadLetterMaxAge = 7 * 24 * time.Hour
 
-// deadLetterRecordAge is intake.DeadLetterRecordAge, a variable for the
-// tests.
-var deadLetterRecordAge = intake.DeadLetterRecordAge
+// deadLetterRecordAge is the Path's DeadLetterRecordAge (0: its default),
+// a variable for the tests.
+var deadLetterRecordAge time.Duration
 
 // deadLetterAckWait is the dead-letter consumer's ack wait; a held dead
 // letter is kept in progress a third of it apart.
@@ -92,8 +92,9 @@ type maxDeliveries struct {
 // held the last delivery, a pull lost with it in transit, a delivery
 // handed back on shutdown), until ctx ends. Each message is read from the
 // stream and goes through the Path as a last delivery: recorded, else
-// quarantined (max_deliver); an advisory older than deadLetterRecordAge
-// is quarantined only. The advisory is acked once that committed.
+// quarantined (max_deliver); an advisory older than
+// intake.DeadLetterRecordAge is quarantined only (intake.Path.DeadLetter).
+// The advisory is acked once that committed.
 func (c *Consumer) runDeadLetters(ctx context.Context, dl natsjs.Consumer) {
 	pause := time.Second
 	for ctx.Err() == nil {
@@ -160,36 +161,25 @@ func (c *Consumer) deadLetter(ctx context.Context, adv natsjs.Msg) {
 		_ = adv.Ack() // a route's own consumer records it
 		return
 	}
-	md, err := adv.Metadata()
-	if err == nil && msg.Time.After(md.Timestamp) {
+	var captured time.Time
+	if md, err := adv.Metadata(); err == nil {
+		captured = md.Timestamp
+	}
+	if msg.Time.After(captured) && !captured.IsZero() {
 		// The sequence holds a message stored after the advisory: the
 		// stream was deleted and made again, and its message is gone.
 		c.cfg.Logger.Error("a dead letter names a stream sequence that now holds a newer message (the stream was made again); its own message is gone",
-			"position", position, "consumer", a.Consumer, "advisory_time", md.Timestamp, "message_time", msg.Time)
+			"position", position, "consumer", a.Consumer, "advisory_time", captured, "message_time", msg.Time)
 		_ = adv.Ack()
 		return
 	}
-	c.cfg.Metrics.DeadLetter(c.cfg.Name)
-	if err == nil && time.Since(md.Timestamp) > deadLetterRecordAge {
-		detail := fmt.Sprintf("jetstream stopped delivering it after %d deliveries to %s (%s) and its dead letter waited %s, past %s: quarantined, not recorded, since its record may have been pruned",
-			a.Deliveries, a.Consumer, position, time.Since(md.Timestamp).Round(time.Second), deadLetterRecordAge)
-		if res, ok := c.path.QuarantineDeadLetter(ctx, msg.Data, detail); ok {
-			c.cfg.Logger.Warn("dead letter quarantined, or already in the inbox (quarantine_id 0)", "message_id", res.MessageID,
-				"quarantine_id", res.QuarantineID, "position", position)
-			_ = adv.Ack()
-		}
-		return
-	}
-	c.cfg.Logger.Warn("the broker stopped delivering a message no worker settled; recording it from its dead letter",
-		"position", position, "consumer", a.Consumer, "deliveries", a.Deliveries)
-	c.path.Handle(ctx, intake.Delivery{
+	c.path.DeadLetter(ctx, intake.Delivery{
 		Raw:      msg.Data,
 		Source:   c.cfg.Name,
 		Attempt:  int(min(a.Deliveries+1, 1<<31-1)), // one more than the broker made: a pending row it finds is started
-		Last:     true,
 		Headers:  tracing.HeaderCarrier(msg.Header),
 		AckWait:  deadLetterAckWait,
-		Position: position + " (dead letter)",
+		Position: fmt.Sprintf("%s (dead letter of %s after %d deliveries)", position, a.Consumer, a.Deliveries),
 		Attributes: []attribute.KeyValue{
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", msg.Subject),
@@ -202,7 +192,8 @@ func (c *Consumer) deadLetter(ctx context.Context, adv natsjs.Msg) {
 			return adv.Ack()
 		},
 		KeepAlive: func() { _ = adv.InProgress() },
-	})
+	}, captured, fmt.Sprintf("jetstream stopped delivering it after %d deliveries to %s (%s) and its dead letter was taken up only after %s: quarantined, not recorded, since its record may have been pruned",
+		a.Deliveries, a.Consumer, position, time.Since(captured).Round(time.Second)))
 }
 
 func errString(err error) string {

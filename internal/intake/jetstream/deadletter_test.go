@@ -117,7 +117,7 @@ func TestDeadLetterRecordsALastDeliveryNoWorkerSettled(t *testing.T) {
 // age a record stays safe at (its message's record may have been pruned)
 // quarantines the message as max_deliver instead, its raw bytes kept.
 func TestDeadLetterPastTheRecordAgeIsQuarantined(t *testing.T) {
-	defer jetstream.SetDeadLetterRecordAge(0)()
+	defer jetstream.SetDeadLetterRecordAge(time.Nanosecond)()
 	h, cfg, cons := deadLetter(t, "evt_dead_002", 4002, prometheus.NewRegistry())
 	stop := run(t, cons)
 	testenv.Eventually(t, 30*time.Second, "the dead letter quarantined", func() bool {
@@ -140,7 +140,7 @@ func TestDeadLetterPastTheRecordAgeIsQuarantined(t *testing.T) {
 // again and reads old advisories): an old dead letter finds its inbox row
 // and is acked, with no quarantine row for a message that was processed.
 func TestOldDeadLetterOfARecordedMessageIsNotQuarantined(t *testing.T) {
-	defer jetstream.SetDeadLetterRecordAge(0)()
+	defer jetstream.SetDeadLetterRecordAge(time.Nanosecond)()
 	h, cfg, cons := deadLetter(t, "evt_dead_003", 4003, prometheus.NewRegistry())
 	if _, err := h.in.Record(context.Background(), orderMsg("evt_dead_003", 4003), "jetstream"); err != nil {
 		t.Fatal(err)

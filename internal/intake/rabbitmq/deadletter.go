@@ -13,10 +13,10 @@ import (
 
 // runDeadLetters takes up what the broker dead-letters from the queue, and
 // acks each one only after it committed. A message past its delivery limit
-// (3.x counts a worker's crash against it) goes through the Path as a last
-// delivery, recorded, else quarantined, while the dead-lettering is under
-// intake.DeadLetterRecordAge old; the rest (its TTL passed, or older) is
-// quarantined with the broker's reason. Until then the message stays in
+// (3.x counts a worker's crash against it) is recorded like a last
+// delivery, else quarantined, while the dead-lettering is recent; the rest
+// (its TTL passed, or older) is quarantined with the broker's reason
+// (intake.Path.DeadLetter). Until then the message stays in
 // DeadLetterQueue: a record or quarantine that fails is retried while the
 // message is held, never rejected (a dead-letter queue on 4.x has a
 // delivery limit of its own).
@@ -74,51 +74,30 @@ func (c *Consumer) deadLetterSession(ctx context.Context) error {
 	}
 }
 
-// quarantineDeadLetter records m (recordDeadLetter) or keeps it in the
-// quarantine table, and acks it. It reports false when ctx ended first (m
-// is left unacked).
+// quarantineDeadLetter takes up m through the Path (intake.Path.DeadLetter:
+// recorded like a last delivery when it went past the delivery limit
+// recently, else quarantined with the broker's reason) and acks it. It
+// reports false when ctx ended first (m is left unacked).
 func (c *Consumer) quarantineDeadLetter(ctx context.Context, m amqp.Delivery) bool {
 	why := deathReason(m.Headers)
-	c.cfg.Metrics.DeadLetter(c.cfg.Name)
-	if at, ok := deathTime(m.Headers); why == "delivery_limit" && ok && time.Since(at) <= intake.DeadLetterRecordAge {
-		return c.recordDeadLetter(ctx, m)
-	}
 	detail := fmt.Sprintf("dead-lettered by rabbitmq from queue %s (%s): ", c.cfg.Queue, why)
+	var captured time.Time // zero: never recorded
 	switch why {
 	case "expired":
 		detail += fmt.Sprintf("not acked within the queue's message TTL (%s)", c.cfg.MessageTTL)
 	case "delivery_limit":
 		detail += fmt.Sprintf("returned more often than the delivery limit (%d)", c.cfg.MaxDeliver)
+		captured, _ = deathTime(m.Headers)
 	default:
 		detail += "see the x-death header"
 	}
-	res, ok := c.path.QuarantineDeadLetter(ctx, m.Body, detail)
-	if !ok {
-		return false
-	}
-	c.stats.deadLetters.Add(1)
-	c.cfg.Logger.Warn("dead-lettered message quarantined, or already in the inbox (quarantine_id 0)", "message_id", res.MessageID,
-		"quarantine_id", res.QuarantineID, "reason", why)
-	if err := m.Ack(false); err != nil {
-		c.cfg.Logger.Warn("ack of a dead letter not sent; it is quarantined again as a copy", "error", err.Error())
-	}
-	return true
-}
-
-// recordDeadLetter puts m, dead-lettered past the queue's delivery limit,
-// through the Path as a last delivery: recorded (its workflow started), or
-// quarantined when the inbox refuses it; held while Postgres does not
-// answer. It reports false when ctx ended first (m is left unacked).
-func (c *Consumer) recordDeadLetter(ctx context.Context, m amqp.Delivery) bool {
-	c.cfg.Logger.Warn("the broker dead-lettered a message past its delivery limit; recording it from its dead letter", "queue", c.cfg.Queue)
 	settled := false
-	c.path.Handle(ctx, intake.Delivery{
+	c.path.DeadLetter(ctx, intake.Delivery{
 		Raw:      m.Body,
 		Source:   c.cfg.Name,
 		Attempt:  c.cfg.MaxDeliver + 1,
-		Last:     true,
 		Headers:  headerCarrier(m.Headers),
-		Position: fmt.Sprintf("queue %s, dead-lettered past its delivery limit (%d)", c.cfg.Queue, c.cfg.MaxDeliver),
+		Position: fmt.Sprintf("queue %s, dead-lettered (%s)", c.cfg.Queue, why),
 		Attributes: []attribute.KeyValue{
 			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.destination.name", c.cfg.DeadLetterQueue),
@@ -131,7 +110,7 @@ func (c *Consumer) recordDeadLetter(ctx context.Context, m amqp.Delivery) bool {
 			c.stats.deadLetters.Add(1)
 			return m.Ack(false)
 		},
-	})
+	}, captured, detail)
 	return settled
 }
 
