@@ -124,6 +124,15 @@ func (s *Server) Restart(t testing.TB) {
 	s.run(t)
 }
 
+// Crash kills the server (SIGKILL: no shutdown, nothing flushed by the
+// server itself) and starts it again on the same port, configuration and
+// JetStream store.
+func (s *Server) Crash(t testing.TB) {
+	t.Helper()
+	s.kill()
+	s.run(t)
+}
+
 // run starts nats-server with the configuration in s.Dir and waits until it
 // is ready. Start's cleanup kills it, after the test's later cleanups (which
 // may still use the server: deleting a stream) have run.

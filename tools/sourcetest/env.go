@@ -42,15 +42,16 @@ func newEnv(t *testing.T, h Harness, o SubscriptionOptions) *env {
 }
 
 // newIntake is the Intake of one worker process: a pool of its own, through
-// the case's hook.
-func (e *env) newIntake() *intake.Intake {
+// the case's hook, and the pool's own hook, which the worker's crash kills.
+func (e *env) newIntake() (*intake.Intake, *poolHook) {
 	e.t.Helper()
 	pc, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	pc.MaxConns = 16
-	pc.ConnConfig.Tracer = e.hook
+	hook := &poolHook{pgHook: e.hook}
+	pc.ConnConfig.Tracer = hook
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		e.t.Fatal(err)
@@ -60,13 +61,28 @@ func (e *env) newIntake() *intake.Intake {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return in
+	return in, hook
 }
 
 // worker returns a new worker with an Intake of its own.
 func (e *env) worker(o WorkerOptions) Worker {
 	e.t.Helper()
-	return e.sub.NewWorker(e.t, e.newIntake(), o)
+	in, hook := e.newIntake()
+	return &killable{Worker: e.sub.NewWorker(e.t, in, o), hook: hook}
+}
+
+// killable is a worker whose Crash also ends its Postgres statements, as a
+// SIGKILL does: the harness's Crash drops the broker connection, and
+// goroutines it leaves (a held last delivery retrying its record) must not
+// commit anything after it.
+type killable struct {
+	Worker
+	hook *poolHook
+}
+
+func (w *killable) Crash() {
+	w.hook.dead.Store(true)
+	w.Worker.Crash()
 }
 
 // run runs w until the returned stop is called (or the test ends); stop
@@ -98,7 +114,8 @@ func (e *env) run(w Worker) (stop func()) {
 // a worker that stopped left pending (its queued fast-path starts).
 func (e *env) dispatch() {
 	e.t.Helper()
-	d, err := intake.NewDispatcher(e.newIntake(), intake.DispatcherConfig{MinAge: time.Second, Interval: 100 * time.Millisecond, Logger: testenv.Logger(e.t)})
+	in, _ := e.newIntake()
+	d, err := intake.NewDispatcher(in, intake.DispatcherConfig{MinAge: time.Second, Interval: 100 * time.Millisecond, Logger: testenv.Logger(e.t)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -323,6 +340,31 @@ func (h *pgHook) TraceBatchStart(ctx context.Context, conn *pgx.Conn, d pgx.Trac
 		_ = conn.PgConn().Conn().Close()
 	}
 	return ctx
+}
+
+// poolHook is the case's hook on one worker's pool: once the worker
+// crashed (dead), every statement's connection is broken before it runs.
+type poolHook struct {
+	*pgHook
+	dead atomic.Bool
+}
+
+// TraceQueryStart implements pgx.QueryTracer.
+func (h *poolHook) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if h.dead.Load() {
+		_ = conn.PgConn().Conn().Close()
+		return ctx
+	}
+	return h.pgHook.TraceQueryStart(ctx, conn, d)
+}
+
+// TraceBatchStart implements pgx.BatchTracer.
+func (h *poolHook) TraceBatchStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	if h.dead.Load() {
+		_ = conn.PgConn().Conn().Close()
+		return ctx
+	}
+	return h.pgHook.TraceBatchStart(ctx, conn, d)
 }
 
 // TraceBatchQuery implements pgx.BatchTracer.

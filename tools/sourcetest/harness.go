@@ -18,7 +18,8 @@
 // statement's connection just before it runs (a crash before the commit:
 // nothing recorded) or crashes the worker just after it committed (a crash
 // before the settle). Worker.Crash is what the broker sees of a SIGKILL: the
-// connection drops with the deliveries unsettled.
+// connection drops with the deliveries unsettled; the suite also fails every
+// later statement of the crashed worker's pool.
 package sourcetest
 
 import (
@@ -41,6 +42,7 @@ const (
 	CaseBrokerRestart     Case = "broker_restart"
 	CaseMaxAttempts       Case = "max_attempts"
 	CaseOutagePastLimit   Case = "outage_past_limit"
+	CaseDeadLetter        Case = "dead_letter"
 	CaseOversized         Case = "oversized"
 	CaseTwoWorkers        Case = "two_workers"
 	CaseHandover          Case = "handover"
@@ -49,7 +51,7 @@ const (
 
 // Cases lists every case.
 var Cases = []Case{CaseCopies, CaseLostAck, CaseCrashAfterCommit, CaseCrashBeforeCommit, CasePostgresDown,
-	CaseBrokerRestart, CaseMaxAttempts, CaseOutagePastLimit, CaseOversized, CaseTwoWorkers, CaseHandover, CaseOrdering}
+	CaseBrokerRestart, CaseMaxAttempts, CaseOutagePastLimit, CaseDeadLetter, CaseOversized, CaseTwoWorkers, CaseHandover, CaseOrdering}
 
 // Harness is one broker's side of the suite.
 type Harness interface {

@@ -17,7 +17,8 @@ func Run(t *testing.T, h Harness) {
 	cases := map[Case]func(*testing.T, Harness){
 		CaseCopies: testCopies, CaseLostAck: testLostAck, CaseCrashAfterCommit: testCrashAfterCommit,
 		CaseCrashBeforeCommit: testCrashBeforeCommit, CasePostgresDown: testPostgresDown,
-		CaseBrokerRestart: testBrokerRestart, CaseMaxAttempts: testMaxAttempts, CaseOutagePastLimit: testOutagePastLimit, CaseOversized: testOversized,
+		CaseBrokerRestart: testBrokerRestart, CaseMaxAttempts: testMaxAttempts, CaseOutagePastLimit: testOutagePastLimit,
+		CaseDeadLetter: testDeadLetter, CaseOversized: testOversized,
 		CaseTwoWorkers: testTwoWorkers, CaseHandover: testHandover, CaseOrdering: testOrdering,
 	}
 	var na []string
@@ -215,6 +216,44 @@ func testMaxAttempts(t *testing.T, h Harness) {
 	}
 	if n := len(e.inbox()); n != 0 {
 		t.Errorf("%d inbox rows although the inbox refused every statement", n)
+	}
+}
+
+// testDeadLetter: a worker dies holding each delivery of a message, the last
+// one included, before its inbox statement commits, so the broker delivers
+// the message no more. The next worker must still record it once, from the
+// broker's dead letter (JetStream's max-delivery advisory, RabbitMQ's
+// dead-letter queue), start it once and quarantine nothing: a crash is not
+// the message's fault.
+func testDeadLetter(t *testing.T, h Harness) {
+	const attempts = 2
+	e := newEnv(t, h, SubscriptionOptions{MaxAttempts: attempts, Redelivery: time.Second})
+	ids, raws := orders("dead", 1)
+	for n := 1; n <= attempts; n++ {
+		w := e.worker(WorkerOptions{})
+		crashed := make(chan struct{})
+		e.hook.set(&e.hook.beforeInbox, func() { w.Crash(); close(crashed) })
+		e.run(w)
+		if n == 1 {
+			e.publish(raws[0])
+		}
+		select {
+		case <-crashed:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("delivery %d never reached the inbox; %s", n, e.state())
+		}
+	}
+	if n := len(e.inbox()); n != 0 {
+		t.Fatalf("%d inbox rows committed by statements whose connections broke", n)
+	}
+	c := e.worker(WorkerOptions{})
+	e.run(c)
+	e.eventually(60*time.Second, "the dead letter recorded, started and settled", func() bool { return e.settled(ids) })
+	if q := e.quarantine(); len(q) != 0 {
+		t.Errorf("quarantined %v: the deliveries were lost to crashes, not refused", q)
+	}
+	if st := c.Stats(); st.Recorded != 1 || st.MaxDelivered != 0 {
+		t.Errorf("last worker's stats %+v; want the dead letter recorded, not quarantined", st)
 	}
 }
 

@@ -107,6 +107,12 @@ type harness struct {
 
 func newHarness(tb testing.TB, gate *acquireGate) *harness {
 	tb.Helper()
+	return newHarnessAt(tb, gate, testenv.NATSURL())
+}
+
+// newHarnessAt is newHarness on the NATS server at natsURL.
+func newHarnessAt(tb testing.TB, gate *acquireGate, natsURL string) *harness {
+	tb.Helper()
 	ctx := context.Background()
 	url := storetest.NewDatabase(tb)
 	pc, err := pgxpool.ParseConfig(url)
@@ -134,7 +140,7 @@ func newHarness(tb testing.TB, gate *acquireGate) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &harness{in: in, tc: tc, j: testenv.NewJetStream(tb, testenv.JetStreamOptions{}), db: db, groups: groups}
+	return &harness{in: in, tc: tc, j: testenv.NewJetStreamAt(tb, natsURL, testenv.JetStreamOptions{}), db: db, groups: groups}
 }
 
 func orderMsg(id string, orderID int) []byte {

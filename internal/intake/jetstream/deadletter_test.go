@@ -12,6 +12,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake/jetstream"
+	"github.com/effectively/effectively/tools/natstest"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
@@ -22,7 +23,7 @@ import (
 // more.
 func killedHolding(t *testing.T, h *harness, durable string, deliveries int, ackWait time.Duration) {
 	t.Helper()
-	nc, err := nats.Connect(testenv.NATSURL())
+	nc, err := nats.Connect(h.j.Conn.ConnectedUrl())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,13 @@ func killedHolding(t *testing.T, h *harness, durable string, deliveries int, ack
 // (killedHolding), and returns them before the consumer runs.
 func deadLetter(t *testing.T, id string, orderID int, reg *prometheus.Registry) (*harness, jetstream.Config, *jetstream.Consumer) {
 	t.Helper()
-	h := newHarness(t, nil)
+	return deadLetterAt(t, testenv.NATSURL(), id, orderID, reg)
+}
+
+// deadLetterAt is deadLetter on the NATS server at natsURL.
+func deadLetterAt(t *testing.T, natsURL, id string, orderID int, reg *prometheus.Registry) (*harness, jetstream.Config, *jetstream.Consumer) {
+	t.Helper()
+	h := newHarnessAt(t, nil, natsURL)
 	cfg := h.j.ConsumerConfig(t, time.Second, 2)
 	cfg.Metrics = metrics.New(reg)
 	cons, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
@@ -167,20 +174,7 @@ func TestDeadLetterOfADeletedStreamIsDropped(t *testing.T) {
 	h, cfg, _ := deadLetter(t, "evt_dead_004", 4004, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A pull past the last delivery's ack wait: the broker gives up on the
-	// message and publishes the advisory.
-	old, err := h.j.JS.Consumer(ctx, h.j.Stream, cfg.Durable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1100 * time.Millisecond)
-	if _, err := old.Fetch(1, natsjs.FetchMaxWait(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, "the advisory captured", func() bool {
-		st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream))
-		return err == nil && st.CachedInfo().State.Msgs == 1
-	})
+	giveUp(ctx, t, h, cfg.Durable)
 	if err := h.j.JS.DeleteStream(ctx, h.j.Stream); err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +197,60 @@ func TestDeadLetterOfADeletedStreamIsDropped(t *testing.T) {
 	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
 		t.Errorf("%d quarantine rows, want none", n)
 	}
+}
+
+// TestDeadLetterOutlivesABrokerCrash: the broker gave up on a message (its
+// last delivery held by a killed worker) and captured the advisory, and then
+// the broker itself was killed (SIGKILL) and started again before any
+// worker read the advisory. The advisory, its durable consumer and the
+// message must all survive the crash, and the next worker record the message
+// once and ack the advisory.
+func TestDeadLetterOutlivesABrokerCrash(t *testing.T) {
+	srv := natstest.Start(t, "")
+	reg := prometheus.NewRegistry()
+	h, cfg, cons := deadLetterAt(t, srv.URL("nats", "127.0.0.1"), "evt_dead_006", 4006, reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	giveUp(ctx, t, h, cfg.Durable)
+	srv.Crash(t)
+	testenv.Eventually(t, 15*time.Second, "the worker's connection back", h.j.Conn.IsConnected)
+	if st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream)); err != nil || st.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("after the crash the dead-letter stream holds %v (%v), want the advisory", st, err)
+	}
+	stop := run(t, cons)
+	testenv.Eventually(t, 30*time.Second, "the dead letter recorded and its advisory acked", func() bool {
+		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_006'`) == 1 && deadLettersLeft(t, h, cfg.Durable) == 0
+	})
+	stop()
+	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("%d quarantine rows, want none: the message was recorded", n)
+	}
+	if n := deadLetterCount(t, reg); n != 1 {
+		t.Errorf("%s = %v, want 1", metrics.NameDeadLetters, n)
+	}
+	for id, n := range h.tc.Starts() {
+		if n != 1 {
+			t.Errorf("workflow %s started %d times, want once", id, n)
+		}
+	}
+}
+
+// giveUp pulls from the durable past its last delivery's ack wait, so that
+// the broker gives up on the held message and captures the advisory.
+func giveUp(ctx context.Context, t *testing.T, h *harness, durable string) {
+	t.Helper()
+	c, err := h.j.JS.Consumer(ctx, h.j.Stream, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := c.Fetch(1, natsjs.FetchMaxWait(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the advisory captured", func() bool {
+		st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream))
+		return err == nil && st.CachedInfo().State.Msgs == 1
+	})
 }
 
 // deadLettersLeft is how many advisories the durable's dead-letter

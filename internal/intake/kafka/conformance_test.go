@@ -35,7 +35,7 @@ func (kafkaHarness) Name() string { return "kafka" }
 
 func (kafkaHarness) NA(c sourcetest.Case) string {
 	switch c {
-	case sourcetest.CaseMaxAttempts, sourcetest.CaseOutagePastLimit:
+	case sourcetest.CaseMaxAttempts, sourcetest.CaseOutagePastLimit, sourcetest.CaseDeadLetter:
 		return "Kafka keeps no delivery count: a record the inbox refuses stalls its partition until it is recorded (postgres_down), it is never given up on"
 	case sourcetest.CaseOrdering:
 		return "Kafka orders each partition, and the commit keeps that order (never past an unrecorded record), but a batch's records are recorded concurrently (group commit), so the inbox does not keep it; the product does not promise it"
