@@ -459,8 +459,9 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // DeadLetter settles d, a message its broker gave up delivering with no
 // worker settling it (a worker killed holding its last delivery, a lost
 // pull, RabbitMQ's delivery limit or TTL), taken up from the dead letter
-// the broker captured at capturedAt. It counts it
-// (effectively_source_dead_letters_total); while the dead letter is under
+// the broker captured at capturedAt. It counts it once settled
+// (effectively_source_dead_letters_total; a dead letter handed back to be
+// taken up again is counted then); while the dead letter is under
 // PathConfig.DeadLetterRecordAge old it is handled as a last delivery
 // (Handle: recorded, else quarantined, held while Postgres does not
 // answer). Older, or with a zero capturedAt (a dead letter never to be
@@ -468,15 +469,19 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // detail, and not even that when the inbox holds it already (recorded, its
 // acks lost: SettleAck); d.Settle carries the verdict out. A SettleRetry
 // verdict means ctx ended first.
-func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time, detail string) Verdict {
-	p.cfg.Metrics.DeadLetter(p.cfg.Source)
+func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time, detail string) (v Verdict) {
+	defer func() {
+		if v.Settle != SettleRetry {
+			p.cfg.Metrics.DeadLetter(p.cfg.Source)
+		}
+	}()
 	if !capturedAt.IsZero() && time.Since(capturedAt) <= p.cfg.DeadLetterRecordAge {
 		p.cfg.Logger.Warn("a message its broker gave up delivering, unsettled; recording it from its dead letter",
 			"source", d.Source, "position", d.Position)
 		d.Last = true
 		return p.Handle(ctx, d)
 	}
-	v := Verdict{Settle: SettleRetry, Cause: context.Cause(ctx)}
+	v = Verdict{Settle: SettleRetry, Cause: context.Cause(ctx)}
 	if res, ok := p.quarantineDeadLetter(ctx, d.Raw, detail); ok {
 		v = Verdict{Settle: SettleQuarantined, Result: res}
 		if res.QuarantineID == 0 {

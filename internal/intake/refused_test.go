@@ -1,14 +1,21 @@
 package intake_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/tools/testenv"
 )
 
 // TestRefusedTellsARefusalFromAnOutage: only Postgres' answer to the
@@ -35,4 +42,63 @@ func TestRefusedTellsARefusalFromAnOutage(t *testing.T) {
 			t.Errorf("%s (%v): refused = %v, want %v", name, tt.err, got, tt.want)
 		}
 	}
+}
+
+// TestDeadLetterHeldIsNotCounted: a dead letter whose record cannot reach
+// Postgres is held, and handed back when the worker stops (SettleRetry),
+// to be taken up again. Only the take that settles it counts, so that the
+// dead-letter counter counts messages, not tries.
+func TestDeadLetterHeldIsNotCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	deadLetter := func(in *intake.Intake, wait time.Duration) intake.Verdict {
+		t.Helper()
+		p, err := intake.NewPath(in, intake.PathConfig{Source: "fake", Logger: testenv.Logger(t), Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		p.Open(ctx)
+		defer p.Close()
+		s := &settled{}
+		return p.DeadLetter(ctx, s.delivery(placed("evt_dl_held", 7), 3, false), time.Now(), "test")
+	}
+	// Nothing listens on port 1: every statement fails to connect.
+	down, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	held, err := intake.New(store.New(down), testenv.NewFakeTemporal(), intake.Config{Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := deadLetter(held, 2*time.Second); v.Settle != intake.SettleRetry {
+		t.Fatalf("with Postgres unreachable the dead letter was settled %s, want it handed back (retry)", v.Settle)
+	}
+	if n := deadLetters(t, reg); n != 0 {
+		t.Errorf("%s = %v after a take handed back, want 0", metrics.NameDeadLetters, n)
+	}
+	if v := deadLetter(newHarness(t).in, 30*time.Second); v.Settle != intake.SettleAck {
+		t.Fatalf("the dead letter taken up again was settled %s, want ack (recorded)", v.Settle)
+	}
+	if n := deadLetters(t, reg); n != 1 {
+		t.Errorf("%s = %v after it was recorded, want 1", metrics.NameDeadLetters, n)
+	}
+}
+
+// deadLetters is the dead-letter counter's value in reg.
+func deadLetters(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == metrics.NameDeadLetters {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }

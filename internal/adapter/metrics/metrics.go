@@ -200,7 +200,7 @@ func (m *Metrics) SourceSettlement(source, settle string) {
 }
 
 // DeadLetter counts one message source's broker gave up delivering
-// unsettled, taken up from its dead letter.
+// unsettled, taken up from its dead letter and settled.
 func (m *Metrics) DeadLetter(source string) {
 	if m == nil {
 		return
