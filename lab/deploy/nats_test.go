@@ -338,6 +338,10 @@ func TestNATSConfPermissions(t *testing.T) {
 		natsjs.WithMsgID("evt_nats1/order.paid"), natsjs.WithExpectStream(wcfg.NATS.EventsStream)); err != nil {
 		t.Errorf("worker: publish %s: %v", event, err)
 	}
+	// A message whose last delivery no worker settled: the server's
+	// max-delivery advisory reaches the dead-letter stream under this
+	// account, and the worker reads it there, and the message back.
+	deadLetterAs(ctx, t, w, wcfg.NATS.JetStream, body)
 	// It retires a route's consumer (NATS_CONSUMER_PER_ROUTE turned off):
 	// it creates one, and deletes it.
 	route := wcfg.NATS.JetStream.Durable + "-order-placed"
@@ -373,5 +377,65 @@ func TestNATSConfPermissions(t *testing.T) {
 	}
 	if varz.HTTPHost != "127.0.0.1" {
 		t.Errorf("%s: monitoring listens on %q, want 127.0.0.1", natsConf, varz.HTTPHost)
+	}
+}
+
+// deadLetterAs plays a worker, c, that held the intake stream's first
+// message (body) past its one delivery on the durable "held", then reads
+// the max-delivery advisory from the dead-letter stream with the durable
+// the worker makes for it, and the message back, as jetstream.Consumer does.
+func deadLetterAs(ctx context.Context, t *testing.T, c *natsClient, cfg jetstream.Config, body []byte) {
+	t.Helper()
+	cfg.Durable = "held"
+	dead, err := jetstream.EnsureDeadLetters(ctx, c.js, cfg)
+	if err != nil {
+		t.Fatalf("worker: dead letters of %s: %v", cfg.Durable, err)
+	}
+	held, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, natsjs.ConsumerConfig{
+		Durable: cfg.Durable, FilterSubject: cfg.Subject, AckPolicy: natsjs.AckExplicitPolicy,
+		AckWait: time.Second, MaxDeliver: 1, DeliverPolicy: natsjs.DeliverAllPolicy,
+	})
+	if err != nil {
+		t.Fatalf("worker: create consumer %s: %v", cfg.Durable, err)
+	}
+	defer func() { _ = c.js.DeleteConsumer(ctx, cfg.Stream, cfg.Durable) }()
+	if b, err := held.Fetch(1, natsjs.FetchMaxWait(5*time.Second)); err != nil {
+		t.Fatalf("worker: fetch from %s: %v", cfg.Durable, err)
+	} else {
+		for range b.Messages() { // held: neither acked nor nak'd
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	// A pull past the ack wait: the server gives up on the message.
+	if _, err := held.Fetch(1, natsjs.FetchMaxWait(time.Second)); err != nil {
+		t.Fatalf("worker: second fetch from %s: %v", cfg.Durable, err)
+	}
+	batch, err := dead.Fetch(1, natsjs.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("worker: fetch a dead letter: %v", err)
+	}
+	var got int
+	for adv := range batch.Messages() {
+		got++
+		var a struct {
+			Stream    string `json:"stream"`
+			StreamSeq uint64 `json:"stream_seq"`
+		}
+		if err := json.Unmarshal(adv.Data(), &a); err != nil || a.Stream != cfg.Stream {
+			t.Fatalf("worker: advisory %s (%v), want one of stream %s", adv.Data(), err, cfg.Stream)
+		}
+		st, err := c.js.Stream(ctx, a.Stream)
+		if err != nil {
+			t.Fatalf("worker: stream %s: %v", a.Stream, err)
+		}
+		if m, err := st.GetMsg(ctx, a.StreamSeq); err != nil || !bytes.Equal(m.Data, body) {
+			t.Fatalf("worker: the dead letter's message: %v", err)
+		}
+		if err := adv.DoubleAck(ctx); err != nil {
+			t.Errorf("worker: ack the advisory: %v", err)
+		}
+	}
+	if got != 1 {
+		t.Fatalf("worker: %d advisories in the dead-letter stream (%v), want the held message's", got, batch.Error())
 	}
 }
