@@ -101,6 +101,26 @@ func Start(t testing.TB, conf string) *Server {
 	return s
 }
 
+// StartCluster runs n nats-servers as one JetStream cluster, each with conf
+// (as Start takes it), its own server_name (n1, n2, …) and a route to every
+// other, on free loopback ports. JetStream answers once the servers have
+// elected a meta leader, a few seconds after StartCluster returns.
+func StartCluster(t testing.TB, n int, conf string) []*Server {
+	t.Helper()
+	ports := make([]int, n)
+	routes := make([]string, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i])
+	}
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(t, fmt.Sprintf("server_name: n%d\ncluster { name: test, listen: 127.0.0.1:%d, routes: [%s] }\n%s",
+			i+1, ports[i], strings.Join(routes, ", "), conf))
+	}
+	return servers
+}
+
 // kill stops the running server, if any, and waits for it.
 func (s *Server) kill() {
 	if s.cmd == nil || s.done == nil {

@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,4 +290,78 @@ func deadLetterCount(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return n
+}
+
+// TestDeadLettersReplicatedLikeTheirStream: on a three-server cluster, the
+// dead-letter stream is made with as many replicas as the intake stream it
+// serves (a dead letter is the last trace of a message that stream
+// delivers no more), and captures the advisory of a message held past its
+// last delivery.
+func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
+	servers := natstest.StartCluster(t, 3, "")
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.URL("nats", "127.0.0.1")
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	testenv.Eventually(t, 60*time.Second, "the cluster's JetStream answering", func() bool {
+		// Each try on its own deadline: a request made before the meta
+		// leader is elected is never answered.
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, _, err := jetstream.EnsureStream(tctx, js, jetstream.StreamSpec{Name: "REPL", Subjects: []string{"repl.messages.>"}, Replicas: 3})
+		return err == nil
+	})
+	cfg := jetstream.Config{Stream: "REPL", Subject: "repl.messages.>", Durable: "worker", AckWait: time.Second, MaxDeliver: 1}
+	dead, err := jetstream.EnsureDeadLetters(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, jetstream.DeadLetterStream("REPL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.CachedInfo().Config.Replicas; r != 3 {
+		t.Errorf("the dead-letter stream has %d replicas, want the intake stream's 3", r)
+	}
+	if _, err := js.Publish(ctx, "repl.messages.order.placed", orderMsg("evt_repl_1", 4101)); err != nil {
+		t.Fatal(err)
+	}
+	held, err := js.CreateOrUpdateConsumer(ctx, "REPL", natsjs.ConsumerConfig{Durable: cfg.Durable, AckPolicy: natsjs.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, DeliverPolicy: natsjs.DeliverAllPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := held.Fetch(1, natsjs.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range b.Messages() { // held: not settled
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := held.Fetch(1, natsjs.FetchMaxWait(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	adv, err := dead.Fetch(1, natsjs.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range adv.Messages() {
+		got++
+		_ = m.Ack()
+	}
+	if got != 1 {
+		t.Errorf("%d advisories captured on the cluster (%v), want the held message's", got, adv.Error())
+	}
 }
