@@ -241,21 +241,22 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		return false, err
 	}
 	defer conn.Close()
+	fail := watchSetup(ctx, conn)
 	version, err := ServerVersion(conn.Properties)
 	if err != nil {
-		return false, err
+		return false, fail(err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return false, fmt.Errorf("open channel: %w", err)
+		return false, fail(fmt.Errorf("open channel: %w", err))
 	}
 	if err := Declare(ch, c.cfg); err != nil {
-		return false, err
+		return false, fail(err)
 	}
 	// Per channel (global=false): global QoS on a quorum queue is refused
 	// with 540 NOT_IMPLEMENTED, which closes the whole connection.
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		return false, fmt.Errorf("qos: %w", err)
+		return false, fail(fmt.Errorf("qos: %w", err))
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -265,7 +266,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	defer lost()
 	tag := fmt.Sprintf("effectively-%d", gen)
 	msgs, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
-	if err != nil {
+	if err = fail(err); err != nil {
 		c.live.CompareAndSwap(gen, 0)
 		return false, fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}
@@ -324,6 +325,45 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 			// broker requeued them. Handlers holding one find it stale.
 			return true, e
 		}
+	}
+}
+
+// SetupTimeout bounds a session's setup: its channel, declarations, QoS and
+// consume. amqp091 waits for each answer with no deadline, and a broker may
+// never send one: RabbitMQ 3.10.8 left a basic.consume on a quorum queue
+// unanswered after its node was killed and started again, heartbeats still
+// flowing, so the worker neither consumed nor could stop.
+const SetupTimeout = 15 * time.Second
+
+// watchSetup closes conn when ctx ends or SetupTimeout passes before the
+// setup is over, which ends the pending call with an error. It returns the
+// setup's end: called with the setup's last error (nil when it succeeded),
+// it stops the watch and returns that error, saying so when the watch had
+// closed the connection (then an error even when the call succeeded).
+// Calls after the first only pass err through.
+func watchSetup(ctx context.Context, conn *amqp.Connection) (end func(err error) error) {
+	sctx, cancel := context.WithTimeout(ctx, SetupTimeout)
+	// Close's own connection.close would wait for an answer too: the
+	// deadline ends it, and the socket with it.
+	stop := context.AfterFunc(sctx, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+	var once sync.Once
+	return func(err error) error {
+		once.Do(func() {
+			defer cancel()
+			if stop() {
+				return
+			}
+			what := fmt.Sprintf("no answer from the broker within %s; connection closed", SetupTimeout)
+			if ctx.Err() != nil {
+				what = "worker stopping; connection closed"
+			}
+			if err == nil {
+				err = errors.New(what)
+			} else {
+				err = fmt.Errorf("%w (%s)", err, what)
+			}
+		})
+		return err
 	}
 }
 

@@ -419,6 +419,26 @@ func TestExpiredIsQuarantined(t *testing.T) {
 func TestPastTheDeliveryLimitIsRecorded(t *testing.T) {
 	f := newFixture(t, rabbittest.URL())
 	f.publish(t, order("evt_limit", 6))
+	returnPastTheLimit(t, f)
+	c, stop := f.run(t, f.cfg, nil)
+	eventually(t, "taken up from the dead-letter queue", func() bool { return c.BrokerStats().DeadLetters == 1 })
+	stop()
+	if n := f.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_limit'`); n != 1 {
+		t.Errorf("%d inbox rows, want the message recorded", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("%d quarantine rows, want none", n)
+	}
+	if d := queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue); d != 0 {
+		t.Errorf("dead letters left: %d", d)
+	}
+}
+
+// returnPastTheLimit hands the queue's one message back (reject, requeue)
+// until the queue's delivery limit dead-letters it, as workers that died
+// holding it would.
+func returnPastTheLimit(t *testing.T, f *fixture) {
+	t.Helper()
 	ch := rabbittest.Channel(t, f.cfg.URL)
 	for i := 0; queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue) == 0; i++ {
 		if i > 50 {
@@ -436,16 +456,56 @@ func TestPastTheDeliveryLimitIsRecorded(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+}
+
+// TestDeadLetterOutlivesANodeRestart: a message dead-lettered past the
+// delivery limit, then the node stopped and started again before any
+// worker took the dead letter up. The dead letter is recorded once, and the
+// queue is consumed again.
+func TestDeadLetterOutlivesANodeRestart(t *testing.T) {
+	node, f, c, stop := deadLetterAcross(t, (*rabbittest.Node).Restart)
+	f.pub = rabbittest.Channel(t, node.URL)
+	f.publish(t, order("evt_after_restart", 8))
+	eventually(t, "a message published after the restart recorded", func() bool {
+		return f.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_after_restart'`) == 1
+	})
+	stop()
+	if s := c.Stats(); s.Recorded != 2 {
+		t.Errorf("stats %+v, want the dead letter and the new message recorded", s)
+	}
+}
+
+// TestDeadLetterOutlivesANodeCrash: the same with the node killed
+// (SIGKILL). The dead letter is recorded once. RabbitMQ 3.10.8 may leave
+// the main quorum queue without a leader after the kill ("leader not known"
+// in its log) and never answer the worker's basic.consume; the worker must
+// then give the call up (SetupTimeout), try again, and still stop when told
+// to. Before the bound, Run did not return within 30 s of its cancel.
+func TestDeadLetterOutlivesANodeCrash(t *testing.T) {
+	_, _, _, stop := deadLetterAcross(t, func(n *rabbittest.Node) { n.Kill(); n.Start() })
+	stop()
+}
+
+// deadLetterAcross dead-letters one message past the delivery limit on a
+// node of the test's own, then restarts the node, runs a consumer and waits
+// until the dead letter is recorded, once, with nothing quarantined.
+func deadLetterAcross(t *testing.T, restart func(*rabbittest.Node)) (*rabbittest.Node, *fixture, *rabbitmq.Consumer, func()) {
+	t.Helper()
+	node := rabbittest.StartNode(t)
+	f := newFixture(t, node.URL)
+	f.publish(t, order("evt_limit_restart", 7))
+	returnPastTheLimit(t, f)
+	restart(node)
 	c, stop := f.run(t, f.cfg, nil)
 	eventually(t, "taken up from the dead-letter queue", func() bool { return c.BrokerStats().DeadLetters == 1 })
-	stop()
-	if n := f.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_limit'`); n != 1 {
-		t.Errorf("%d inbox rows, want the message recorded", n)
-	}
+	eventually(t, "the dead letter recorded", func() bool {
+		return f.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_limit_restart'`) == 1
+	})
 	if n := f.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
 		t.Errorf("%d quarantine rows, want none", n)
 	}
-	if d := queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue); d != 0 {
+	if d := queueDepth(t, node.URL, f.cfg.DeadLetterQueue); d != 0 {
 		t.Errorf("dead letters left: %d", d)
 	}
+	return node, f, c, stop
 }

@@ -42,19 +42,20 @@ func (c *Consumer) deadLetterSession(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	fail := watchSetup(ctx, conn)
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
+		return fail(fmt.Errorf("open channel: %w", err))
 	}
 	if err := Declare(ch, c.cfg); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := ch.Qos(16, 0, false); err != nil {
-		return fmt.Errorf("qos: %w", err)
+		return fail(fmt.Errorf("qos: %w", err))
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	msgs, err := ch.Consume(c.cfg.DeadLetterQueue, "effectively-dead-letters", false, false, false, false, nil)
-	if err != nil {
+	if err = fail(err); err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.DeadLetterQueue, err)
 	}
 	for {
