@@ -22,9 +22,9 @@ import (
 // holding each: no ack, no nak, no term, then the connection gone. The
 // broker counts the deliveries and, past the last, delivers the message no
 // more.
-func killedHolding(t *testing.T, h *harness, durable string, deliveries int, ackWait time.Duration) {
+func killedHolding(t *testing.T, url, stream, durable string, deliveries int, ackWait time.Duration) {
 	t.Helper()
-	nc, err := nats.Connect(h.j.Conn.ConnectedUrl())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func killedHolding(t *testing.T, h *harness, durable string, deliveries int, ack
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cons, err := js.Consumer(ctx, h.j.Stream, durable)
+	cons, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func deadLetterAt(t *testing.T, natsURL, id string, orderID int, reg *prometheus
 		t.Fatal(err)
 	}
 	h.j.Publish(t, orderMsg(id, orderID), id)
-	killedHolding(t, h, cfg.Durable, 2, time.Second)
+	killedHolding(t, h.j.Conn.ConnectedUrl(), h.j.Stream, cfg.Durable, 2, time.Second)
 	return h, cfg, cons
 }
 
@@ -175,7 +175,7 @@ func TestDeadLetterOfADeletedStreamIsDropped(t *testing.T) {
 	h, cfg, _ := deadLetter(t, "evt_dead_004", 4004, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	giveUp(ctx, t, h, cfg.Durable)
+	giveUp(ctx, t, h.j.JS, h.j.Stream, cfg.Durable)
 	if err := h.j.JS.DeleteStream(ctx, h.j.Stream); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestDeadLetterOutlivesABrokerCrash(t *testing.T) {
 	h, cfg, cons := deadLetterAt(t, srv.URL("nats", "127.0.0.1"), "evt_dead_006", 4006, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	giveUp(ctx, t, h, cfg.Durable)
+	giveUp(ctx, t, h.j.JS, h.j.Stream, cfg.Durable)
 	srv.Crash(t)
 	testenv.Eventually(t, 15*time.Second, "the worker's connection back", h.j.Conn.IsConnected)
 	if st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream)); err != nil || st.CachedInfo().State.Msgs != 1 {
@@ -238,9 +238,9 @@ func TestDeadLetterOutlivesABrokerCrash(t *testing.T) {
 
 // giveUp pulls from the durable past its last delivery's ack wait, so that
 // the broker gives up on the held message and captures the advisory.
-func giveUp(ctx context.Context, t *testing.T, h *harness, durable string) {
+func giveUp(ctx context.Context, t *testing.T, js natsjs.JetStream, stream, durable string) {
 	t.Helper()
-	c, err := h.j.JS.Consumer(ctx, h.j.Stream, durable)
+	c, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func giveUp(ctx context.Context, t *testing.T, h *harness, durable string) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the advisory captured", func() bool {
-		st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream))
+		st, err := js.Stream(ctx, jetstream.DeadLetterStream(stream))
 		return err == nil && st.CachedInfo().State.Msgs == 1
 	})
 }
@@ -337,21 +337,12 @@ func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
 	if _, err := js.Publish(ctx, "repl.messages.order.placed", orderMsg("evt_repl_1", 4101)); err != nil {
 		t.Fatal(err)
 	}
-	held, err := js.CreateOrUpdateConsumer(ctx, "REPL", natsjs.ConsumerConfig{Durable: cfg.Durable, AckPolicy: natsjs.AckExplicitPolicy,
-		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, DeliverPolicy: natsjs.DeliverAllPolicy})
-	if err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, "REPL", natsjs.ConsumerConfig{Durable: cfg.Durable, AckPolicy: natsjs.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, DeliverPolicy: natsjs.DeliverAllPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := held.Fetch(1, natsjs.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range b.Messages() { // held: not settled
-	}
-	time.Sleep(1100 * time.Millisecond)
-	if _, err := held.Fetch(1, natsjs.FetchMaxWait(time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	killedHolding(t, nc.ConnectedUrl(), "REPL", cfg.Durable, cfg.MaxDeliver, cfg.AckWait)
+	giveUp(ctx, t, js, "REPL", cfg.Durable)
 	adv, err := dead.Fetch(1, natsjs.FetchMaxWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
