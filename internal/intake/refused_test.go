@@ -77,28 +77,13 @@ func TestDeadLetterHeldIsNotCounted(t *testing.T) {
 	if v := deadLetter(held, 2*time.Second); v.Settle != intake.SettleRetry {
 		t.Fatalf("with Postgres unreachable the dead letter was settled %s, want it handed back (retry)", v.Settle)
 	}
-	if n := deadLetters(t, reg); n != 0 {
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 0 {
 		t.Errorf("%s = %v after a take handed back, want 0", metrics.NameDeadLetters, n)
 	}
 	if v := deadLetter(newHarness(t).in, 30*time.Second); v.Settle != intake.SettleAck {
 		t.Fatalf("the dead letter taken up again was settled %s, want ack (recorded)", v.Settle)
 	}
-	if n := deadLetters(t, reg); n != 1 {
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 1 {
 		t.Errorf("%s = %v after it was recorded, want 1", metrics.NameDeadLetters, n)
 	}
-}
-
-// deadLetters is the dead-letter counter's value in reg.
-func deadLetters(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == metrics.NameDeadLetters {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
 }

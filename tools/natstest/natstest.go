@@ -153,6 +153,9 @@ func (s *Server) Crash(t testing.TB) {
 	s.run(t)
 }
 
+// Kill kills the server (SIGKILL) and leaves it down: a node lost.
+func (s *Server) Kill() { s.kill() }
+
 // run starts nats-server with the configuration in s.Dir and waits until it
 // is ready. Start's cleanup kills it, after the test's later cleanups (which
 // may still use the server: deleting a stream) have run.

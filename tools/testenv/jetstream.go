@@ -53,6 +53,8 @@ type JetStreamOptions struct {
 	// natsjs.MaxStreamMsgSize (internal/intake/jetstream), as the worker creates them; -1 for no limit
 	// of the streams' own, as an operator's stream may have.
 	MaxMsgSize int32
+	// Replicas of both streams, on a cluster. Default 1.
+	Replicas int
 }
 
 // NewJetStream connects to the NATS server and creates the test's streams.
@@ -86,8 +88,8 @@ func NewJetStreamAt(t testing.TB, url string, o JetStreamOptions) *JetStream {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, spec := range []jetstream.StreamSpec{
-		{Name: j.Stream, Subjects: []string{j.Subject}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize},
-		{Name: j.EventsStream, Subjects: []string{j.EventsPrefix + ".>"}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize},
+		{Name: j.Stream, Subjects: []string{j.Subject}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize, Replicas: o.Replicas},
+		{Name: j.EventsStream, Subjects: []string{j.EventsPrefix + ".>"}, Duplicates: o.Duplicates, MaxAge: time.Hour, MaxMsgSize: o.MaxMsgSize, Replicas: o.Replicas},
 	} {
 		_, created, err := jetstream.EnsureStream(ctx, js, spec)
 		if err != nil {

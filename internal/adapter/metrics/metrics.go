@@ -37,6 +37,7 @@ const (
 	NameRetentionHeadroom = "effectively_retention_headroom_seconds"
 	NameSourceSettlements = "effectively_source_settlements_total"
 	NameDeadLetters       = "effectively_source_dead_letters_total"
+	NameSetupTimeouts     = "effectively_source_setup_timeouts_total"
 )
 
 // Decision is the value of the decision label of NameIntakeDecisions.
@@ -124,6 +125,7 @@ type Metrics struct {
 	providerDuration *prometheus.HistogramVec
 	settlements      *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
+	setupTimeouts    *prometheus.CounterVec
 	rateLimited      *prometheus.CounterVec
 	rateWait         *prometheus.HistogramVec
 	rateFallback     *prometheus.CounterVec
@@ -155,6 +157,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: NameDeadLetters,
 			Help: "Messages a broker gave up delivering with no worker settling them (JetStream's max-delivery advisories, RabbitMQ's dead-letter queue), each then recorded or quarantined, by source.",
 		}, []string{"source"}),
+		setupTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameSetupTimeouts,
+			Help: "Connections a source closed because the broker left a setup call (channel, declaration, QoS, consume) unanswered past its bound, by source; the source then connects again.",
+		}, []string{"source"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameRateLimited,
 			Help: "429 answers of Stripe and SendGrid, by endpoint and reason (Stripe-Rate-Limited-Reason, or 429); each pauses every worker.",
@@ -173,7 +179,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Requests not sent because the shared rate limit had no slot within their wait: retried when it has one (Temporal's NextRetryDelay), not failures.",
 		}, []string{"provider"}),
 	}
-	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements, m.deadLetters, m.rateLimited, m.rateWait, m.rateFallback, m.rateDeferred)
+	reg.MustRegister(m.intakeDecisions, m.effectOutcomes, m.providerDuration, m.settlements, m.deadLetters, m.setupTimeouts, m.rateLimited, m.rateWait, m.rateFallback, m.rateDeferred)
 	return m
 }
 
@@ -206,6 +212,15 @@ func (m *Metrics) DeadLetter(source string) {
 		return
 	}
 	m.deadLetters.WithLabelValues(source).Inc()
+}
+
+// SetupTimeout counts one connection of source closed because the broker
+// did not answer its setup in time.
+func (m *Metrics) SetupTimeout(source string) {
+	if m == nil {
+		return
+	}
+	m.setupTimeouts.WithLabelValues(source).Inc()
 }
 
 // EffectOutcome counts one outcome of an effect attempt.

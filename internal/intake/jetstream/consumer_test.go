@@ -107,11 +107,11 @@ type harness struct {
 
 func newHarness(tb testing.TB, gate *acquireGate) *harness {
 	tb.Helper()
-	return newHarnessAt(tb, gate, testenv.NATSURL())
+	return newHarnessAt(tb, gate, testenv.NATSURL(), testenv.JetStreamOptions{})
 }
 
 // newHarnessAt is newHarness on the NATS server at natsURL.
-func newHarnessAt(tb testing.TB, gate *acquireGate, natsURL string) *harness {
+func newHarnessAt(tb testing.TB, gate *acquireGate, natsURL string, o testenv.JetStreamOptions) *harness {
 	tb.Helper()
 	ctx := context.Background()
 	url := storetest.NewDatabase(tb)
@@ -140,7 +140,7 @@ func newHarnessAt(tb testing.TB, gate *acquireGate, natsURL string) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &harness{in: in, tc: tc, j: testenv.NewJetStreamAt(tb, natsURL, testenv.JetStreamOptions{}), db: db, groups: groups}
+	return &harness{in: in, tc: tc, j: testenv.NewJetStreamAt(tb, natsURL, o), db: db, groups: groups}
 }
 
 func orderMsg(id string, orderID int) []byte {

@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,13 +67,13 @@ func killedHolding(t *testing.T, url, stream, durable string, deliveries int, ac
 // (killedHolding), and returns them before the consumer runs.
 func deadLetter(t *testing.T, id string, orderID int, reg *prometheus.Registry) (*harness, jetstream.Config, *jetstream.Consumer) {
 	t.Helper()
-	return deadLetterAt(t, testenv.NATSURL(), id, orderID, reg)
+	return deadLetterAt(t, testenv.NATSURL(), testenv.JetStreamOptions{}, id, orderID, reg)
 }
 
 // deadLetterAt is deadLetter on the NATS server at natsURL.
-func deadLetterAt(t *testing.T, natsURL, id string, orderID int, reg *prometheus.Registry) (*harness, jetstream.Config, *jetstream.Consumer) {
+func deadLetterAt(t *testing.T, natsURL string, o testenv.JetStreamOptions, id string, orderID int, reg *prometheus.Registry) (*harness, jetstream.Config, *jetstream.Consumer) {
 	t.Helper()
-	h := newHarnessAt(t, nil, natsURL)
+	h := newHarnessAt(t, nil, natsURL, o)
 	cfg := h.j.ConsumerConfig(t, time.Second, 2)
 	cfg.Metrics = metrics.New(reg)
 	cons, err := jetstream.NewConsumer(context.Background(), h.in, h.j.JS, cfg)
@@ -104,7 +105,7 @@ func TestDeadLetterRecordsALastDeliveryNoWorkerSettled(t *testing.T) {
 	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
 		t.Errorf("%d quarantine rows, want none: the message was recorded", n)
 	}
-	if n := deadLetterCount(t, reg); n != 1 {
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 1 {
 		t.Errorf("%s = %v, want 1", metrics.NameDeadLetters, n)
 	}
 	if s := cons.Stats(); s.Recorded != 1 || s.MaxDelivered != 0 {
@@ -192,7 +193,7 @@ func TestDeadLetterOfADeletedStreamIsDropped(t *testing.T) {
 		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_005'`) == 1 && deadLettersLeft(t, h, cfg.Durable) == 0
 	})
 	stop()
-	if n := deadLetterCount(t, reg); n != 0 {
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 0 {
 		t.Errorf("%s = %v: the new message was taken up as the old one's dead letter", metrics.NameDeadLetters, n)
 	}
 	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
@@ -209,7 +210,7 @@ func TestDeadLetterOfADeletedStreamIsDropped(t *testing.T) {
 func TestDeadLetterOutlivesABrokerCrash(t *testing.T) {
 	srv := natstest.Start(t, "")
 	reg := prometheus.NewRegistry()
-	h, cfg, cons := deadLetterAt(t, srv.URL("nats", "127.0.0.1"), "evt_dead_006", 4006, reg)
+	h, cfg, cons := deadLetterAt(t, srv.URL("nats", "127.0.0.1"), testenv.JetStreamOptions{}, "evt_dead_006", 4006, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	giveUp(ctx, t, h.j.JS, h.j.Stream, cfg.Durable)
@@ -218,20 +219,28 @@ func TestDeadLetterOutlivesABrokerCrash(t *testing.T) {
 	if st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream)); err != nil || st.CachedInfo().State.Msgs != 1 {
 		t.Fatalf("after the crash the dead-letter stream holds %v (%v), want the advisory", st, err)
 	}
+	recordsTheDeadLetter(t, h, cfg, cons, reg, "evt_dead_006")
+}
+
+// recordsTheDeadLetter runs cons until message id is recorded from its
+// dead letter and the advisory acked, then checks that nothing was
+// quarantined, the dead letter counted once and every workflow started once.
+func recordsTheDeadLetter(t *testing.T, h *harness, cfg jetstream.Config, cons *jetstream.Consumer, reg *prometheus.Registry, id string) {
+	t.Helper()
 	stop := run(t, cons)
-	testenv.Eventually(t, 30*time.Second, "the dead letter recorded and its advisory acked", func() bool {
-		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_dead_006'`) == 1 && deadLettersLeft(t, h, cfg.Durable) == 0
+	testenv.Eventually(t, 60*time.Second, "the dead letter recorded and its advisory acked", func() bool {
+		return h.count(t, `SELECT count(*) FROM inbox WHERE message_id = $1`, id) == 1 && deadLettersLeft(t, h, cfg.Durable) == 0
 	})
 	stop()
 	if n := h.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
 		t.Errorf("%d quarantine rows, want none: the message was recorded", n)
 	}
-	if n := deadLetterCount(t, reg); n != 1 {
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 1 {
 		t.Errorf("%s = %v, want 1", metrics.NameDeadLetters, n)
 	}
-	for id, n := range h.tc.Starts() {
+	for wf, n := range h.tc.Starts() {
 		if n != 1 {
-			t.Errorf("workflow %s started %d times, want once", id, n)
+			t.Errorf("workflow %s started %d times, want once", wf, n)
 		}
 	}
 }
@@ -274,36 +283,14 @@ func deadLettersLeft(t *testing.T, h *harness, durable string) int {
 	return ci.NumAckPending + int(ci.NumPending) //nolint:gosec // a handful
 }
 
-// deadLetterCount is the dead-letter counter's value in reg.
-func deadLetterCount(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == metrics.NameDeadLetters {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
-}
-
 // TestDeadLettersReplicatedLikeTheirStream: on a three-server cluster, the
 // dead-letter stream is made with as many replicas as the intake stream it
 // serves (a dead letter is the last trace of a message that stream
 // delivers no more), and captures the advisory of a message held past its
 // last delivery.
 func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
-	servers := natstest.StartCluster(t, 3, "")
-	urls := make([]string, len(servers))
-	for i, s := range servers {
-		urls[i] = s.URL("nats", "127.0.0.1")
-	}
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	_, urls := startCluster(t)
+	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,14 +301,9 @@ func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	testenv.Eventually(t, 60*time.Second, "the cluster's JetStream answering", func() bool {
-		// Each try on its own deadline: a request made before the meta
-		// leader is elected is never answered.
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_, _, err := jetstream.EnsureStream(tctx, js, jetstream.StreamSpec{Name: "REPL", Subjects: []string{"repl.messages.>"}, Replicas: 3})
-		return err == nil
-	})
+	if _, _, err := jetstream.EnsureStream(ctx, js, jetstream.StreamSpec{Name: "REPL", Subjects: []string{"repl.messages.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
 	cfg := jetstream.Config{Stream: "REPL", Subject: "repl.messages.>", Durable: "worker", AckWait: time.Second, MaxDeliver: 1}
 	dead, err := jetstream.EnsureDeadLetters(ctx, js, cfg)
 	if err != nil {
@@ -355,4 +337,66 @@ func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
 	if got != 1 {
 		t.Errorf("%d advisories captured on the cluster (%v), want the held message's", got, adv.Error())
 	}
+}
+
+// startCluster starts three nats-servers as one JetStream cluster and
+// waits until JetStream answers on it (a meta leader elected). It returns
+// the servers and their URLs joined for nats.Connect.
+func startCluster(t *testing.T) ([]*natstest.Server, string) {
+	t.Helper()
+	servers := natstest.StartCluster(t, 3, "")
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.URL("nats", "127.0.0.1")
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	testenv.Eventually(t, 60*time.Second, "the cluster's JetStream answering", func() bool {
+		// Each try on its own deadline: a request made before the meta
+		// leader is elected is never answered.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := nc.RequestWithContext(ctx, "$JS.API.INFO", nil)
+		return err == nil
+	})
+	return servers, strings.Join(urls, ",")
+}
+
+// TestDeadLetterOutlivesLosingItsLeader: on a three-server cluster, with
+// a held message's advisory captured and not yet taken up, the server
+// leading the dead-letter stream is killed and stays down. A worker then
+// records the message once from its dead letter, through the stream's new
+// leader, and acks the advisory.
+func TestDeadLetterOutlivesLosingItsLeader(t *testing.T) {
+	servers, urls := startCluster(t)
+	reg := prometheus.NewRegistry()
+	h, cfg, cons := deadLetterAt(t, urls, testenv.JetStreamOptions{Replicas: 3}, "evt_dead_lost", 4301, reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	giveUp(ctx, t, h.j.JS, h.j.Stream, cfg.Durable)
+	st, err := h.j.JS.Stream(ctx, jetstream.DeadLetterStream(h.j.Stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.CachedInfo()
+	if info.Config.Replicas != 3 || info.Cluster == nil || info.Cluster.Leader == "" {
+		t.Fatalf("dead-letter stream: %d replicas, cluster %+v; want 3 and a leader", info.Config.Replicas, info.Cluster)
+	}
+	leader := info.Cluster.Leader
+	for i, s := range servers {
+		if fmt.Sprintf("n%d", i+1) == leader {
+			s.Kill()
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, "another leader for the dead-letter stream", func() bool {
+		tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		st, err := h.j.JS.Stream(tctx, jetstream.DeadLetterStream(h.j.Stream))
+		return err == nil && st.CachedInfo().Cluster != nil && st.CachedInfo().Cluster.Leader != "" &&
+			st.CachedInfo().Cluster.Leader != leader && st.CachedInfo().State.Msgs == 1
+	})
+	recordsTheDeadLetter(t, h, cfg, cons, reg, "evt_dead_lost")
 }

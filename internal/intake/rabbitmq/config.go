@@ -81,6 +81,9 @@ type Config struct {
 	Handlers int
 	// Starters bound the workflow starts after acks. Default DefaultStarters.
 	Starters int
+	// SetupTimeout bounds each connection's setup (channel, declarations,
+	// QoS, consume) and the horizon check's. Default SetupTimeout.
+	SetupTimeout time.Duration
 	// Logger receives a line per failure, reconnect and quarantine.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -124,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Starters <= 0 {
 		c.Starters = DefaultStarters
+	}
+	if c.SetupTimeout <= 0 {
+		c.SetupTimeout = SetupTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -76,6 +76,12 @@ func (c *Consumer) dial(url, name string) (*amqp.Connection, error) {
 
 var _ intake.Source = (*Consumer)(nil)
 
+// watchSetup bounds a setup on conn by cfg.SetupTimeout, counting a
+// timeout (see the package's watchSetup).
+func (c *Consumer) watchSetup(ctx context.Context, conn *amqp.Connection) func(error) error {
+	return watchSetup(ctx, conn, c.cfg.SetupTimeout, func() { c.cfg.Metrics.SetupTimeout(c.cfg.Name) })
+}
+
 // NewConsumer returns a Consumer recording into in. Nothing is declared or
 // consumed before Run.
 func NewConsumer(in *intake.Intake, cfg Config) (*Consumer, error) {
@@ -125,20 +131,21 @@ func (c *Consumer) Check() health.Check {
 // (an operator's policy can only shorten it: the lower one applies). A
 // queue without one is refused with ErrNoHorizon. A re-publish is a new
 // message with a TTL of its own, which only the inbox recognises.
-func (c *Consumer) Horizon(context.Context) (retention.SourceHorizon, error) {
+func (c *Consumer) Horizon(ctx context.Context) (retention.SourceHorizon, error) {
 	if _, err := c.cfg.Horizon(); err != nil {
 		return retention.SourceHorizon{}, fmt.Errorf("source %s: %w", c.cfg.Name, err)
 	}
-	conn, err := Dial(c.cfg.URL, "effectively worker horizon check")
+	conn, err := c.dial(c.cfg.URL, "effectively worker horizon check")
 	if err != nil {
 		return retention.SourceHorizon{}, err
 	}
-	defer conn.Close()
+	defer func() { _ = closeConn(conn) }()
+	fail := c.watchSetup(ctx, conn)
 	ch, err := conn.Channel()
 	if err != nil {
-		return retention.SourceHorizon{}, fmt.Errorf("open channel: %w", err)
+		return retention.SourceHorizon{}, fmt.Errorf("source %s: open channel: %w", c.cfg.Name, fail(err))
 	}
-	if err := Declare(ch, c.cfg); err != nil {
+	if err := fail(Declare(ch, c.cfg)); err != nil {
 		return retention.SourceHorizon{}, fmt.Errorf("source %s: %w", c.cfg.Name, err)
 	}
 	return retention.SourceHorizon{Source: c.cfg.Name, Redelivery: c.cfg.MessageTTL,
@@ -240,8 +247,8 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
-	fail := watchSetup(ctx, conn)
+	defer func() { _ = closeConn(conn) }()
+	fail := c.watchSetup(ctx, conn)
 	version, err := ServerVersion(conn.Properties)
 	if err != nil {
 		return false, fail(err)
@@ -293,12 +300,16 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		handlers.Wait()
 		c.live.CompareAndSwap(gen, 0)
 		if drained {
-			settleBeforeClose(ch, c.cfg.Prefetch)
+			settleBeforeClose(conn, ch, c.cfg.Prefetch)
 		}
 	}()
 	stop := context.AfterFunc(ctx, func() {
 		// Stop new deliveries; what was received still comes out of msgs,
-		// which closes after the cancel-ok.
+		// which closes after the cancel-ok. A broker that never sends it
+		// would hold the shutdown: past CloseTimeout the connection is
+		// closed, and what it delivered unsettled goes back to the queue.
+		unanswered := time.AfterFunc(CloseTimeout, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+		defer unanswered.Stop()
 		_ = ch.Cancel(tag, false)
 	})
 	defer stop()
@@ -328,45 +339,6 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	}
 }
 
-// SetupTimeout bounds a session's setup: its channel, declarations, QoS and
-// consume. amqp091 waits for each answer with no deadline, and a broker may
-// never send one: RabbitMQ 3.10.8 left a basic.consume on a quorum queue
-// unanswered after its node was killed and started again, heartbeats still
-// flowing, so the worker neither consumed nor could stop.
-const SetupTimeout = 15 * time.Second
-
-// watchSetup closes conn when ctx ends or SetupTimeout passes before the
-// setup is over, which ends the pending call with an error. It returns the
-// setup's end: called with the setup's last error (nil when it succeeded),
-// it stops the watch and returns that error, saying so when the watch had
-// closed the connection (then an error even when the call succeeded).
-// Calls after the first only pass err through.
-func watchSetup(ctx context.Context, conn *amqp.Connection) (end func(err error) error) {
-	sctx, cancel := context.WithTimeout(ctx, SetupTimeout)
-	// Close's own connection.close would wait for an answer too: the
-	// deadline ends it, and the socket with it.
-	stop := context.AfterFunc(sctx, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
-	var once sync.Once
-	return func(err error) error {
-		once.Do(func() {
-			defer cancel()
-			if stop() {
-				return
-			}
-			what := fmt.Sprintf("no answer from the broker within %s; connection closed", SetupTimeout)
-			if ctx.Err() != nil {
-				what = "worker stopping; connection closed"
-			}
-			if err == nil {
-				err = errors.New(what)
-			} else {
-				err = fmt.Errorf("%w (%s)", err, what)
-			}
-		})
-		return err
-	}
-}
-
 // settleBeforeClose gives the acks just sent time to reach the queue
 // before the connection closes. A quorum queue's channel hands settles to
 // the queue asynchronously and buffers them when many are in flight; closing
@@ -375,7 +347,9 @@ func watchSetup(ctx context.Context, conn *amqp.Connection) (end func(err error)
 // the inbox recognises. A round trip makes the channel take every ack; the
 // pause lets it pass them on. Lost acks stay possible (a crash): they cost a
 // copy, never a message.
-func settleBeforeClose(ch *amqp.Channel, prefetch int) {
+func settleBeforeClose(conn *amqp.Connection, ch *amqp.Channel, prefetch int) {
+	unanswered := time.AfterFunc(CloseTimeout, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+	defer unanswered.Stop()
 	if err := ch.Qos(prefetch, 0, false); err != nil { // basic.qos-ok: a round trip
 		return
 	}

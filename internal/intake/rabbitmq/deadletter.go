@@ -41,8 +41,8 @@ func (c *Consumer) deadLetterSession(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	fail := watchSetup(ctx, conn)
+	defer func() { _ = closeConn(conn) }()
+	fail := c.watchSetup(ctx, conn)
 	ch, err := conn.Channel()
 	if err != nil {
 		return fail(fmt.Errorf("open channel: %w", err))

@@ -42,6 +42,9 @@ type PublisherConfig struct {
 	Declare func(*amqp.Channel) error
 	// ConfirmTimeout bounds the wait for each batch's confirms. Default 5s.
 	ConfirmTimeout time.Duration
+	// SetupTimeout bounds a new connection's setup (channel, Declare,
+	// confirm mode). Default SetupTimeout.
+	SetupTimeout time.Duration
 }
 
 // PublisherStats counts what a Publisher did.
@@ -71,6 +74,9 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 5 * time.Second
 	}
+	if cfg.SetupTimeout <= 0 {
+		cfg.SetupTimeout = SetupTimeout
+	}
 	return &Publisher{cfg: cfg}
 }
 
@@ -79,32 +85,34 @@ func (p *Publisher) Stats() PublisherStats {
 	return PublisherStats{Published: p.stats.published.Load(), Returned: p.stats.returned.Load(), Nacked: p.stats.nacked.Load(), Failed: p.stats.failed.Load()}
 }
 
-// Close closes the connection.
+// Close closes the connection, within CloseTimeout.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil {
 		return nil
 	}
-	err := p.conn.Close()
+	err := closeConn(p.conn)
 	p.conn, p.ch = nil, nil
 	return err
 }
 
 // open returns the channel, dialling a new connection when there is none
-// or it closed. Called with p.mu held.
-func (p *Publisher) open() (*amqp.Channel, error) {
+// or it closed; the setup ends within SetupTimeout or when ctx ends. Called
+// with p.mu held.
+func (p *Publisher) open(ctx context.Context) (*amqp.Channel, error) {
 	if p.ch != nil && !p.ch.IsClosed() {
 		return p.ch, nil
 	}
 	if p.conn != nil {
-		_ = p.conn.Close()
+		_ = closeConn(p.conn)
 		p.conn, p.ch = nil, nil
 	}
 	conn, err := Dial(p.cfg.URL, p.cfg.Name)
 	if err != nil {
 		return nil, err
 	}
+	fail := watchSetup(ctx, conn, p.cfg.SetupTimeout, nil)
 	ch, err := conn.Channel()
 	if err == nil && p.cfg.Declare != nil {
 		err = p.cfg.Declare(ch)
@@ -112,8 +120,8 @@ func (p *Publisher) open() (*amqp.Channel, error) {
 	if err == nil {
 		err = ch.Confirm(false)
 	}
-	if err != nil {
-		_ = conn.Close()
+	if err = fail(err); err != nil {
+		_ = closeConn(conn)
 		return nil, fmt.Errorf("rabbitmq publisher channel: %w", err)
 	}
 	// Buffered beyond any batch: the reader goroutine delivers a return
@@ -144,7 +152,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Outgoing) ([]bool, error
 	if len(msgs) > cap(p.returns) && p.returns != nil {
 		return stored, fmt.Errorf("rabbitmq publish: batch of %d is larger than %d", len(msgs), cap(p.returns))
 	}
-	ch, err := p.open()
+	ch, err := p.open(ctx)
 	if err != nil {
 		p.stats.failed.Add(int64(len(msgs)))
 		return stored, err

@@ -3,7 +3,9 @@ package rabbitmq
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -16,11 +18,44 @@ import (
 func Dial(url, name string) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
-	conn, err := amqp.DialConfig(url, amqp.Config{Properties: props, Heartbeat: 10 * time.Second, Dial: amqp.DefaultDial(10 * time.Second)})
+	dial := amqp.DefaultDial(10 * time.Second)
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: props, Heartbeat: 10 * time.Second, Dial: func(network, addr string) (net.Conn, error) {
+		c, err := dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &firmDeadline{Conn: c}, nil
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("connect to rabbitmq %s: %w", redact(url), err)
 	}
 	return conn, nil
+}
+
+// firmDeadline keeps a deadline set with SetDeadline (CloseDeadline's)
+// from being pushed back: amqp091 moves the read deadline 3 heartbeats
+// ahead on every frame it reads, so a broker that sends heartbeats but
+// never answers the close would hold Close past its deadline.
+type firmDeadline struct {
+	net.Conn
+	mu   sync.Mutex
+	firm time.Time
+}
+
+func (c *firmDeadline) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.firm = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *firmDeadline) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	if !c.firm.IsZero() && (t.IsZero() || t.After(c.firm)) {
+		t = c.firm
+	}
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
 }
 
 // redact hides the password of an amqp URL.
