@@ -28,6 +28,12 @@ func closeConn(conn *amqp.Connection) error {
 	return conn.CloseDeadline(time.Now().Add(CloseTimeout))
 }
 
+// closeUnanswered closes conn unless the call it guards returns (and the
+// timer is stopped) within CloseTimeout: the call then ends with an error.
+func closeUnanswered(conn *amqp.Connection) *time.Timer {
+	return time.AfterFunc(CloseTimeout, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+}
+
 // watchSetup closes conn when ctx ends or limit passes before the setup is
 // over, which ends the pending call with an error; timedOut (if not nil)
 // runs when it was the limit. It returns the setup's end: called with the

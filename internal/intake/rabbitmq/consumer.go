@@ -308,8 +308,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		// which closes after the cancel-ok. A broker that never sends it
 		// would hold the shutdown: past CloseTimeout the connection is
 		// closed, and what it delivered unsettled goes back to the queue.
-		unanswered := time.AfterFunc(CloseTimeout, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
-		defer unanswered.Stop()
+		defer closeUnanswered(conn).Stop()
 		_ = ch.Cancel(tag, false)
 	})
 	defer stop()
@@ -348,8 +347,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 // pause lets it pass them on. Lost acks stay possible (a crash): they cost a
 // copy, never a message.
 func settleBeforeClose(conn *amqp.Connection, ch *amqp.Channel, prefetch int) {
-	unanswered := time.AfterFunc(CloseTimeout, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
-	defer unanswered.Stop()
+	defer closeUnanswered(conn).Stop()
 	if err := ch.Qos(prefetch, 0, false); err != nil { // basic.qos-ok: a round trip
 		return
 	}
