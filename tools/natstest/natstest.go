@@ -54,6 +54,8 @@ func Binary(t testing.TB) string {
 type Server struct {
 	// Port is the client port on 127.0.0.1.
 	Port int
+	// Name is the server_name StartCluster gave it ("" from Start).
+	Name string
 	// Dir holds the configuration, the JetStream store and the log.
 	Dir  string
 	cmd  *exec.Cmd
@@ -115,8 +117,10 @@ func StartCluster(t testing.TB, n int, conf string) []*Server {
 	}
 	servers := make([]*Server, n)
 	for i := range servers {
-		servers[i] = Start(t, fmt.Sprintf("server_name: n%d\ncluster { name: test, listen: 127.0.0.1:%d, routes: [%s] }\n%s",
-			i+1, ports[i], strings.Join(routes, ", "), conf))
+		name := fmt.Sprintf("n%d", i+1)
+		servers[i] = Start(t, fmt.Sprintf("server_name: %s\ncluster { name: test, listen: 127.0.0.1:%d, routes: [%s] }\n%s",
+			name, ports[i], strings.Join(routes, ", "), conf))
+		servers[i].Name = name
 	}
 	return servers
 }

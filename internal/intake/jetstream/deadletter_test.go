@@ -2,7 +2,6 @@ package jetstream_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -289,12 +288,7 @@ func deadLettersLeft(t *testing.T, h *harness, durable string) int {
 // delivers no more), and captures the advisory of a message held past its
 // last delivery.
 func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
-	_, urls := startCluster(t)
-	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, _, nc := startCluster(t)
 	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -341,8 +335,9 @@ func TestDeadLettersReplicatedLikeTheirStream(t *testing.T) {
 
 // startCluster starts three nats-servers as one JetStream cluster and
 // waits until JetStream answers on it (a meta leader elected). It returns
-// the servers and their URLs joined for nats.Connect.
-func startCluster(t *testing.T) ([]*natstest.Server, string) {
+// the servers, their URLs joined for nats.Connect, and the connection that
+// waited (reconnecting for ever, closed when t ends).
+func startCluster(t *testing.T) ([]*natstest.Server, string, *nats.Conn) {
 	t.Helper()
 	servers := natstest.StartCluster(t, 3, "")
 	urls := make([]string, len(servers))
@@ -353,7 +348,7 @@ func startCluster(t *testing.T) ([]*natstest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	testenv.Eventually(t, 60*time.Second, "the cluster's JetStream answering", func() bool {
 		// Each try on its own deadline: a request made before the meta
 		// leader is elected is never answered.
@@ -362,7 +357,7 @@ func startCluster(t *testing.T) ([]*natstest.Server, string) {
 		_, err := nc.RequestWithContext(ctx, "$JS.API.INFO", nil)
 		return err == nil
 	})
-	return servers, strings.Join(urls, ",")
+	return servers, strings.Join(urls, ","), nc
 }
 
 // TestDeadLetterOutlivesLosingItsLeader: on a three-server cluster, with
@@ -371,7 +366,7 @@ func startCluster(t *testing.T) ([]*natstest.Server, string) {
 // records the message once from its dead letter, through the stream's new
 // leader, and acks the advisory.
 func TestDeadLetterOutlivesLosingItsLeader(t *testing.T) {
-	servers, urls := startCluster(t)
+	servers, urls, _ := startCluster(t)
 	reg := prometheus.NewRegistry()
 	h, cfg, cons := deadLetterAt(t, urls, testenv.JetStreamOptions{Replicas: 3}, "evt_dead_lost", 4301, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -386,8 +381,8 @@ func TestDeadLetterOutlivesLosingItsLeader(t *testing.T) {
 		t.Fatalf("dead-letter stream: %d replicas, cluster %+v; want 3 and a leader", info.Config.Replicas, info.Cluster)
 	}
 	leader := info.Cluster.Leader
-	for i, s := range servers {
-		if fmt.Sprintf("n%d", i+1) == leader {
+	for _, s := range servers {
+		if s.Name == leader {
 			s.Kill()
 		}
 	}

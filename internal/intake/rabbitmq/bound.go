@@ -28,10 +28,15 @@ func closeConn(conn *amqp.Connection) error {
 	return conn.CloseDeadline(time.Now().Add(CloseTimeout))
 }
 
-// closeUnanswered closes conn unless the call it guards returns (and the
-// timer is stopped) within CloseTimeout: the call then ends with an error.
+// abort closes conn under a call still waiting for the broker, which then
+// ends with an error. Close's own connection.close would wait for an
+// answer too: a second's deadline ends it, and the socket with it.
+func abort(conn *amqp.Connection) { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }
+
+// closeUnanswered aborts conn unless the call it guards returns (and the
+// timer is stopped) within CloseTimeout.
 func closeUnanswered(conn *amqp.Connection) *time.Timer {
-	return time.AfterFunc(CloseTimeout, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+	return time.AfterFunc(CloseTimeout, func() { abort(conn) })
 }
 
 // watchSetup closes conn when ctx ends or limit passes before the setup is
@@ -43,9 +48,7 @@ func closeUnanswered(conn *amqp.Connection) *time.Timer {
 // only pass err through.
 func watchSetup(ctx context.Context, conn *amqp.Connection, limit time.Duration, timedOut func()) (end func(err error) error) {
 	sctx, cancel := context.WithTimeout(ctx, limit)
-	// Close's own connection.close would wait for an answer too: the
-	// deadline ends it, and the socket with it.
-	stop := context.AfterFunc(sctx, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+	stop := context.AfterFunc(sctx, func() { abort(conn) })
 	var once sync.Once
 	return func(err error) error {
 		once.Do(func() {
