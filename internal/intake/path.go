@@ -293,6 +293,7 @@ func (p *Path) decide(ctx, hctx context.Context, d Delivery, pre *message.Messag
 	case rec.New:
 		p.stats.recorded.Add(1)
 	default:
+		v.Copy = true
 		p.stats.duplicates.Add(1)
 		p.cfg.Logger.Info("redelivered or republished copy recognised", "message_id", rec.MessageID,
 			"source", d.Source, "position", d.Position, "delivery", d.Attempt)
@@ -461,7 +462,8 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // pull, RabbitMQ's delivery limit or TTL), taken up from the dead letter
 // the broker captured at capturedAt. It counts it once settled
 // (effectively_source_dead_letters_total; a dead letter handed back to be
-// taken up again is counted then); while the dead letter is under
+// taken up again is counted then), and not when the inbox holds the
+// message already (a copy of the dead letter, or its acks lost); while the dead letter is under
 // PathConfig.DeadLetterRecordAge old it is handled as a last delivery
 // (Handle: recorded, else quarantined, held while Postgres does not
 // answer). Older, or with a zero capturedAt (a dead letter never to be
@@ -471,7 +473,7 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // verdict means ctx ended first.
 func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time, detail string) (v Verdict) {
 	defer func() {
-		if v.Settle != SettleRetry {
+		if v.Settle != SettleRetry && !v.Copy {
 			p.cfg.Metrics.DeadLetter(p.cfg.Source)
 		}
 	}()
@@ -485,7 +487,7 @@ func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time,
 	if res, ok := p.quarantineDeadLetter(ctx, d.Raw, detail); ok {
 		v = Verdict{Settle: SettleQuarantined, Result: res}
 		if res.QuarantineID == 0 {
-			v.Settle = SettleAck // the inbox holds it
+			v.Settle, v.Copy = SettleAck, true // the inbox holds it
 		}
 		p.cfg.Logger.Warn("dead letter quarantined, or already in the inbox (quarantine_id 0)", "source", d.Source,
 			"position", d.Position, "message_id", res.MessageID, "quarantine_id", res.QuarantineID)

@@ -46,8 +46,9 @@ func TestRefusedTellsARefusalFromAnOutage(t *testing.T) {
 
 // TestDeadLetterHeldIsNotCounted: a dead letter whose record cannot reach
 // Postgres is held, and handed back when the worker stops (SettleRetry),
-// to be taken up again. Only the take that settles it counts, so that the
-// dead-letter counter counts messages, not tries.
+// to be taken up again. Only the take that settles it counts, and a copy
+// of it is not counted again, so that the dead-letter counter counts
+// messages, not tries.
 func TestDeadLetterHeldIsNotCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -80,10 +81,20 @@ func TestDeadLetterHeldIsNotCounted(t *testing.T) {
 	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 0 {
 		t.Errorf("%s = %v after a take handed back, want 0", metrics.NameDeadLetters, n)
 	}
-	if v := deadLetter(newHarness(t).in, 30*time.Second); v.Settle != intake.SettleAck {
+	up := newHarness(t).in
+	if v := deadLetter(up, 30*time.Second); v.Settle != intake.SettleAck {
 		t.Fatalf("the dead letter taken up again was settled %s, want ack (recorded)", v.Settle)
 	}
 	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 1 {
 		t.Errorf("%s = %v after it was recorded, want 1", metrics.NameDeadLetters, n)
+	}
+	// A copy of the dead letter (JetStream hands one over again when the
+	// dead-letter stream's leader is lost before the ack) finds the
+	// message in the inbox, and is not a second dead letter.
+	if v := deadLetter(up, 30*time.Second); v.Settle != intake.SettleAck || !v.Copy {
+		t.Fatalf("a copy of the dead letter: settled %s, copy %v; want ack, a copy", v.Settle, v.Copy)
+	}
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 1 {
+		t.Errorf("%s = %v after a copy of the dead letter, want still 1", metrics.NameDeadLetters, n)
 	}
 }

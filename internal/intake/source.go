@@ -104,6 +104,9 @@ type Verdict struct {
 	Result Result
 	// Cause is why a SettleRetry was not recorded.
 	Cause error
+	// Copy is true when the inbox held the message already: a redelivery,
+	// a re-publish, or a copy of a dead letter.
+	Copy bool
 }
 
 // SourceStats counts what one source's Path did since it was created.
