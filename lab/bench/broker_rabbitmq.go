@@ -22,7 +22,7 @@ type rabbitBroker struct {
 	pub     *rabbitmq.Publisher
 }
 
-func newRabbitBroker(_ context.Context) (_ *rabbitBroker, err error) {
+func newRabbitBroker(ctx context.Context) (_ *rabbitBroker, err error) {
 	url := os.Getenv("RABBITMQ_URL")
 	if url == "" {
 		url = rabbitmq.DefaultURL
@@ -45,15 +45,18 @@ func newRabbitBroker(_ context.Context) (_ *rabbitBroker, err error) {
 	if v, err := rabbitmq.ServerVersion(b.conn.Properties); err == nil {
 		b.version = "rabbitmq " + v.String()
 	}
-	ch, err := b.conn.Channel()
+	err = rabbitmq.Bounded(ctx, b.conn, func() error {
+		ch, err := b.conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer ch.Close()
+		if err := rabbitmq.Declare(ch, b.cfg); err != nil {
+			return err
+		}
+		return b.events.Declare(ch)
+	})
 	if err != nil {
-		return nil, err
-	}
-	defer ch.Close()
-	if err := rabbitmq.Declare(ch, b.cfg); err != nil {
-		return nil, err
-	}
-	if err := b.events.Declare(ch); err != nil {
 		return nil, err
 	}
 	b.pub = rabbitmq.NewPublisher(rabbitmq.PublisherConfig{URL: url, Name: "effectively bench publisher"})
@@ -96,13 +99,17 @@ func (b *rabbitBroker) PublishBurst(ctx context.Context, raws [][]byte) error {
 }
 
 // Subscribed reports a consumer on the queue.
-func (b *rabbitBroker) Subscribed(context.Context) bool {
-	ch, err := b.conn.Channel()
-	if err != nil {
-		return false
-	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(b.cfg.Queue, true, false, false, false, nil)
+func (b *rabbitBroker) Subscribed(ctx context.Context) bool {
+	var q amqp.Queue
+	err := rabbitmq.Bounded(ctx, b.conn, func() error {
+		ch, err := b.conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer ch.Close()
+		q, err = ch.QueueDeclarePassive(b.cfg.Queue, true, false, false, false, nil)
+		return err
+	})
 	return err == nil && q.Consumers > 0
 }
 
@@ -113,17 +120,7 @@ func (b *rabbitBroker) Close() {
 	if b.conn == nil {
 		return
 	}
-	for _, q := range []string{b.cfg.Queue, b.cfg.Queue + ".dead", b.events.Queue} {
-		if ch, err := b.conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			_ = ch.Close()
-		}
-	}
-	for _, x := range []string{b.cfg.Exchange, b.cfg.Queue + ".dlx", b.events.Exchange} {
-		if ch, err := b.conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(x, false, false)
-			_ = ch.Close()
-		}
-	}
-	_ = b.conn.Close()
+	_ = rabbitmq.Remove(context.Background(), b.conn, []string{b.cfg.Queue, b.cfg.Queue + ".dead", b.events.Queue},
+		[]string{b.cfg.Exchange, b.cfg.Queue + ".dlx", b.events.Exchange})
+	_ = rabbitmq.CloseConn(b.conn)
 }

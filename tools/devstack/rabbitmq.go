@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -21,15 +22,14 @@ func (s *stack) rabbitBroker(fresh bool) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s=rabbitmq: %w (start it with `rabbitmq-server -detached`)", EnvBroker, err)
 	}
-	defer conn.Close()
+	defer func() { _ = rabbitmq.CloseConn(conn) }()
 	name := "effectively-" + strings.ToLower(s.instance)
 	queue, events := name+".messages", name+".events"
 	if fresh {
-		for _, q := range []string{queue, queue + ".dead", events} {
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false) // absent on a first run
-				_ = ch.Close()
-			}
+		// Absent on a first run: each delete fails alone.
+		err := rabbitmq.Remove(context.Background(), conn, []string{queue, queue + ".dead", events}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s=rabbitmq: deleting the queues of an earlier run: %w", EnvBroker, err)
 		}
 	}
 	step(s.out, "using RabbitMQ at %s, queue %s (events in %s)", strings.SplitN(url, "@", 2)[len(strings.SplitN(url, "@", 2))-1], queue, events)

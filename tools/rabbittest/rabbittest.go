@@ -87,18 +87,9 @@ func Delete(t testing.TB, url string, queues, exchanges []string) {
 		t.Logf("rabbittest: delete %v: %v", queues, err)
 		return
 	}
-	defer conn.Close()
-	for _, q := range queues {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			_ = ch.Close()
-		}
-	}
-	for _, x := range exchanges {
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(x, false, false)
-			_ = ch.Close()
-		}
+	defer func() { _ = rabbitmq.CloseConn(conn) }()
+	if err := rabbitmq.Remove(context.Background(), conn, queues, exchanges); err != nil {
+		t.Logf("rabbittest: delete %v: %v", queues, err)
 	}
 }
 

@@ -22,9 +22,9 @@ const SetupTimeout = 15 * time.Second
 // broker's close-ok, which a broker that stopped answering never sends.
 const CloseTimeout = 5 * time.Second
 
-// closeConn closes conn, giving the broker CloseTimeout to answer; past it
-// the socket is closed.
-func closeConn(conn *amqp.Connection) error {
+// CloseConn closes conn, giving the broker CloseTimeout to answer; past it
+// the socket is closed. Close alone waits for the answer with no deadline.
+func CloseConn(conn *amqp.Connection) error {
 	return conn.CloseDeadline(time.Now().Add(CloseTimeout))
 }
 
@@ -70,4 +70,12 @@ func watchSetup(ctx context.Context, conn *amqp.Connection, limit time.Duration,
 		})
 		return err
 	}
+}
+
+// Bounded runs fn, calls on conn that wait for the broker (a channel, the
+// declarations), and closes conn when fn has not returned within
+// SetupTimeout or ctx ends first: the pending call then ends with an error
+// saying so. conn is of no further use after that.
+func Bounded(ctx context.Context, conn *amqp.Connection, fn func() error) error {
+	return watchSetup(ctx, conn, SetupTimeout, nil)(fn())
 }

@@ -191,3 +191,27 @@ func TestUnansweredCancelEndsTheShutdown(t *testing.T) {
 		t.Fatalf("%d inbox rows, want 1", n)
 	}
 }
+
+// TestBoundedEndsAnUnansweredCall: a dev tool's declarations through
+// Bounded (devstack's, the bench's) end with their context when the
+// broker never answers channel.open, and CloseConn then returns.
+func TestBoundedEndsAnUnansweredCall(t *testing.T) {
+	mute := rabbittest.StartMute(t, rabbittest.URL())
+	mute.Swallow(rabbittest.ChannelOpen)
+	conn, err := rabbitmq.Dial(mute.URL, "bounded test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = within(t, 5*time.Second, "Bounded", func() error {
+		return rabbitmq.Bounded(ctx, conn, func() error {
+			_, err := conn.Channel()
+			return err
+		})
+	})
+	if err == nil || !strings.Contains(err.Error(), "stopping") {
+		t.Fatalf("Bounded = %v, want it ended with its context", err)
+	}
+	_ = within(t, rabbitmq.CloseTimeout+3*time.Second, "CloseConn", func() error { return rabbitmq.CloseConn(conn) })
+}

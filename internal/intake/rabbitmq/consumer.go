@@ -139,7 +139,7 @@ func (c *Consumer) Horizon(ctx context.Context) (retention.SourceHorizon, error)
 	if err != nil {
 		return retention.SourceHorizon{}, err
 	}
-	defer func() { _ = closeConn(conn) }()
+	defer func() { _ = CloseConn(conn) }()
 	fail := c.watchSetup(ctx, conn)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -247,7 +247,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = closeConn(conn) }()
+	defer func() { _ = CloseConn(conn) }()
 	fail := c.watchSetup(ctx, conn)
 	version, err := ServerVersion(conn.Properties)
 	if err != nil {

@@ -41,7 +41,7 @@ func (c *Consumer) deadLetterSession(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = closeConn(conn) }()
+	defer func() { _ = CloseConn(conn) }()
 	fail := c.watchSetup(ctx, conn)
 	ch, err := conn.Channel()
 	if err != nil {

@@ -92,7 +92,7 @@ func (p *Publisher) Close() error {
 	if p.conn == nil {
 		return nil
 	}
-	err := closeConn(p.conn)
+	err := CloseConn(p.conn)
 	p.conn, p.ch = nil, nil
 	return err
 }
@@ -105,7 +105,7 @@ func (p *Publisher) open(ctx context.Context) (*amqp.Channel, error) {
 		return p.ch, nil
 	}
 	if p.conn != nil {
-		_ = closeConn(p.conn)
+		_ = CloseConn(p.conn)
 		p.conn, p.ch = nil, nil
 	}
 	conn, err := Dial(p.cfg.URL, p.cfg.Name)
@@ -121,7 +121,7 @@ func (p *Publisher) open(ctx context.Context) (*amqp.Channel, error) {
 		err = ch.Confirm(false)
 	}
 	if err = fail(err); err != nil {
-		_ = closeConn(conn)
+		_ = CloseConn(conn)
 		return nil, fmt.Errorf("rabbitmq publisher channel: %w", err)
 	}
 	// Buffered beyond any batch: the reader goroutine delivers a return

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -148,4 +149,25 @@ func (t EventsTopology) Declare(ch *amqp.Channel) error {
 		return fmt.Errorf("bind events queue %s: %w", t.Queue, err)
 	}
 	return nil
+}
+
+// Remove deletes queues, then exchanges, on conn, each on a channel of its
+// own (a missing one fails alone and is skipped), within SetupTimeout or
+// ctx: the cleanup of a tool's or a test's own topology.
+func Remove(ctx context.Context, conn *amqp.Connection, queues, exchanges []string) error {
+	return Bounded(ctx, conn, func() error {
+		for _, q := range queues {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(q, false, false, false)
+				_ = ch.Close()
+			}
+		}
+		for _, x := range exchanges {
+			if ch, err := conn.Channel(); err == nil {
+				_ = ch.ExchangeDelete(x, false, false)
+				_ = ch.Close()
+			}
+		}
+		return nil
+	})
 }
