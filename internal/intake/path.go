@@ -463,10 +463,10 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // the broker captured at capturedAt. It counts it once settled
 // (effectively_source_dead_letters_total; a dead letter handed back to be
 // taken up again is counted then), and not when the inbox holds the
-// message already (a copy of the dead letter, or its acks lost); while the dead letter is under
-// PathConfig.DeadLetterRecordAge old it is handled as a last delivery
-// (Handle: recorded, else quarantined, held while Postgres does not
-// answer). Older, or with a zero capturedAt (a dead letter never to be
+// message already (a copy of the dead letter, or its acks lost). While
+// the dead letter is under PathConfig.DeadLetterRecordAge old it is
+// handled as a last delivery (Handle: recorded, else quarantined, held
+// while Postgres does not answer). Older, or with a zero capturedAt (a dead letter never to be
 // recorded: one past its TTL), it is only quarantined as max_deliver with
 // detail, and not even that when the inbox holds it already (recorded, its
 // acks lost: SettleAck); d.Settle carries the verdict out. A SettleRetry
