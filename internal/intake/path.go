@@ -466,11 +466,11 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // message already (a copy of the dead letter, or its acks lost). While
 // the dead letter is under PathConfig.DeadLetterRecordAge old it is
 // handled as a last delivery (Handle: recorded, else quarantined, held
-// while Postgres does not answer). Older, or with a zero capturedAt (a dead letter never to be
-// recorded: one past its TTL), it is only quarantined as max_deliver with
-// detail, and not even that when the inbox holds it already (recorded, its
-// acks lost: SettleAck); d.Settle carries the verdict out. A SettleRetry
-// verdict means ctx ended first.
+// while Postgres does not answer). Older, or with a zero capturedAt (a
+// dead letter never to be recorded: one past its TTL), it is only
+// quarantined as max_deliver with detail, and not even that when the
+// inbox holds it already (recorded, its acks lost: SettleAck); d.Settle
+// carries the verdict out. A SettleRetry verdict means ctx ended first.
 func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time, detail string) (v Verdict) {
 	defer func() {
 		if v.Settle != SettleRetry && !v.Copy {

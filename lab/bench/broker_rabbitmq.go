@@ -123,4 +123,5 @@ func (b *rabbitBroker) Close() {
 	_ = rabbitmq.Remove(context.Background(), b.conn, []string{b.cfg.Queue, b.cfg.Queue + ".dead", b.events.Queue},
 		[]string{b.cfg.Exchange, b.cfg.Queue + ".dlx", b.events.Exchange})
 	_ = rabbitmq.CloseConn(b.conn)
+	b.conn = nil
 }

@@ -18,11 +18,23 @@ func TestRabbitBrokerDeclaresAndRemoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close) // a second Close does nothing
 	queues := []string{b.cfg.Queue, b.cfg.Queue + ".dead", b.events.Queue}
-	ch := rabbittest.Channel(t, rabbittest.URL())
+	conn := rabbittest.Dial(t, rabbittest.URL())
+	declared := func(q string) bool {
+		// A passive declare of a missing queue closes its channel: one
+		// channel each.
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		return err == nil
+	}
 	for _, q := range queues {
-		if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
-			t.Fatalf("queue %s not declared: %v", q, err)
+		if !declared(q) {
+			t.Fatalf("queue %s not declared", q)
 		}
 	}
 	if b.Subscribed(ctx) {
@@ -30,9 +42,7 @@ func TestRabbitBrokerDeclaresAndRemoves(t *testing.T) {
 	}
 	b.Close()
 	for _, q := range queues {
-		// A passive declare of a missing queue closes its channel.
-		ch := rabbittest.Channel(t, rabbittest.URL())
-		if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err == nil {
+		if declared(q) {
 			t.Errorf("queue %s left after Close", q)
 		}
 	}
