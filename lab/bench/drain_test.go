@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,11 @@ func TestDrainTargets(t *testing.T) {
 		if got[i].Met != want {
 			t.Errorf("%s: met %v, want %v (%s)", got[i].What, got[i].Met, want, got[i].Measured)
 		}
+	}
+	// Against the drain's own baseline (as many idle probes as far apart).
+	rep.IdleDrainP99 = 25 * time.Millisecond
+	if got = (&DrainPhase{Report: rep}).targets(); !got[3].Met || !strings.Contains(got[3].Measured, "against 25ms idle") {
+		t.Errorf("41ms against 25ms: %+v, want met against the drain's baseline", got[3])
 	}
 	rep.BusyFirst = 4 * time.Second
 	if got = (&DrainPhase{Report: rep}).targets(); got[2].Met {

@@ -31,7 +31,7 @@ type DrainConfig struct {
 	// beside the burst. Default 100: the p99 of fewer is their slowest.
 	Probes int
 	// BusyProbes is how many are timed during the drain after the outage,
-	// BusyEvery apart. Default: spread over 90% of the drain's expected
+	// BusyEvery apart, and as many idle, as far apart, for its baseline. Default: spread over 90% of the drain's expected
 	// time (Backlog / Limit), one a second at 20/s (a twentieth of the
 	// limit, so that their receipts take little of SendGrid's share from
 	// the backlog's) and never closer than ProbeEvery; at least Probes.
@@ -61,7 +61,8 @@ type DrainConfig struct {
 	// allow (the lowest of the endpoint and SendGrid limits), for the
 	// report. Required.
 	Limit float64
-	// Timeout bounds the whole run. Default 20m.
+	// Timeout bounds the whole run. Default 20m and the idle probes at the
+	// drain's spacing (BusyProbes × BusyEvery).
 	Timeout time.Duration
 	// Seed makes the IDs unique per run. Default: the time.
 	Seed uint64
@@ -180,6 +181,14 @@ type DrainReport struct {
 	// IdleP50 and BusyP50 are the medians of the same latencies.
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
+	// IdleDrainP99 and IdleDrainP50 are the idle latencies again, of as
+	// many probes as BusyProbes sent BusyEvery apart: Ratio's baseline. A
+	// p99 of n probes is their ceil(0.99n)-th, which lies near the
+	// k/(n+1) quantile: 98.0% of 100 probes, 98.9% of 450. Against IdleP99
+	// (of Probes) a drain's p99 of more probes was read further into the
+	// tail than its baseline. 0 in reports from before it was measured.
+	IdleDrainP99 time.Duration `json:"idle_drain_p99"`
+	IdleDrainP50 time.Duration `json:"idle_drain_p50"`
 	// BusyIntakeP99 is the part of the busy latency before the inbox row
 	// (the broker delivering in stream order), BusyWorkP99 the part after
 	// it (Temporal, the shared limits).
@@ -240,9 +249,10 @@ func (r DrainReport) String() string {
 		}
 		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
 	}
-	fmt.Fprintf(&b, "after the outage, other route (refunds), %d sent one every %s while the backlog lasted: p99 idle %s, during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes); the first, sent as the workers answered /readyz, %s\n",
-		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  median idle %s, during the drain %s\n", r.IdleP50.Round(time.Millisecond), r.BusyP50.Round(time.Millisecond))
+	fmt.Fprintf(&b, "after the outage, other route (refunds), %d sent one every %s while the backlog lasted: p99 idle %s (as many, as far apart), during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes); the first, sent as the workers answered /readyz, %s\n",
+		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.DrainIdleP99().Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  median idle %s, during the drain %s; against the %d idle probes of the burst's spacing (p99 %s) the ratio would be %.1f×\n",
+		cmp.Or(r.IdleDrainP50, r.IdleP50).Round(time.Millisecond), r.BusyP50.Round(time.Millisecond), r.Probes, r.IdleP99.Round(time.Millisecond), ratio(r.BusyP99, r.IdleP99))
 	fmt.Fprintf(&b, "  the longest wait %s against the bound of %s\n", max(r.BusyMax, r.BusyFirst).Round(time.Millisecond), WaitBound)
 	fmt.Fprintf(&b, "  of which before the inbox (the broker, in stream order) p99 %s, after it (Temporal, the limits) p99 %s\n",
 		r.BusyIntakeP99.Round(time.Millisecond), r.BusyWorkP99.Round(time.Millisecond))
@@ -269,12 +279,17 @@ func regularLine(regular, n int, scheduled, dispatch time.Duration) string {
 }
 
 // BurstRatio is BurstP99 / IdleP99: the fairness figure with the workers
-// warm.
+// warm (both of Probes probes, ProbeEvery apart).
 func (r DrainReport) BurstRatio() float64 {
-	if r.IdleP99 <= 0 {
+	return ratio(r.BurstP99, r.IdleP99)
+}
+
+// ratio is busy / idle, 0 without an idle figure.
+func ratio(busy, idle time.Duration) float64 {
+	if idle <= 0 {
 		return 0
 	}
-	return float64(r.BurstP99) / float64(r.IdleP99)
+	return float64(busy) / float64(idle)
 }
 
 // WaitBound is the longest a refund sent while the other route's backlog
@@ -301,12 +316,15 @@ func (r DrainReport) Waits() []string {
 	return out
 }
 
-// Ratio is BusyP99 / IdleP99.
+// Ratio is BusyP99 / DrainIdleP99: the fairness figure after the outage.
 func (r DrainReport) Ratio() float64 {
-	if r.IdleP99 <= 0 {
-		return 0
-	}
-	return float64(r.BusyP99) / float64(r.IdleP99)
+	return ratio(r.BusyP99, r.DrainIdleP99())
+}
+
+// DrainIdleP99 is Ratio's baseline: IdleDrainP99, or IdleP99 in a report
+// without it.
+func (r DrainReport) DrainIdleP99() time.Duration {
+	return cmp.Or(r.IdleDrainP99, r.IdleP99)
 }
 
 func (c *DrainConfig) setDefaults() {
@@ -337,7 +355,8 @@ func (c *DrainConfig) setDefaults() {
 		c.BusyProbes, c.BusyEvery = busyProbes(c.Backlog, c.Limit, c.Probes, c.ProbeEvery, c.BusyProbes, c.BusyEvery)
 	}
 	if c.Timeout == 0 {
-		c.Timeout = 20 * time.Minute
+		// And the idle probes at the drain's spacing.
+		c.Timeout = 20*time.Minute + time.Duration(c.BusyProbes)*c.BusyEvery
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
@@ -447,6 +466,15 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.IdleServer = window(before, after)
 	rep.IdleP99 = p99(idle.total)
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
+	// The drain's baseline: as many probes as it sends, as far apart.
+	idleDrain := idle
+	if cfg.BusyProbes != cfg.Probes || cfg.BusyEvery != cfg.ProbeEvery {
+		if idleDrain, err = probe(ctx, cfg, st, stem+"_rq", orderBase, cfg.BusyProbes, cfg.BusyEvery); err != nil {
+			return rep, fmt.Errorf("idle probes at the drain's spacing: %w", err)
+		}
+		cfg.Logf("drain: idle refund p99 %s (%d probes %s apart; of their first %d, %s)", p99(idleDrain.total), cfg.BusyProbes, cfg.BusyEvery,
+			cfg.Probes, p99(idleDrain.first(cfg.Probes)))
+	}
 
 	// Fairness with the workers warm: the orders route's backlog comes at
 	// once (a producer's batch, a broker's reconnection), the refunds beside it.
@@ -520,6 +548,9 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.BusyMax = slices.Max(busy.total)
 	rep.BusyMaxAt = busy.sentAt[slices.Index(busy.total, rep.BusyMax)]
 	rep.IdleP50, rep.BusyP50 = p50(idle.total), p50(busy.total)
+	// Against the idle probes sent first, as many as counted here.
+	base := idleDrain.first(len(busy.total))
+	rep.IdleDrainP99, rep.IdleDrainP50 = p99(base), p50(base)
 	rep.Drained = last.Sub(back)
 	rep.Rate = float64(cfg.Backlog) / rep.Drained.Seconds()
 	s1, g1, err := st.simStats(ctx)
@@ -673,6 +704,20 @@ func (l latencies) before(t time.Time) (kept latencies, first time.Duration) {
 		kept.sentAt, kept.sent = append(kept.sentAt, l.sentAt[i]), append(kept.sent, at)
 	}
 	return kept, first
+}
+
+// first is the total latencies of the n probes sent first (all when fewer).
+func (l latencies) first(n int) []time.Duration {
+	order := make([]int, len(l.total))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(l.sentAt[a], l.sentAt[b]) })
+	out := make([]time.Duration, 0, min(n, len(order)))
+	for _, i := range order[:min(n, len(order))] {
+		out = append(out, l.total[i])
+	}
+	return out
 }
 
 // five renders the five slowest probes as "latency at sent", slowest

@@ -115,3 +115,33 @@ func TestWaitBound(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainBaseline: the drain's ratio is taken against the idle probes
+// sent first, as many as the drain counted, not against the burst's
+// fewer; a report without them falls back to the burst's baseline.
+func TestDrainBaseline(t *testing.T) {
+	var l latencies
+	// Sent out of order in the rows: the first three sent are 10, 20, 90 ms.
+	for _, p := range []struct{ at, d time.Duration }{{2, 90}, {0, 10}, {4, 95}, {1, 20}, {3, 5}} {
+		l.total, l.sentAt = append(l.total, p.d*time.Millisecond), append(l.sentAt, p.at*time.Second)
+	}
+	if got := l.first(3); len(got) != 3 || p99(got) != 90*time.Millisecond {
+		t.Errorf("first(3) = %v, want the three sent first (p99 90ms)", got)
+	}
+	if got := l.first(9); len(got) != 5 {
+		t.Errorf("first(9) = %v, want all five", got)
+	}
+	r := DrainReport{IdleP99: 20 * time.Millisecond, IdleDrainP99: 25 * time.Millisecond, BusyP99: 45 * time.Millisecond}
+	if got := r.Ratio(); got != 1.8 {
+		t.Errorf("ratio = %v, want 45/25 = 1.8", got)
+	}
+	r.IdleDrainP99 = 0
+	if got := r.Ratio(); got != 2.25 {
+		t.Errorf("ratio without the drain's baseline = %v, want 45/20 = 2.25", got)
+	}
+	c := DrainConfig{Limit: 20, Backlog: 10000}
+	c.setDefaults()
+	if want := 20*time.Minute + 450*time.Second; c.Timeout != want {
+		t.Errorf("timeout %s, want %s: 20m and the 450 idle probes 1s apart", c.Timeout, want)
+	}
+}

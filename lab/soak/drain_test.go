@@ -43,7 +43,7 @@ var (
 	drainBusyProbes  = flag.Int("drain-busy-probes", 0, "refund probes during the drain after the outage (default: spread over 90% of its expected time, at least -drain-probes)")
 	drainBusyEvery   = flag.Duration("drain-busy-every", 0, "the drain's probes' spacing (default: a twentieth of the limit, 1s at 20/s, never closer than the other probes)")
 	drainSimsApart   = flag.Bool("drain-sims-apart", false, "run the simulators as a process of their own (sim/providersim), not in the test's process beside the probes and the publisher")
-	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target: met at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, not at the default 60/s; see docs/operations.md)")
+	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99 (issue 24's fairness target: near it at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, met in some runs and not in others on 2 shared cores; missed at the default 60/s; see docs/operations.md)")
 )
 
 // The short drain's limits: the simulators answer 429 past Stripe's ratios
@@ -159,9 +159,9 @@ func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics 
 // the refund probes. No refund may take longer than WaitBound beside
 // either backlog. The refund route's p99 against its idle p99 (the
 // fairness target, 2×), beside those 1,000 and behind the 5,000, is
-// reported; -drain-fairness makes it fail the test (met at Stripe's own
-// limits, which make bench runs, not at this test's default 60/s on 2
-// cores).
+// reported; -drain-fairness makes it fail the test (near 2× at Stripe's own
+// limits, which make bench runs, met in some runs and not in others; missed
+// at this test's default 60/s on 2 cores).
 func TestBacklogDrain(t *testing.T) {
 	st := NewDrainStack(t, *drainSimLimit, *drainWorkerLimit)
 	rep, err := RunDrain(context.Background(), DrainConfig{Probes: *drainProbes, ProbeEvery: *drainProbeEvery, Backlog: *drainBacklog, Burst: *drainBurst, BurstRate: *drainBurstRate, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter,
@@ -204,6 +204,6 @@ func TestBacklogDrain(t *testing.T) {
 	}
 	if rep.Ratio() > 2 {
 		report("FAIRNESS TARGET NOT MET (checked with -drain-fairness): the refund route's p99 went from %s idle to %s behind the backlog after the outage (%.1f×, want ≤ 2×)",
-			rep.IdleP99, rep.BusyP99, rep.Ratio())
+			rep.DrainIdleP99(), rep.BusyP99, rep.Ratio())
 	}
 }
