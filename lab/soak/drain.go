@@ -31,10 +31,11 @@ type DrainConfig struct {
 	// beside the burst. Default 100: the p99 of fewer is their slowest.
 	Probes int
 	// BusyProbes is how many are timed during the drain after the outage,
-	// BusyEvery apart, and as many idle, as far apart, for its baseline. Default: spread over 90% of the drain's expected
-	// time (Backlog / Limit), one a second at 20/s (a twentieth of the
-	// limit, so that their receipts take little of SendGrid's share from
-	// the backlog's) and never closer than ProbeEvery; at least Probes.
+	// BusyEvery apart, and as many idle, as far apart, for its baseline.
+	// Default: spread over 90% of the drain's expected time (Backlog /
+	// Limit), one a second at 20/s (a twentieth of the limit, so that their
+	// receipts take little of SendGrid's share from the backlog's) and
+	// never closer than ProbeEvery; at least Probes.
 	// Spread, their p99 is the whole drain's, not its first seconds' (at
 	// ProbeEvery, 100 probes covered 25 s of a drain of 100-500 s).
 	BusyProbes int
@@ -182,11 +183,11 @@ type DrainReport struct {
 	IdleP50 time.Duration `json:"idle_p50"`
 	BusyP50 time.Duration `json:"busy_p50"`
 	// IdleDrainP99 and IdleDrainP50 are the idle latencies again, of as
-	// many probes as BusyProbes sent BusyEvery apart: Ratio's baseline. A
-	// p99 of n probes is their ceil(0.99n)-th, which lies near the
-	// k/(n+1) quantile: 98.0% of 100 probes, 98.9% of 450. Against IdleP99
-	// (of Probes) a drain's p99 of more probes was read further into the
-	// tail than its baseline. 0 in reports from before it was measured.
+	// many probes as BusyProbes sent BusyEvery apart: Ratio's baseline.
+	// IdleP99 (Probes, ProbeEvery apart) is not: a p99 of n probes is their
+	// ceil(0.99n)-th, near the k/(n+1) quantile (98.0% of 100 probes, 98.9%
+	// of 450), and idle probes 1 s apart had about twice the p99 of probes
+	// 250 ms apart (docs/operations.md). 0 in reports from before.
 	IdleDrainP99 time.Duration `json:"idle_drain_p99"`
 	IdleDrainP50 time.Duration `json:"idle_drain_p50"`
 	// BusyIntakeP99 is the part of the busy latency before the inbox row
