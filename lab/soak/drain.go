@@ -251,7 +251,7 @@ func (r DrainReport) String() string {
 		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
 	}
 	fmt.Fprintf(&b, "after the outage, other route (refunds), %d sent one every %s while the backlog lasted: p99 idle %s (as many, as far apart), during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes); the first, sent as the workers answered /readyz, %s\n",
-		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.DrainIdleP99().Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
+		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.DrainBaseline().Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  median idle %s, during the drain %s; against the %d idle probes of the burst's spacing (p99 %s) the ratio would be %.1f×\n",
 		cmp.Or(r.IdleDrainP50, r.IdleP50).Round(time.Millisecond), r.BusyP50.Round(time.Millisecond), r.Probes, r.IdleP99.Round(time.Millisecond), ratio(r.BusyP99, r.IdleP99))
 	fmt.Fprintf(&b, "  the longest wait %s against the bound of %s\n", max(r.BusyMax, r.BusyFirst).Round(time.Millisecond), WaitBound)
@@ -317,14 +317,14 @@ func (r DrainReport) Waits() []string {
 	return out
 }
 
-// Ratio is BusyP99 / DrainIdleP99: the fairness figure after the outage.
+// Ratio is BusyP99 / DrainBaseline: the fairness figure after the outage.
 func (r DrainReport) Ratio() float64 {
-	return ratio(r.BusyP99, r.DrainIdleP99())
+	return ratio(r.BusyP99, r.DrainBaseline())
 }
 
-// DrainIdleP99 is Ratio's baseline: IdleDrainP99, or IdleP99 in a report
+// DrainBaseline is Ratio's baseline: IdleDrainP99, or IdleP99 in a report
 // without it.
-func (r DrainReport) DrainIdleP99() time.Duration {
+func (r DrainReport) DrainBaseline() time.Duration {
 	return cmp.Or(r.IdleDrainP99, r.IdleP99)
 }
 
