@@ -23,6 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively/effectively/tools/freeport"
 )
 
 // NewCluster starts an in-process kfake with one broker, closed when t
@@ -139,7 +141,7 @@ func Binary(t testing.TB) string {
 // partitions partitions. It is killed when t ends.
 func StartProcess(t testing.TB, partitions int, topics ...string) *Process {
 	t.Helper()
-	p := &Process{Port: freePort(t), Dir: t.TempDir(), bin: Binary(t)}
+	p := &Process{Port: freeport.Ports(t, 1)[0], Dir: t.TempDir(), bin: Binary(t)}
 	p.start(t, partitions, topics)
 	t.Cleanup(func() { p.Kill(t) })
 	return p
@@ -235,19 +237,4 @@ func (p *Process) RestartErr() error {
 		<-done
 	}
 	return p.run(0, nil)
-}
-
-// freePort returns a loopback port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		t.Fatalf("kafkatest: listener address %v is not TCP", l.Addr())
-	}
-	return addr.Port
 }

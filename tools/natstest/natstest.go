@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/effectively/effectively/tools/freeport"
 )
 
 // DefaultBinary is where Debian's nats-server package installs the server.
@@ -90,8 +92,14 @@ func (s *Server) Reload(t testing.TB, conf string) {
 // server's directory.
 func Start(t testing.TB, conf string) *Server {
 	t.Helper()
+	return start(t, freeport.Ports(t, 1)[0], conf)
+}
+
+// start is Start on the given client port.
+func start(t testing.TB, port int, conf string) *Server {
+	t.Helper()
 	dir := t.TempDir()
-	s := &Server{Port: freePort(t), Dir: dir, log: &syncBuffer{}}
+	s := &Server{Port: port, Dir: dir, log: &syncBuffer{}}
 	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(s.fullConfig(conf)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -109,16 +117,17 @@ func Start(t testing.TB, conf string) *Server {
 // elected a meta leader, a few seconds after StartCluster returns.
 func StartCluster(t testing.TB, n int, conf string) []*Server {
 	t.Helper()
-	ports := make([]int, n)
+	// The route ports, then the client ports: all different (a port
+	// chosen twice made nats-server refuse its routes as duplicates).
+	ports := freeport.Ports(t, 2*n)
 	routes := make([]string, n)
-	for i := range ports {
-		ports[i] = freePort(t)
+	for i := range routes {
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i])
 	}
 	servers := make([]*Server, n)
 	for i := range servers {
 		name := fmt.Sprintf("n%d", i+1)
-		servers[i] = Start(t, fmt.Sprintf("server_name: %s\ncluster { name: test, listen: 127.0.0.1:%d, routes: [%s] }\n%s",
+		servers[i] = start(t, ports[n+i], fmt.Sprintf("server_name: %s\ncluster { name: test, listen: 127.0.0.1:%d, routes: [%s] }\n%s",
 			name, ports[i], strings.Join(routes, ", "), conf))
 		servers[i].Name = name
 	}
@@ -195,21 +204,6 @@ func (s *Server) run(t testing.TB) {
 func (s *Server) fullConfig(conf string) string {
 	return fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s\n", s.Port, filepath.Join(s.Dir, "js"),
 		strings.ReplaceAll(conf, "{{DIR}}", s.Dir))
-}
-
-// freePort returns a loopback port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		t.Fatalf("natstest: listener address %v is not TCP", l.Addr())
-	}
-	return addr.Port
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's output and the test.
