@@ -30,6 +30,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/temporalclient"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/freeport"
 	"github.com/effectively/effectively/tools/workerproc"
 	"github.com/effectively/effectively/workflows"
 )
@@ -276,13 +277,13 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 
 	// One real worker process, with its profiles and its metrics on free
 	// loopback ports.
-	if s.pprofAddr, err = freeAddr(); err != nil {
-		return nil, err
-	}
-	healthAddr, err := freeAddr()
+	// Both chosen at once: chosen one after the other, they could be one.
+	ports, err := freeport.Pick(2)
 	if err != nil {
 		return nil, err
 	}
+	s.pprofAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	healthAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 	s.workerMetrics = "http://" + healthAddr + "/metrics"
 	s.workerBin = cfg.WorkerBin
 	if s.workerBin == "" {
