@@ -276,8 +276,7 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	s.stripeURL, s.sendgridURL = st.URL, sg.URL
 
 	// One real worker process, with its profiles and its metrics on free
-	// loopback ports.
-	// Both chosen at once: chosen one after the other, they could be one.
+	// loopback ports, chosen together so that they cannot be one port.
 	ports, err := freeport.Pick(2)
 	if err != nil {
 		return nil, err
@@ -538,12 +537,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // freeAddr returns a loopback address with a port free right now.
 func freeAddr() (string, error) {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	ports, err := freeport.Pick(1)
 	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+		return "", err
 	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
 }
 
 type profile struct {
