@@ -139,6 +139,15 @@ func TestDrainBaseline(t *testing.T) {
 	if got := r.Ratio(); got != 2.25 {
 		t.Errorf("ratio without the drain's baseline = %v, want 45/20 = 2.25", got)
 	}
+	for _, c := range []struct {
+		idle, drain time.Duration
+		agree       bool
+	}{{20, 25, true}, {25, 20, true}, {24, 48, true}, {269, 42, false}, {20, 41, false}, {20, 0, true}} {
+		r := DrainReport{IdleP99: c.idle * time.Millisecond, IdleDrainP99: c.drain * time.Millisecond}
+		if got := r.BaselinesAgree(); got != c.agree {
+			t.Errorf("idle p99s %v and %v: BaselinesAgree %v, want %v", r.IdleP99, r.IdleDrainP99, got, c.agree)
+		}
+	}
 	c := DrainConfig{Limit: 20, Backlog: 10000}
 	c.setDefaults()
 	if want := 20*time.Minute + 450*time.Second; c.Timeout != want {
