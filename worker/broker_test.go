@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,36 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.temporal.io/sdk/client"
 
-	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/config"
-	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/tools/natstest"
 	"github.com/effectively/effectively/tools/testenv"
 )
-
-// noTemporal stands in for the Temporal client: connectBroker starts nothing.
-type noTemporal struct{ client.Client }
-
-// offlineIntake is an Intake on a pool that never connects (pools connect
-// lazily) and no Temporal: enough to connect the broker and build the
-// sources, which record nothing yet.
-func offlineIntake(t *testing.T) *intake.Intake {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	in, err := intake.New(store.New(pool), noTemporal{}, intake.Config{Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
 
 // TestConnectBrokerWithTLSAndUser: the worker's broker connection takes the
 // NATS_* credentials and CA. Against a real nats-server requiring TLS and a
@@ -51,7 +26,7 @@ func TestConnectBrokerWithTLSAndUser(t *testing.T) {
 	pki := natstest.NewPKI(t)
 	const password = "pw_broker_77d2"
 	srv := natstest.Start(t, natstest.TLSBlock(pki, false)+fmt.Sprintf("authorization {\n  users: [ {user: worker, password: %q} ]\n}\n", password))
-	in := offlineIntake(t)
+	in := testenv.UnreachableIntake(t)
 	pwFile := filepath.Join(t.TempDir(), "nats-password")
 	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 // Turned off again, the durables it left are retired (jetstream.Retiring).
 func TestSourcesPerRoute(t *testing.T) {
 	j := testenv.NewJetStream(t, testenv.JetStreamOptions{})
-	in := offlineIntake(t)
+	in := testenv.UnreachableIntake(t)
 	load := func(subject string) config.Config {
 		vals := map[string]string{"NATS_URL": testenv.NATSURL(), "NATS_STREAM": j.Stream, "NATS_SUBJECT": subject,
 			"NATS_CONSUMER": "perroute", "NATS_CONSUMER_PER_ROUTE": "true"}

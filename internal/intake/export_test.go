@@ -7,3 +7,6 @@ var Reject = (*Intake).reject
 
 // Refused is refused: whether a record's error is Postgres' own refusal.
 var Refused = refused
+
+// Holds reports whether this process holds a last delivery of raw.
+func (in *Intake) Holds(raw []byte) bool { return in.holds.find(raw) != nil }

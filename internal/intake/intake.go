@@ -109,6 +109,7 @@ type Intake struct {
 	cfg    Config
 	paceMu sync.Mutex
 	pace   map[string]*pace // by consumer; see Config.StartRate
+	holds  holdSet          // last deliveries held, for their dead letters
 }
 
 // New returns an Intake that records in st and starts workflows through tc.

@@ -401,7 +401,18 @@ func (p *Path) fail(ctx context.Context, d Delivery, record recordFunc, cause er
 // means it was recorded (rec). Once ctx has ended it tries once more, then
 // returns a retry: the source hands the delivery back, which is all it can
 // still do.
-func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, cause error) (Recorded, *Verdict) {
+func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, cause error) (rec Recorded, v *Verdict) {
+	end := p.in.holds.add(d.Raw)
+	defer func() {
+		switch {
+		case v == nil:
+			end(true, rec.Result)
+		case v.Settle == SettleQuarantined:
+			end(true, v.Result)
+		default:
+			end(false, Result{})
+		}
+	}()
 	p.cfg.Logger.Warn("message not recorded on its last delivery; holding it and trying again", "source", d.Source,
 		"position", d.Position, "delivery", d.Attempt, "error", cause.Error())
 	pause := time.Second
@@ -471,12 +482,25 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // quarantined as max_deliver with detail, and not even that when the
 // inbox holds it already (recorded, its acks lost: SettleAck); d.Settle
 // carries the verdict out. A SettleRetry verdict means ctx ended first.
+// A dead letter of a message this process holds on its last delivery
+// (holdLast) waits for the hold first, and is a copy (SettleAck, Copy,
+// not counted) when the hold committed the message.
 func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time, detail string) (v Verdict) {
 	defer func() {
 		if v.Settle != SettleRetry && !v.Copy {
 			p.cfg.Metrics.DeadLetter(p.cfg.Source)
 		}
 	}()
+	if h := p.in.holds.find(d.Raw); h != nil && p.awaitHold(ctx, d, h) {
+		// Its last delivery is held here, and the hold committed it: the
+		// dead letter is a copy (the broker gave up on the held delivery
+		// when its keep-alives came late).
+		v = Verdict{Settle: SettleAck, Result: h.result, Copy: true}
+		p.cfg.Logger.Info("dead letter of a message held here on its last delivery, which settled it: a copy", "source", d.Source,
+			"position", d.Position, "message_id", h.result.MessageID)
+		p.settleDeadLetter(ctx, d, v)
+		return v
+	}
 	if !capturedAt.IsZero() && time.Since(capturedAt) <= p.cfg.DeadLetterRecordAge {
 		p.cfg.Logger.Warn("a message its broker gave up delivering, unsettled; recording it from its dead letter",
 			"source", d.Source, "position", d.Position)
@@ -492,6 +516,12 @@ func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time,
 		p.cfg.Logger.Warn("dead letter quarantined, or already in the inbox (quarantine_id 0)", "source", d.Source,
 			"position", d.Position, "message_id", res.MessageID, "quarantine_id", res.QuarantineID)
 	}
+	p.settleDeadLetter(ctx, d, v)
+	return v
+}
+
+// settleDeadLetter counts v and settles d, a dead letter, with it.
+func (p *Path) settleDeadLetter(ctx context.Context, d Delivery, v Verdict) {
 	p.cfg.Metrics.SourceSettlement(p.cfg.Source, string(v.Settle))
 	if d.Settle != nil {
 		if err := d.Settle(ctx, v); err != nil {
@@ -499,7 +529,6 @@ func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time,
 				"position", d.Position, "error", err.Error())
 		}
 	}
-	return v
 }
 
 // quarantineDeadLetter keeps raw, a dead letter, in the quarantine as

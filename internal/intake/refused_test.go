@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/effectively/effectively/internal/adapter/metrics"
-	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
 	"github.com/effectively/effectively/tools/testenv"
 )
@@ -65,17 +63,7 @@ func TestDeadLetterHeldIsNotCounted(t *testing.T) {
 		s := &settled{}
 		return p.DeadLetter(ctx, s.delivery(placed("evt_dl_held", 7), 3, false), time.Now(), "test")
 	}
-	// Nothing listens on port 1: every statement fails to connect.
-	down, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(down.Close)
-	held, err := intake.New(store.New(down), testenv.NewFakeTemporal(), intake.Config{Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := deadLetter(held, 2*time.Second); v.Settle != intake.SettleRetry {
+	if v := deadLetter(testenv.UnreachableIntake(t), 2*time.Second); v.Settle != intake.SettleRetry {
 		t.Fatalf("with Postgres unreachable the dead letter was settled %s, want it handed back (retry)", v.Settle)
 	}
 	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 0 {
@@ -96,5 +84,81 @@ func TestDeadLetterHeldIsNotCounted(t *testing.T) {
 	}
 	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 1 {
 		t.Errorf("%s = %v after a copy of the dead letter, want still 1", metrics.NameDeadLetters, n)
+	}
+}
+
+// TestDeadLetterOfAHeldDeliveryWaitsForIt: the broker gives up on a last
+// delivery whose keep-alives came late while this process still holds it
+// (the inbox refuses it, so the hold quarantines it). Its dead letter
+// waits for the hold and, the hold having committed the message, is a
+// copy: one delivery counted, no dead letter counted. When the hold ends
+// without committing (the worker stops while Postgres is unreachable), the
+// dead letter is not acked as a copy: it is handed back, to be taken up
+// again, and so nothing is lost.
+func TestDeadLetterOfAHeldDeliveryWaitsForIt(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	h := newHarness(t)
+	raw := placed("evt_held_dl", 8)
+	testenv.RefuseInbox(t, h.db, "evt_held_dl")
+	p, err := intake.NewPath(h.in, intake.PathConfig{Source: "fake", Logger: testenv.Logger(t), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p.Open(ctx)
+	defer p.Close()
+	held := make(chan intake.Verdict, 1)
+	go func() {
+		s := &settled{}
+		held <- p.Handle(ctx, s.delivery(raw, 3, true))
+	}()
+	testenv.Eventually(t, 10*time.Second, "the last delivery held", func() bool { return h.in.Holds(raw) })
+	s := &settled{}
+	v := p.DeadLetter(ctx, s.delivery(raw, 4, false), time.Now(), "test")
+	hv := <-held
+	if hv.Settle != intake.SettleQuarantined {
+		t.Fatalf("the held delivery was settled %s, want quarantined", hv.Settle)
+	}
+	if v.Settle != intake.SettleAck || !v.Copy || v.Result.QuarantineID != hv.Result.QuarantineID {
+		t.Errorf("its dead letter: settled %s, copy %v, quarantine %d; want ack, a copy of quarantine %d", v.Settle, v.Copy, v.Result.QuarantineID, hv.Result.QuarantineID)
+	}
+	if len(s.got) != 1 || s.got[0].Settle != intake.SettleAck {
+		t.Errorf("the dead letter's settles %+v, want one ack", s.got)
+	}
+	if st := p.Stats(); st.Delivered != 1 || st.MaxDelivered != 1 {
+		t.Errorf("stats %+v; want 1 delivery, 1 quarantined", st)
+	}
+	if n := testenv.CounterSum(t, reg, metrics.NameDeadLetters, nil); n != 0 {
+		t.Errorf("%s = %v for a copy of a held delivery, want 0", metrics.NameDeadLetters, n)
+	}
+	if q := h.quarantineRows(t); len(q) != 1 {
+		t.Errorf("quarantine %+v, want one row", q)
+	}
+
+	// A hold that ends without committing: Postgres unreachable, the
+	// worker stopping.
+	in := testenv.UnreachableIntake(t)
+	dp, err := intake.NewPath(in, intake.PathConfig{Source: "fake", Logger: testenv.Logger(t), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopping, stop := context.WithCancel(context.Background())
+	dp.Open(stopping)
+	defer dp.Close()
+	go func() {
+		s := &settled{}
+		held <- dp.Handle(stopping, s.delivery(raw, 3, true))
+	}()
+	testenv.Eventually(t, 10*time.Second, "the last delivery held", func() bool { return in.Holds(raw) })
+	dlctx, dlcancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer dlcancel()
+	time.AfterFunc(time.Second, stop)
+	if v := dp.DeadLetter(dlctx, (&settled{}).delivery(raw, 4, false), time.Now(), "test"); v.Settle != intake.SettleRetry || v.Copy {
+		t.Errorf("the dead letter of a hold that did not commit: settled %s, copy %v; want handed back (retry)", v.Settle, v.Copy)
+	}
+	if hv := <-held; hv.Settle != intake.SettleRetry {
+		t.Errorf("the hold with Postgres unreachable was settled %s, want handed back (retry)", hv.Settle)
 	}
 }
