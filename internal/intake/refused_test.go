@@ -91,7 +91,8 @@ func TestDeadLetterHeldIsNotCounted(t *testing.T) {
 // delivery whose keep-alives came late while this process still holds it
 // (the inbox refuses it, so the hold quarantines it). Its dead letter
 // waits for the hold and, the hold having committed the message, is a
-// copy: one delivery counted, no dead letter counted. When the hold ends
+// copy: one delivery counted, no dead letter counted. So is one that comes
+// just after the hold ended. When the hold ends
 // without committing (the worker stops while Postgres is unreachable), the
 // dead letter is not acked as a copy: it is handed back, to be taken up
 // again, and so nothing is lost.
@@ -135,6 +136,13 @@ func TestDeadLetterOfAHeldDeliveryWaitsForIt(t *testing.T) {
 	}
 	if q := h.quarantineRows(t); len(q) != 1 {
 		t.Errorf("quarantine %+v, want one row", q)
+	}
+	// The dead letter can also come just after the hold settled.
+	if v := p.DeadLetter(ctx, (&settled{}).delivery(raw, 4, false), time.Now(), "test"); v.Settle != intake.SettleAck || !v.Copy {
+		t.Errorf("a dead letter after the hold ended: settled %s, copy %v; want ack, a copy", v.Settle, v.Copy)
+	}
+	if st := p.Stats(); st.Delivered != 1 || st.MaxDelivered != 1 {
+		t.Errorf("stats %+v after the later dead letter; want still 1 delivery, 1 quarantined", st)
 	}
 
 	// A hold that ends without committing: Postgres unreachable, the
