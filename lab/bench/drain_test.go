@@ -30,14 +30,18 @@ func TestDrainTargets(t *testing.T) {
 	if got = (&DrainPhase{Report: rep}).targets(); !got[3].Met || !strings.Contains(got[3].Measured, "against 25ms idle") {
 		t.Errorf("41ms against 25ms: %+v, want met against the drain's baseline", got[3])
 	}
-	// An idle phase that was not quiet (its two p99s more than 2× apart)
-	// shows neither fairness figure: the burst's 39ms against 60ms would
-	// read 0.65×.
+	// A baseline inflated by an idle phase that was not quiet (more than
+	// 2× the other idle series) does not count: the burst's 39ms against
+	// 60ms would read 0.65×, the drain's 41ms against 60ms 0.68×.
 	rep.IdleP99 = 60 * time.Millisecond
-	if got = (&DrainPhase{Report: rep}).targets(); got[1].Met || got[3].Met {
-		t.Errorf("idle p99s 60ms and 25ms: %+v, %+v, want both fairness rows missed", got[1], got[3])
+	if got = (&DrainPhase{Report: rep}).targets(); got[1].Met || !got[3].Met {
+		t.Errorf("idle p99s 60ms and 25ms: %+v, %+v, want the burst's row missed, the drain's met", got[1], got[3])
 	}
-	rep.IdleP99 = 20 * time.Millisecond
+	rep.IdleP99, rep.IdleDrainP99 = 20*time.Millisecond, 60*time.Millisecond
+	if got = (&DrainPhase{Report: rep}).targets(); !got[1].Met || got[3].Met {
+		t.Errorf("idle p99s 20ms and 60ms: %+v, %+v, want the burst's row met, the drain's missed", got[1], got[3])
+	}
+	rep.IdleDrainP99 = 25 * time.Millisecond
 	rep.BusyFirst = 4 * time.Second
 	if got = (&DrainPhase{Report: rep}).targets(); got[2].Met {
 		t.Errorf("the first probe after the outage took 4s: %+v, want the wait bound missed", got[2])

@@ -140,12 +140,16 @@ func TestDrainBaseline(t *testing.T) {
 		t.Errorf("ratio without the drain's baseline = %v, want 45/20 = 2.25", got)
 	}
 	for _, c := range []struct {
-		idle, drain time.Duration
-		agree       bool
-	}{{20, 25, true}, {25, 20, true}, {24, 48, true}, {269, 42, false}, {20, 41, false}, {20, 0, true}} {
+		idle, drain  time.Duration
+		burst, after bool // BurstCounts, DrainCounts
+	}{
+		{20, 25, true, true}, {24, 48, true, true}, {20, 0, true, true},
+		{269, 42, false, true}, // the burst's baseline inflated
+		{19, 45, true, false},  // the drain's
+	} {
 		r := DrainReport{IdleP99: c.idle * time.Millisecond, IdleDrainP99: c.drain * time.Millisecond}
-		if got := r.BaselinesAgree(); got != c.agree {
-			t.Errorf("idle p99s %v and %v: BaselinesAgree %v, want %v", r.IdleP99, r.IdleDrainP99, got, c.agree)
+		if r.BurstCounts() != c.burst || r.DrainCounts() != c.after {
+			t.Errorf("idle p99s %v and %v: BurstCounts %v, DrainCounts %v; want %v, %v", r.IdleP99, r.IdleDrainP99, r.BurstCounts(), r.DrainCounts(), c.burst, c.after)
 		}
 	}
 	c := DrainConfig{Limit: 20, Backlog: 10000}

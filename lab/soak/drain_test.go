@@ -43,7 +43,7 @@ var (
 	drainBusyProbes  = flag.Int("drain-busy-probes", 0, "refund probes during the drain after the outage (default: spread over 90% of its expected time, at least -drain-probes)")
 	drainBusyEvery   = flag.Duration("drain-busy-every", 0, "the drain's probes' spacing (default: a twentieth of the limit, 1s at 20/s, never closer than the other probes)")
 	drainSimsApart   = flag.Bool("drain-sims-apart", false, "run the simulators as a process of their own (sim/providersim), not in the test's process beside the probes and the publisher")
-	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99, and the two idle p99s within 2× of each other (issue 24's fairness target: near it at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, met in some runs and not in others on 2 shared cores; missed at the default 60/s; see docs/operations.md)")
+	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99, and neither idle p99 more than 2× the other (issue 24's fairness target: near it at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, met in some runs and not in others on 2 shared cores; missed at the default 60/s; see docs/operations.md)")
 )
 
 // The short drain's limits: the simulators answer 429 past Stripe's ratios
@@ -198,9 +198,13 @@ func TestBacklogDrain(t *testing.T) {
 	if *drainFair {
 		report = t.Errorf
 	}
-	if !rep.BaselinesAgree() {
-		report("FAIRNESS TARGET NOT SHOWN (checked with -drain-fairness): the idle p99s differ more than 2× (%s with the burst's spacing, %s with the drain's), so the idle phase was not quiet",
+	if rep.Burst > 0 && !rep.BurstCounts() {
+		report("FAIRNESS TARGET NOT SHOWN beside the burst (checked with -drain-fairness): its idle p99 %s is more than 2× the other idle series' %s: a ratio against it may flatter",
 			rep.IdleP99, rep.IdleDrainP99)
+	}
+	if !rep.DrainCounts() {
+		report("FAIRNESS TARGET NOT SHOWN after the outage (checked with -drain-fairness): its idle p99 %s is more than 2× the other idle series' %s: a ratio against it may flatter",
+			rep.DrainBaseline(), rep.IdleP99)
 	}
 	if rep.Burst > 0 && rep.BurstRatio() > 2 {
 		report("FAIRNESS TARGET NOT MET (checked with -drain-fairness): the refund route's p99 went from %s idle to %s beside %d orders sent at once (%.1f×, want ≤ 2×)",
