@@ -4,14 +4,9 @@ import (
 	"context"
 	"maps"
 	"sync"
-	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-
-	"github.com/effectively/effectively/internal/adapter/store"
-	"github.com/effectively/effectively/internal/intake"
 )
 
 // FakeTemporal stands in for the Temporal client in tests that are about
@@ -43,21 +38,4 @@ func (f *FakeTemporal) Starts() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.started)
-}
-
-// UnreachableIntake is an Intake on a Postgres that cannot be reached
-// (nothing listens on port 1: every statement fails to connect within a
-// second; pools connect lazily) and a FakeTemporal.
-func UnreachableIntake(t testing.TB) *intake.Intake {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	in, err := intake.New(store.New(pool), NewFakeTemporal(), intake.Config{Logger: Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
 }

@@ -368,3 +368,20 @@ func ServeAPI(t testing.TB, api *httpapi.API) (addr string, ctx context.Context)
 	})
 	return ln.Addr().String(), ctx
 }
+
+// UnreachableIntake is an Intake on a Postgres that cannot be reached
+// (nothing listens on port 1: every statement fails to connect within a
+// second; pools connect lazily) and a FakeTemporal.
+func UnreachableIntake(t testing.TB) *intake.Intake {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	in, err := intake.New(store.New(pool), NewFakeTemporal(), intake.Config{Logger: Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
