@@ -385,27 +385,46 @@ func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source 
 // whole, under reason. No quarantine row ever holds more than
 // message.MaxSize bytes.
 func (in *Intake) reject(ctx context.Context, raw []byte, source, consumer, messageID, reason string, cause error) (Result, error) {
+	res, _, err := in.rejectFirst(ctx, raw, source, consumer, messageID, reason, cause)
+	return res, err
+}
+
+// rejectFirst is reject, and reports whether the message created its
+// quarantine row (quarantineFirst).
+func (in *Intake) rejectFirst(ctx context.Context, raw []byte, source, consumer, messageID, reason string, cause error) (Result, bool, error) {
 	q := store.QuarantineEntry{Source: source, Consumer: consumer, MessageID: messageID, Raw: raw, Reason: reason, Detail: cause.Error()}
 	if len(raw) > message.MaxSize {
 		sum := sha256.Sum256(raw)
 		q.Raw, q.Size, q.SHA256 = raw[:message.OversizedPrefix], int64(len(raw)), hex.EncodeToString(sum[:])
-		return in.quarantine(ctx, q)
-	}
-	if q.MessageID == "" {
+	} else if q.MessageID == "" {
 		q.MessageID = looseID(raw)
 	}
-	return in.quarantine(ctx, q)
+	return in.quarantineFirst(ctx, q)
 }
 
 // quarantine keeps q and reports it as an invalid message.
 func (in *Intake) quarantine(ctx context.Context, q store.QuarantineEntry) (Result, error) {
-	id, err := in.store.Quarantine(ctx, q)
+	res, _, err := in.quarantineFirst(ctx, q)
+	return res, err
+}
+
+// quarantineFirst is quarantine, and reports whether q created its row. A
+// max_deliver quarantine that finds its row is a copy, counted as a
+// duplicate: its broker gave the message up once, and another worker saw
+// that too (one's hold of the last delivery, the other's dead letter) or
+// the message was published again and given up again.
+func (in *Intake) quarantineFirst(ctx context.Context, q store.QuarantineEntry) (Result, bool, error) {
+	id, first, err := in.store.QuarantineFirst(ctx, q)
 	if err != nil {
-		return Result{}, fmt.Errorf("quarantine message %q: %w", q.MessageID, err)
+		return Result{}, false, fmt.Errorf("quarantine message %q: %w", q.MessageID, err)
 	}
-	in.cfg.Metrics.IntakeDecision(q.Consumer, quarantineDecision(q.Reason))
-	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "error", q.Detail)
-	return Result{MessageID: q.MessageID, Status: StatusInvalid, Error: q.Detail, Reason: q.Reason, QuarantineID: id}, nil
+	decision := quarantineDecision(q.Reason)
+	if !first && q.Reason == store.ReasonMaxDeliver {
+		decision = metrics.DecisionDuplicate
+	}
+	in.cfg.Metrics.IntakeDecision(q.Consumer, decision)
+	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "first", first, "error", q.Detail)
+	return Result{MessageID: q.MessageID, Status: StatusInvalid, Error: q.Detail, Reason: q.Reason, QuarantineID: id}, first, nil
 }
 
 // quarantineDecision is the metrics decision of a quarantine reason.

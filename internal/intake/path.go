@@ -443,13 +443,13 @@ func (p *Path) holdLast(ctx context.Context, d Delivery, record recordFunc, caus
 		}
 		reason := fmt.Errorf("not recorded on its last delivery (%d), %s: %w", d.Attempt, d.Position, err)
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		res, qerr := p.in.reject(qctx, d.Raw, d.Source, "", "", store.ReasonMaxDeliver, reason)
+		res, first, qerr := p.in.rejectFirst(qctx, d.Raw, d.Source, "", "", store.ReasonMaxDeliver, reason)
 		cancel()
 		if qerr == nil {
-			p.stats.maxDelivered.Add(1)
+			p.countMaxDelivered(first)
 			p.cfg.Logger.Warn("message quarantined after its last delivery", "message_id", res.MessageID,
-				"quarantine_id", res.QuarantineID, "source", d.Source, "position", d.Position, "error", err.Error())
-			return Recorded{}, &Verdict{Settle: SettleQuarantined, Result: res}
+				"quarantine_id", res.QuarantineID, "first", first, "source", d.Source, "position", d.Position, "error", err.Error())
+			return Recorded{}, &Verdict{Settle: SettleQuarantined, Result: res, Copy: !first}
 		}
 		if ctx.Err() != nil {
 			p.cfg.Logger.Error("message on its last delivery could be neither recorded nor quarantined before shutdown; it is handed back",
@@ -474,7 +474,8 @@ const DeadLetterRecordAge = retention.DefaultMargin / 2
 // the broker captured at capturedAt. It counts it once settled
 // (effectively_source_dead_letters_total; a dead letter handed back to be
 // taken up again is counted then), and not when the inbox holds the
-// message already (a copy of the dead letter, or its acks lost). While
+// message already (a copy of the dead letter, or its acks lost) or its
+// max_deliver quarantine does (another worker's hold quarantined it). While
 // the dead letter is under PathConfig.DeadLetterRecordAge old it is
 // handled as a last delivery (Handle: recorded, else quarantined, held
 // while Postgres does not answer). Older, or with a zero capturedAt (a
@@ -508,10 +509,10 @@ func (p *Path) DeadLetter(ctx context.Context, d Delivery, capturedAt time.Time,
 		return p.Handle(ctx, d)
 	}
 	v = Verdict{Settle: SettleRetry, Cause: context.Cause(ctx)}
-	if res, ok := p.quarantineDeadLetter(ctx, d.Raw, detail); ok {
-		v = Verdict{Settle: SettleQuarantined, Result: res}
+	if res, dup, ok := p.quarantineDeadLetter(ctx, d.Raw, detail); ok {
+		v = Verdict{Settle: SettleQuarantined, Result: res, Copy: dup}
 		if res.QuarantineID == 0 {
-			v.Settle, v.Copy = SettleAck, true // the inbox holds it
+			v.Settle = SettleAck // the inbox holds it
 		}
 		p.cfg.Logger.Warn("dead letter quarantined, or already in the inbox (quarantine_id 0)", "source", d.Source,
 			"position", d.Position, "message_id", res.MessageID, "quarantine_id", res.QuarantineID)
@@ -533,10 +534,11 @@ func (p *Path) settleDeadLetter(ctx context.Context, d Delivery, v Verdict) {
 
 // quarantineDeadLetter keeps raw, a dead letter, in the quarantine as
 // max_deliver with detail, unless the inbox holds it already (then a
-// StatusDuplicate result with no QuarantineID). It tries again, 1 s and
-// then up to 15 s apart, until the row commits; false when ctx ended
-// first, the message then left with the broker.
-func (p *Path) quarantineDeadLetter(ctx context.Context, raw []byte, detail string) (Result, bool) {
+// StatusDuplicate result with no QuarantineID). dup is true when the inbox
+// or the quarantine held it already. It tries again, 1 s and then up to
+// 15 s apart, until the row commits; ok is false when ctx ended first, the
+// message then left with the broker.
+func (p *Path) quarantineDeadLetter(ctx context.Context, raw []byte, detail string) (res Result, dup, ok bool) {
 	var consumer, id string
 	if len(raw) <= message.MaxSize {
 		if m, err := p.in.cfg.Routes.Decode(raw); err == nil {
@@ -545,37 +547,48 @@ func (p *Path) quarantineDeadLetter(ctx context.Context, raw []byte, detail stri
 	}
 	for pause := time.Second; ; pause = min(2*pause, 15*time.Second) {
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		res, err := p.keepDeadLetter(qctx, raw, consumer, id, detail)
+		res, dup, err := p.keepDeadLetter(qctx, raw, consumer, id, detail)
 		cancel()
 		if err == nil {
-			return res, true
+			return res, dup, true
 		}
 		p.cfg.Logger.Error("quarantine of a dead letter failed; holding it and trying again", "source", p.cfg.Source,
 			"message_id", id, "error", err.Error(), "retry_in", pause.String())
 		select {
 		case <-ctx.Done():
-			return Result{}, false
+			return Result{}, false, false
 		case <-time.After(pause):
 		}
 	}
 }
 
 // keepDeadLetter is one try of quarantineDeadLetter.
-func (p *Path) keepDeadLetter(ctx context.Context, raw []byte, consumer, id, detail string) (Result, error) {
+func (p *Path) keepDeadLetter(ctx context.Context, raw []byte, consumer, id, detail string) (res Result, dup bool, err error) {
 	if id != "" {
 		has, err := p.in.store.InboxHas(ctx, consumer, id)
 		if err != nil {
-			return Result{}, err
+			return Result{}, false, err
 		}
 		if has {
-			return Result{MessageID: id, Status: StatusDuplicate}, nil
+			return Result{MessageID: id, Status: StatusDuplicate}, true, nil
 		}
 	}
-	res, err := p.in.reject(ctx, raw, p.cfg.Source, consumer, id, store.ReasonMaxDeliver, errors.New(detail))
-	if err == nil {
-		p.stats.maxDelivered.Add(1)
+	res, first, err := p.in.rejectFirst(ctx, raw, p.cfg.Source, consumer, id, store.ReasonMaxDeliver, errors.New(detail))
+	if err != nil {
+		return Result{}, false, err
 	}
-	return res, err
+	p.countMaxDelivered(first)
+	return res, !first, nil
+}
+
+// countMaxDelivered counts a max_deliver quarantine, or a copy when the
+// quarantine held the message already (Intake.quarantineFirst).
+func (p *Path) countMaxDelivered(first bool) {
+	if first {
+		p.stats.maxDelivered.Add(1)
+	} else {
+		p.stats.duplicates.Add(1)
+	}
 }
 
 // refused reports whether err is Postgres refusing the statement itself,

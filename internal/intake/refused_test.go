@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/effectively/effectively/internal/adapter/metrics"
+	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake"
+	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )
 
@@ -168,5 +170,86 @@ func TestDeadLetterOfAHeldDeliveryWaitsForIt(t *testing.T) {
 	}
 	if hv := <-held; hv.Settle != intake.SettleRetry {
 		t.Errorf("the hold with Postgres unreachable was settled %s, want handed back (retry)", hv.Settle)
+	}
+}
+
+// TestGiveUpSeenByTwoWorkersCountsOnce: one worker holds a message's last
+// delivery (the inbox refuses it) while its dead letter goes to another
+// worker, which handles it as a last delivery too. Both quarantine it as
+// max_deliver, one row; whichever commits second finds the row and counts
+// a copy, so the two processes' metrics count the give-up once, in either
+// order.
+func TestGiveUpSeenByTwoWorkersCountsOnce(t *testing.T) {
+	db := storetest.NewPool(t)
+	testenv.RefuseInbox(t, db, "evt_two_give_up")
+	type worker struct {
+		reg *prometheus.Registry
+		p   *intake.Path
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	newWorker := func() worker {
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		in, err := intake.New(store.New(db), testenv.NewFakeTemporal(), intake.Config{Logger: testenv.Logger(t), Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := intake.NewPath(in, intake.PathConfig{Source: "fake", Logger: testenv.Logger(t), Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Open(ctx)
+		t.Cleanup(p.Close)
+		return worker{reg, p}
+	}
+	// counts is what w's metrics and stats say of the give-up.
+	counts := func(w worker) string {
+		st := w.p.Stats()
+		return fmt.Sprintf("max_deliver %v (stats %d), duplicate %v (stats %d), dead letters %v",
+			testenv.CounterSum(t, w.reg, metrics.NameIntakeDecisions, map[string]string{"decision": "max_deliver"}), st.MaxDelivered,
+			testenv.CounterSum(t, w.reg, metrics.NameIntakeDecisions, map[string]string{"decision": "duplicate"}), st.Duplicates,
+			testenv.CounterSum(t, w.reg, metrics.NameDeadLetters, nil))
+	}
+	const once, copied = "max_deliver 1 (stats 1), duplicate 0 (stats 0), dead letters 0", "max_deliver 0 (stats 0), duplicate 1 (stats 1), dead letters 0"
+
+	// The hold commits first; the dead letter on the other worker is a copy.
+	a, b := newWorker(), newWorker()
+	raw := placed("evt_two_give_up", 8)
+	hv := a.p.Handle(ctx, (&settled{}).delivery(raw, 3, true))
+	dv := b.p.DeadLetter(ctx, (&settled{}).delivery(raw, 4, false), time.Now(), "test")
+	if hv.Settle != intake.SettleQuarantined || hv.Copy || dv.Settle != intake.SettleQuarantined || !dv.Copy || dv.Result.QuarantineID != hv.Result.QuarantineID {
+		t.Errorf("the hold: %s, copy %v, quarantine %d; the dead letter: %s, copy %v, quarantine %d; want both quarantined, the dead letter a copy of the hold's row",
+			hv.Settle, hv.Copy, hv.Result.QuarantineID, dv.Settle, dv.Copy, dv.Result.QuarantineID)
+	}
+	if got := counts(a); got != once {
+		t.Errorf("the holding worker counted %s; want %s", got, once)
+	}
+	if got := counts(b); got != copied {
+		t.Errorf("the dead letter's worker counted %s; want %s", got, copied)
+	}
+
+	// The dead letter commits first; the hold on the other worker is a copy.
+	a, b = newWorker(), newWorker()
+	raw = placed("evt_two_give_up", 9)
+	dv = b.p.DeadLetter(ctx, (&settled{}).delivery(raw, 4, false), time.Now(), "test")
+	hv = a.p.Handle(ctx, (&settled{}).delivery(raw, 3, true))
+	if dv.Settle != intake.SettleQuarantined || dv.Copy || hv.Settle != intake.SettleQuarantined || !hv.Copy || dv.Result.QuarantineID != hv.Result.QuarantineID {
+		t.Errorf("the dead letter: %s, copy %v, quarantine %d; the hold: %s, copy %v, quarantine %d; want both quarantined, the hold a copy of the dead letter's row",
+			dv.Settle, dv.Copy, dv.Result.QuarantineID, hv.Settle, hv.Copy, hv.Result.QuarantineID)
+	}
+	if got, want := counts(b), "max_deliver 1 (stats 1), duplicate 0 (stats 0), dead letters 1"; got != want {
+		t.Errorf("the dead letter's worker counted %s; want %s", got, want)
+	}
+	if got := counts(a); got != copied {
+		t.Errorf("the holding worker counted %s; want %s", got, copied)
+	}
+
+	var rows, copies int
+	if err := db.QueryRow(ctx, `SELECT count(*), sum(copies) FROM quarantine WHERE message_id = 'evt_two_give_up'`).Scan(&rows, &copies); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || copies != 4 {
+		t.Errorf("%d quarantine rows with %d copies, want 2 rows (one a payload) of 2 copies each", rows, copies)
 	}
 }

@@ -116,7 +116,7 @@ type SourceStats struct {
 	// Recorded counts messages that created their inbox row.
 	Recorded int64
 	// Duplicates counts copies recognised by the inbox (redeliveries and
-	// re-publishes).
+	// re-publishes), and max_deliver quarantines that found their row.
 	Duplicates int64
 	// Invalid counts messages quarantined as store.ReasonInvalid or
 	// store.ReasonTooLarge.
@@ -124,7 +124,8 @@ type SourceStats struct {
 	// PayloadMismatches counts messages quarantined as
 	// store.ReasonPayloadMismatch: a seen ID with a different payload.
 	PayloadMismatches int64
-	// MaxDelivered counts messages quarantined as store.ReasonMaxDeliver.
+	// MaxDelivered counts messages quarantined as store.ReasonMaxDeliver
+	// that created their row.
 	MaxDelivered int64
 	// Retries counts deliveries that could not be recorded and were handed
 	// back (SettleRetry).

@@ -51,6 +51,13 @@ func (q QuarantineEntry) Truncated() bool { return q.Size > int64(len(q.Raw)) }
 // message quarantined again for the same reason returns the existing entry's
 // ID and counts one more copy.
 func (s *Store) Quarantine(ctx context.Context, q QuarantineEntry) (int64, error) {
+	id, _, err := s.QuarantineFirst(ctx, q)
+	return id, err
+}
+
+// QuarantineFirst is Quarantine, and reports whether q created its row:
+// false when the same message was quarantined for the same reason before.
+func (s *Store) QuarantineFirst(ctx context.Context, q QuarantineEntry) (id int64, first bool, err error) {
 	if q.Raw == nil {
 		q.Raw = []byte{}
 	}
@@ -61,17 +68,17 @@ func (s *Store) Quarantine(ctx context.Context, q QuarantineEntry) (int64, error
 	if q.Size == 0 {
 		q.Size = int64(len(q.Raw))
 	}
-	var id int64
-	err := s.pool.QueryRow(ctx, `
+	// copies starts at 1 and a conflict raises it: 1 means this insert.
+	err = s.pool.QueryRow(ctx, `
 		INSERT INTO quarantine (source, consumer, message_id, raw, raw_sha256, size, reason, detail)
 		VALUES ($1, nullif($2, ''), nullif($3, ''), $4, $5, $6, $7, $8)
 		ON CONFLICT (reason, raw_sha256) DO UPDATE
 		   SET copies = quarantine.copies + 1, last_seen_at = now()
-		RETURNING id`, q.Source, q.Consumer, q.MessageID, q.Raw, q.SHA256, q.Size, q.Reason, q.Detail).Scan(&id)
+		RETURNING id, copies = 1`, q.Source, q.Consumer, q.MessageID, q.Raw, q.SHA256, q.Size, q.Reason, q.Detail).Scan(&id, &first)
 	if err != nil {
-		return 0, fmt.Errorf("quarantine message %q (%s): %w", q.MessageID, q.Reason, translate(err))
+		return 0, false, fmt.Errorf("quarantine message %q (%s): %w", q.MessageID, q.Reason, translate(err))
 	}
-	return id, nil
+	return id, first, nil
 }
 
 const quarantineColumns = `id, source, coalesce(consumer, ''), coalesce(message_id, ''), raw, coalesce(size, octet_length(raw)), raw_sha256, reason, detail, received_at, retried_at, retry_count, copies`
