@@ -171,6 +171,11 @@ type DrainReport struct {
 	// spread over the phase.
 	BurstFive string `json:"burst_five"`
 	BusyFive  string `json:"busy_five"`
+	// IdleFive and IdleDrainFive are the same of the idle probes, at the
+	// burst's spacing and the drain's (IdleDrainP99's): where an idle
+	// route's own tail comes from.
+	IdleFive      string `json:"idle_five"`
+	IdleDrainFive string `json:"idle_drain_five"`
 	// BusyProbes is how many probes were sent, BusyEvery apart, before the
 	// backlog's last message was processed: the busy figures are theirs
 	// alone. BusyFirst is the first probe's latency, sent as the workers
@@ -254,6 +259,9 @@ func (r DrainReport) String() string {
 		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.DrainBaseline().Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  median idle %s, during the drain %s; against the %d idle probes of the burst's spacing (p99 %s) the ratio would be %.1f×\n",
 		cmp.Or(r.IdleDrainP50, r.IdleP50).Round(time.Millisecond), r.BusyP50.Round(time.Millisecond), r.Probes, r.IdleP99.Round(time.Millisecond), ratio(r.BusyP99, r.IdleP99))
+	if r.IdleDrainFive != "" {
+		fmt.Fprintf(&b, "  the five slowest idle probes at the drain's spacing: %s; at the burst's: %s\n", r.IdleDrainFive, r.IdleFive)
+	}
 	for _, c := range []struct {
 		what   string
 		counts bool
@@ -492,7 +500,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 		return rep, err
 	}
 	rep.IdleServer = window(before, after)
-	rep.IdleP99 = p99(idle.total)
+	rep.IdleP99, rep.IdleFive = p99(idle.total), idle.five()
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
 	// The drain's baseline: as many probes as it sends, as far apart.
 	idleDrain := idle
@@ -579,6 +587,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	// Against the idle probes sent first, as many as counted here.
 	base := idleDrain.first(len(busy.total))
 	rep.IdleDrainP99, rep.IdleDrainP50 = p99(base), p50(base)
+	rep.IdleDrainFive = idleDrain.firstProbes(len(busy.total)).five()
 	rep.Drained = last.Sub(back)
 	rep.Rate = float64(cfg.Backlog) / rep.Drained.Seconds()
 	s1, g1, err := st.simStats(ctx)
@@ -715,38 +724,59 @@ type latencies struct {
 // are the regular refunds', all of them), and slowest if its probe is
 // kept; first is the latency of the first probe sent.
 func (l latencies) before(t time.Time) (kept latencies, first time.Duration) {
-	kept = latencies{scheduled: l.scheduled, dispatch: l.dispatch}
-	if l.slowestSent.Before(t) {
-		kept.slowest, kept.slowestSent = l.slowest, l.slowestSent
-	}
+	var idx []int
 	for i, at := range l.sent {
 		if l.sentAt[i] == 0 {
 			first = l.total[i]
 		}
-		if !at.Before(t) {
-			continue
+		if at.Before(t) {
+			idx = append(idx, i)
 		}
-		kept.total, kept.intake, kept.work = append(kept.total, l.total[i]), append(kept.intake, l.intake[i]), append(kept.work, l.work[i])
-		kept.start, kept.created, kept.task = append(kept.start, l.start[i]), append(kept.created, l.created[i]), append(kept.task, l.task[i])
-		kept.refund, kept.receipt = append(kept.refund, l.refund[i]), append(kept.receipt, l.receipt[i])
-		kept.sentAt, kept.sent = append(kept.sentAt, l.sentAt[i]), append(kept.sent, at)
+	}
+	kept = l.keep(idx)
+	kept.scheduled, kept.dispatch = l.scheduled, l.dispatch
+	if l.slowestSent.Before(t) {
+		kept.slowest, kept.slowestSent = l.slowest, l.slowestSent
 	}
 	return kept, first
 }
 
-// first is the total latencies of the n probes sent first (all when fewer).
-func (l latencies) first(n int) []time.Duration {
+// firstProbes is l's n probes sent first (all when fewer).
+func (l latencies) firstProbes(n int) latencies {
 	order := make([]int, len(l.total))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(l.sentAt[a], l.sentAt[b]) })
-	out := make([]time.Duration, 0, min(n, len(order)))
-	for _, i := range order[:min(n, len(order))] {
-		out = append(out, l.total[i])
-	}
-	return out
+	return l.keep(order[:min(n, len(order))])
 }
+
+// keep is l's probes at idx, in that order (not the regular refunds'
+// scheduled and dispatch, nor slowest). A series not read for every probe
+// is left out.
+func (l latencies) keep(idx []int) latencies {
+	pick := func(s []time.Duration) []time.Duration {
+		if len(s) != len(l.total) {
+			return nil
+		}
+		out := make([]time.Duration, 0, len(idx))
+		for _, i := range idx {
+			out = append(out, s[i])
+		}
+		return out
+	}
+	kept := latencies{total: pick(l.total), intake: pick(l.intake), work: pick(l.work), start: pick(l.start), created: pick(l.created),
+		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt)}
+	if len(l.sent) == len(l.total) {
+		for _, i := range idx {
+			kept.sent = append(kept.sent, l.sent[i])
+		}
+	}
+	return kept
+}
+
+// first is the total latencies of the n probes sent first (all when fewer).
+func (l latencies) first(n int) []time.Duration { return l.firstProbes(n).total }
 
 // five renders the five slowest probes as "latency at sent", slowest
 // first, the sending time counted from the first probe's, each split (when

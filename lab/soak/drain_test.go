@@ -36,6 +36,7 @@ var (
 	drainProbeAfter  = flag.Duration("drain-probe-after", 0, "start the refund probes this long after the workers come back (default: at once)")
 	drainStartRate   = flag.String("drain-start-rate", "auto", "the workers' EFFECTIVELY_START_RATE")
 	drainStartAhead  = flag.String("drain-start-ahead", "", "the workers' EFFECTIVELY_START_AHEAD (default: the worker's; 0 turns the hold off)")
+	drainDevConfig   = flag.String("drain-dev-config", "", "more of the dev server's dynamic config, KEY=VALUE pairs separated by spaces (e.g. history.visibilityProcessorSchedulerWorkerCount=4)")
 	drainMatchFair   = flag.Bool("drain-matching-fairness", true, "run the dev server with matching.enableFairness (each route's consumer a fairness key of the workflow task queue)")
 	drainWorkerEnv   = flag.String("drain-worker-env", "", "more of the workers' environment, NAME=value pairs separated by spaces (e.g. NATS_HANDLERS=8)")
 	drainProbes      = flag.Int("drain-probes", 0, "refund probes per phase (default 100)")
@@ -140,7 +141,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 func drainTemporal(t *testing.T) (tc client.Client, address, namespace, metrics string) {
 	t.Helper()
 	if !*drainCluster {
-		srv, metrics := testenv.StartTemporalWithMetrics(t, *drainMatchFair)
+		srv, metrics := testenv.StartTemporalWithMetrics(t, *drainMatchFair, strings.Fields(*drainDevConfig)...)
 		return srv.Client(), srv.FrontendHostPort(), "default", metrics
 	}
 	namespace = "drain"

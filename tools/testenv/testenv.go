@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ import (
 	"github.com/effectively/effectively/internal/intake/retention"
 	"github.com/effectively/effectively/sim/sendgridsim"
 	"github.com/effectively/effectively/sim/stripesim"
+	"github.com/effectively/effectively/tools/freeport"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/workflows"
 )
@@ -88,19 +90,18 @@ func StartTemporalWithFairness(t testing.TB) *testsuite.DevServer {
 }
 
 // StartTemporalWithMetrics is StartTemporal, with the matching service's
-// fairness on when fairness is, serving the server's own Prometheus
-// metrics (RPC latencies, task timeouts) at the URL it returns.
-func StartTemporalWithMetrics(t testing.TB, fairness bool) (*testsuite.DevServer, string) {
+// fairness on when fairness is and dynamicConfig's KEY=VALUE settings,
+// serving the server's own Prometheus metrics (RPC latencies, task
+// timeouts) at the URL it returns.
+func StartTemporalWithMetrics(t testing.TB, fairness bool, dynamicConfig ...string) (*testsuite.DevServer, string) {
 	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: a free port for the dev server's metrics: %v", err)
-	}
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	_ = l.Close()
+	port := strconv.Itoa(freeport.Ports(t, 1)[0])
 	args := []string{"--metrics-port", port}
 	if fairness {
-		args = append(args, "--dynamic-config-value", "matching.enableFairness=true")
+		dynamicConfig = append(dynamicConfig, "matching.enableFairness=true")
+	}
+	for _, kv := range dynamicConfig {
+		args = append(args, "--dynamic-config-value", kv)
 	}
 	return startTemporal(t, "", args...), "http://127.0.0.1:" + port + "/metrics"
 }
