@@ -423,7 +423,7 @@ func (in *Intake) quarantineFirst(ctx context.Context, q store.QuarantineEntry) 
 		decision = metrics.DecisionDuplicate
 	}
 	in.cfg.Metrics.IntakeDecision(q.Consumer, decision)
-	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "first", first, "error", q.Detail)
+	in.cfg.Logger.Warn("message quarantined", "message_id", q.MessageID, "reason", q.Reason, "quarantine_id", id, "error", q.Detail)
 	return Result{MessageID: q.MessageID, Status: StatusInvalid, Error: q.Detail, Reason: q.Reason, QuarantineID: id}, first, nil
 }
 
