@@ -101,8 +101,9 @@ func (d *DrainPhase) targets() []Target {
 			longest.Round(time.Millisecond), r.Drained.Round(time.Second), r.BurstDrained.Round(time.Second))})
 	return append(out, Target{What: fmt.Sprintf("refunds' p99 behind the %d after the outage / idle", r.Backlog), Want: "≤ 2×",
 		Value: r.Ratio(), Met: r.DrainBaseline() > 0 && r.Ratio() <= 2 && r.DrainCounts(),
-		Measured: fmt.Sprintf("%.2f× (%s against %s idle, %d probes over the drain and as many idle; median %s; longest %s, sent %s after the workers' readiness; the first %s)", r.Ratio(), r.BusyP99.Round(time.Millisecond),
-			r.DrainBaseline().Round(time.Millisecond), r.BusyProbes, r.BusyP50.Round(time.Millisecond), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))})
+		Measured: fmt.Sprintf("%.2f× (%s against %s idle, %d probes over the drain and as many idle; median %s; longest %s, sent %s after the workers' readiness; the first %s; the %d sent %s or more after it: p99 %s)", r.Ratio(), r.BusyP99.Round(time.Millisecond),
+			r.DrainBaseline().Round(time.Millisecond), r.BusyProbes, r.BusyP50.Round(time.Millisecond), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond),
+			r.BusySettledProbes, soak.RestartSettle, r.BusySettledP99.Round(time.Millisecond))})
 }
 
 func tailLines(s string, lines int) string {

@@ -76,6 +76,27 @@ func TestProbesBefore(t *testing.T) {
 	}
 }
 
+// TestProbesSentFrom: the settled probes are those sent at or after the
+// offset, in order, with their splits; none at all past the last, all from
+// zero or before it.
+func TestProbesSentFrom(t *testing.T) {
+	var l latencies
+	for i, d := range []time.Duration{400, 300, 20, 30, 25} {
+		l.total, l.sentAt = append(l.total, d*time.Millisecond), append(l.sentAt, time.Duration(i)*time.Second)
+		l.refund = append(l.refund, d)
+	}
+	got := l.sentFrom(2 * time.Second)
+	if len(got.total) != 3 || got.total[0] != 20*time.Millisecond || got.total[2] != 25*time.Millisecond || len(got.refund) != 3 || p99(got.total) != 30*time.Millisecond {
+		t.Errorf("sentFrom(2s) = %v (refunds %v), want the last three, p99 30ms", got.total, got.refund)
+	}
+	if got := l.sentFrom(5 * time.Second); len(got.total) != 0 {
+		t.Errorf("sentFrom(5s) = %v, want none", got.total)
+	}
+	if got := l.sentFrom(-time.Second); len(got.total) != 5 {
+		t.Errorf("sentFrom(-1s) = %v, want all five", got.total)
+	}
+}
+
 // TestFiveSlowest: the report's five slowest probes, slowest first, each
 // with when it was sent; fewer when fewer ran.
 func TestFiveSlowest(t *testing.T) {
