@@ -86,14 +86,15 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	if err != nil {
 		return d, err
 	}
-	// Before /readyz, a quarter of the pool. A failure costs only the
-	// warm-up: the first statements meet its cause again and report it.
-	if err := store.Warm(ctx, d.pool, int32(cfg.DatabaseMaxConns/4)); err != nil { //nolint:gosec // validated: 4 to 1000
-		logger.Warn("postgres pool not warmed; its first statements open their connections", "error", err.Error())
-	}
 	d.onClose(d.pool.Close)
 	if err := store.Migrate(ctx, d.pool, logger); err != nil {
 		return d, err
+	}
+	// Before /readyz, a quarter of the pool, after the migrations (it runs
+	// the rate limiter's function). A failure costs only the warm-up: the
+	// first statements meet its cause again and report it.
+	if err := store.Warm(ctx, d.pool, int32(cfg.DatabaseMaxConns/4)); err != nil { //nolint:gosec // validated: 4 to 1000
+		logger.Warn("postgres pool not warmed; its first statements open their connections", "error", err.Error())
 	}
 	if err := guardKeyNamespace(ctx, d.pool, cfg.KeyNamespace, logger); err != nil {
 		return d, err

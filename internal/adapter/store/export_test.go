@@ -5,6 +5,8 @@ package store
 const (
 	InboxGroupInsertSQL = inboxGroupInsert
 	InboxGroupAsyncSQL  = inboxGroupAsync
+	// ReserveSQL is ReserveRate's statement, which Warm prepares.
+	ReserveSQL = reserveSQL
 )
 
 // InboxGroupSize is how many InsertInbox calls a statement of the inbox's

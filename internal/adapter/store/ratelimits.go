@@ -40,6 +40,9 @@ type Reserved struct {
 	Express bool
 }
 
+// reserveSQL is ReserveRate's statement; Warm runs it on each connection.
+const reserveSQL = `SELECT wait, reserved, express FROM rate_reserve_async($1, $2, $3, $4, $5, $6, $7)`
+
 // ReserveRate takes one request's slot in every bucket (row rate_limits,
 // created at its first use), all or none, in one statement
 // (rate_reserve_flow, migrations 00014 and 00018): past a line, an express
@@ -60,7 +63,7 @@ func (s *Store) ReserveRate(ctx context.Context, r Reservation) (Reserved, error
 	}
 	var wait float64
 	var res Reserved
-	err := s.pool.QueryRow(ctx, `SELECT wait, reserved, express FROM rate_reserve_async($1, $2, $3, $4, $5, $6, $7)`,
+	err := s.pool.QueryRow(ctx, reserveSQL,
 		names, emission, burst, max(r.MaxWait, 0).Seconds(), r.Flow, max(r.Share, 0), max(r.ExpressWait, 0).Seconds()).
 		Scan(&wait, &res.OK, &res.Express)
 	if err != nil {

@@ -540,3 +540,48 @@ func TestWarmOpensConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmPreparesReservation: every connection Warm opens has run the rate
+// limiter's reservation (its session holds the prepared statement, so its
+// backend has compiled the function), and no bucket or flow row is left.
+func TestWarmPreparesReservation(t *testing.T) {
+	ctx := context.Background()
+	pool, err := store.Open(ctx, storetest.NewDatabase(t), store.PoolConfig{MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := store.Warm(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	var conns []*pgxpool.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range 3 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var prepared int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement = $1`, store.ReserveSQL).Scan(&prepared); err != nil {
+			t.Fatal(err)
+		}
+		if prepared != 1 {
+			t.Errorf("connection %d (backend %d): the reservation prepared %d times, want 1", len(conns), c.Conn().PgConn().PID(), prepared)
+		}
+	}
+	if st := pool.Stat(); st.TotalConns() != 3 {
+		t.Fatalf("%d connections, want the 3 warmed", st.TotalConns())
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM rate_limits) + (SELECT count(*) FROM rate_flows)`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d rate rows left after the warm-up, want 0", rows)
+	}
+}
