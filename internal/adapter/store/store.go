@@ -123,8 +123,8 @@ func Warm(ctx context.Context, pool *pgxpool.Pool, n int32) error {
 // transaction it rolls back, so that no row stays: its backend compiles
 // rate_reserve_flow and plans the statements of both its paths (the line's,
 // twice, then the express lane's for another flow), and conn prepares the
-// statement. A new backend's first reservation took 23–32 ms here, the next
-// ones 1.3–4.5 ms; at a restart after an outage that first one comes on
+// statement. A new backend's first reservation took 19–23 ms here, one after
+// this warm-up 1.2–1.5 ms; at a restart after an outage that first one comes on
 // every connection at once, while the machine is busiest. The bucket is
 // named after the backend's PID: warming workers lock no live bucket, nor
 // each other's.
