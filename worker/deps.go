@@ -94,7 +94,7 @@ func buildDeps(ctx context.Context, cfg config.Config, logger *slog.Logger) (*de
 	// the rate limiter's function). A failure costs only the warm-up: the
 	// first statements meet its cause again and report it.
 	if err := store.Warm(ctx, d.pool, int32(cfg.DatabaseMaxConns/4)); err != nil { //nolint:gosec // validated: 4 to 1000
-		logger.Warn("postgres pool not warmed; its first statements open their connections", "error", err.Error())
+		logger.Warn("postgres pool not warmed; its first statements open their connections and compile the rate limiter's function", "error", err.Error())
 	}
 	if err := guardKeyNamespace(ctx, d.pool, cfg.KeyNamespace, logger); err != nil {
 		return d, err

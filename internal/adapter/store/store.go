@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,10 +112,15 @@ func Warm(ctx context.Context, pool *pgxpool.Pool, n int32) error {
 		}
 		conns = append(conns, c)
 	}
-	for _, c := range conns {
-		if err := warmReserve(ctx, c.Conn()); err != nil {
-			return fmt.Errorf("warm the rate limiter's statements: %w", translate(err))
-		}
+	// Each on its own backend: they compile at once.
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { errs[i] = warmReserve(ctx, c.Conn()) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("warm the rate limiter's statements: %w", translate(err))
 	}
 	return nil
 }
