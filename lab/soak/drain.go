@@ -227,6 +227,17 @@ type DrainReport struct {
 	// machine did while the idle and the busy probes ran.
 	IdleServer ServerWindow `json:"idle_server"`
 	BusyServer ServerWindow `json:"busy_server"`
+	// IdleCommits, BurstCommits and BusyCommits are the commit probe's
+	// figures (CommitEvery) while the idle, the burst's and the busy probes
+	// ran.
+	IdleCommits  CommitStats `json:"idle_commits"`
+	BurstCommits CommitStats `json:"burst_commits"`
+	BusyCommits  CommitStats `json:"busy_commits"`
+	// BusySlow counts the busy probes slower than twice DrainBaseline;
+	// BusySlowStalled how many of them overlapped a synchronous commit of
+	// CommitStall or more.
+	BusySlow        int `json:"busy_slow"`
+	BusySlowStalled int `json:"busy_slow_stalled"`
 	// Charges and DoubleCharges count the backlog's charges at Stripe.
 	Charges       int      `json:"charges"`
 	DoubleCharges int      `json:"double_charges"`
@@ -260,6 +271,7 @@ func (r DrainReport) String() string {
 			fmt.Fprintf(&b, "  the five slowest: %s\n", r.BurstFive)
 		}
 		fmt.Fprintf(&b, "  the server and the machine meanwhile: %s\n", r.BurstServer)
+		fmt.Fprintf(&b, "  commits meanwhile (a probe's, one of each kind every %s): %s\n", CommitEvery, r.BurstCommits)
 	}
 	fmt.Fprintf(&b, "after the outage, other route (refunds), %d sent one every %s while the backlog lasted: p99 idle %s (as many, as far apart), during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes); the first, sent as the workers answered /readyz, %s\n",
 		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.DrainBaseline().Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
@@ -292,6 +304,10 @@ func (r DrainReport) String() string {
 		fmt.Fprintf(&b, "  the slowest: %s\n", r.BusySlowest)
 		fmt.Fprintf(&b, "  the five slowest: %s\n", r.BusyFive)
 	}
+	if r.BusySlow > 0 {
+		fmt.Fprintf(&b, "  of the %d slower than twice the idle p99, %d overlapped a synchronous commit of %s or more\n", r.BusySlow, r.BusySlowStalled, CommitStall)
+	}
+	fmt.Fprintf(&b, "commits (a probe's, one of each kind every %s) while the idle probes ran: %s\n  while the busy ones ran: %s\n", CommitEvery, r.IdleCommits, r.BusyCommits)
 	fmt.Fprintf(&b, "the Temporal server's mean latencies (and the machine) while the probes ran:\n  idle:   %s\n  during: %s\n", r.IdleServer, r.BusyServer)
 	fmt.Fprintf(&b, "charges %d, double charges %d (must be 0)\n", r.Charges, r.DoubleCharges)
 	return b.String()
@@ -502,10 +518,20 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err := awaitProcessed(ctx, st, "order-placed", warm); err != nil {
 		return rep, fmt.Errorf("warm-up: %w", err)
 	}
+	commits, stopCommits, err := startCommitProbe(ctx, st.Pool)
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		if err := stopCommits(); err != nil {
+			cfg.Logf("drain: %v", err)
+		}
+	}()
 	before, err := readServer(ctx, st.ServerMetrics)
 	if err != nil {
 		return rep, err
 	}
+	idleFrom := time.Now()
 	idle, err := probe(ctx, cfg, st, stem+"_ri", orderBase, cfg.Probes, cfg.ProbeEvery)
 	if err != nil {
 		return rep, fmt.Errorf("idle probes: %w", err)
@@ -515,6 +541,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 		return rep, err
 	}
 	rep.IdleServer = window(before, after)
+	commits.markStalls(&idle)
 	rep.IdleP99, rep.IdleFive = p99(idle.total), idle.five()
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
 	// The drain's baseline: as many probes as it sends, as far apart.
@@ -525,12 +552,14 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 		}
 		cfg.Logf("drain: idle refund p99 %s (%d probes %s apart; of their first %d, %s)", p99(idleDrain.total), cfg.BusyProbes, cfg.BusyEvery,
 			cfg.Probes, p99(idleDrain.first(cfg.Probes)))
+		commits.markStalls(&idleDrain)
 	}
+	rep.IdleCommits = commits.stats(idleFrom, time.Now())
 
 	// Fairness with the workers warm: the orders route's backlog comes at
 	// once (a producer's batch, a broker's reconnection), the refunds beside it.
 	if cfg.Burst > 0 {
-		if err := burst(ctx, cfg, st, stem, orderBase, &rep); err != nil {
+		if err := burst(ctx, cfg, st, stem, orderBase, commits, &rep); err != nil {
 			return rep, fmt.Errorf("fairness burst: %w", err)
 		}
 		cfg.Logf("drain: a burst of %d orders: refund p99 %s (idle %s)", cfg.Burst, rep.BurstP99, rep.IdleP99)
@@ -567,10 +596,12 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if before, err = readServer(ctx, st.ServerMetrics); err != nil {
 		return rep, err
 	}
+	busyFrom := time.Now()
 	busy, err := probe(ctx, cfg, st, stem+"_rb", orderBase, cfg.BusyProbes, cfg.BusyEvery)
 	if err != nil {
 		return rep, fmt.Errorf("probes during the drain: %w", err)
 	}
+	commits.markStalls(&busy)
 	if after, err = readServer(ctx, st.ServerMetrics); err != nil {
 		return rep, err
 	}
@@ -585,6 +616,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	}
 	// Only the probes sent while the backlog lasted were behind it.
 	busy, rep.BusyFirst = busy.before(last)
+	rep.BusyCommits = commits.stats(busyFrom, last)
 	if len(busy.total) == 0 {
 		return rep, fmt.Errorf("the backlog of %d was processed before the first refund probe was sent: no probe ran behind it", cfg.Backlog)
 	}
@@ -605,6 +637,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	base := idleDrain.first(len(busy.total))
 	rep.IdleDrainP99, rep.IdleDrainP50 = p99(base), p50(base)
 	rep.IdleDrainFive = idleDrain.firstProbes(len(busy.total)).five()
+	rep.BusySlow, rep.BusySlowStalled = busy.stalled(2 * rep.DrainBaseline())
 	rep.Drained = last.Sub(back)
 	rep.Rate = float64(cfg.Backlog) / rep.Drained.Seconds()
 	s1, g1, err := st.simStats(ctx)
@@ -648,7 +681,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 // burst publishes cfg.Burst orders at once with the workers running and
 // times cfg.Probes refunds beside them (the warm-up orders' second
 // refunds).
-func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64, rep *DrainReport) error {
+func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, orderBase int64, commits *commitProbe, rep *DrainReport) error {
 	ids := make([]string, cfg.Burst)
 	base := orderBase + int64(cfg.Probes+cfg.Backlog)
 	before, err := readServer(ctx, st.ServerMetrics)
@@ -698,6 +731,8 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		return err
 	}
 	rep.BurstServer = window(before, after)
+	rep.BurstCommits = commits.stats(at, last)
+	commits.markStalls(&lat)
 	// Only the probes sent while the burst lasted show its effect.
 	var beside []time.Duration
 	for i, t := range lat.total {
@@ -730,7 +765,11 @@ type latencies struct {
 	// regular activity.
 	scheduled, dispatch []time.Duration
 	sentAt              []time.Duration // from the first probe's publication
-	sent                []time.Time     // when each of total was published
+	// commit is, for each probe, the longest synchronous commit of the
+	// commit probe that overlapped it (commitProbe.markStalls); nil
+	// without.
+	commit []time.Duration
+	sent   []time.Time // when each of total was published
 	// slowest is the timeline of the probe with the longest total, sent at
 	// slowestSent.
 	slowest     string
@@ -783,7 +822,7 @@ func (l latencies) keep(idx []int) latencies {
 		return out
 	}
 	kept := latencies{total: pick(l.total), intake: pick(l.intake), work: pick(l.work), start: pick(l.start), created: pick(l.created),
-		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt)}
+		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt), commit: pick(l.commit)}
 	if len(l.sent) == len(l.total) {
 		for _, i := range idx {
 			kept.sent = append(kept.sent, l.sent[i])
@@ -810,7 +849,8 @@ func (l latencies) first(n int) []time.Duration { return l.firstProbes(n).total 
 // five renders the five slowest probes as "latency at sent", slowest
 // first, the sending time counted from the first probe's, each split (when
 // the split was read) into publication to inbox row, to the refund's
-// claim, to its record, and to the receipt's record.
+// claim, to its record, and to the receipt's record, and with the
+// longest synchronous commit of the commit probe meanwhile, if one ran.
 func (l latencies) five() string {
 	order := make([]int, len(l.total))
 	for i := range order {
@@ -823,6 +863,9 @@ func (l latencies) five() string {
 		if len(l.receipt) == len(l.total) {
 			part += fmt.Sprintf(" (inbox %d, claim %d, refund %d, receipt %d ms)", l.intake[i].Milliseconds(), l.start[i].Milliseconds(),
 				l.refund[i].Milliseconds(), l.receipt[i].Milliseconds())
+		}
+		if len(l.commit) == len(l.total) && l.commit[i] > 0 {
+			part += fmt.Sprintf(" [a commit meanwhile %d ms]", l.commit[i].Milliseconds())
 		}
 		parts = append(parts, part)
 	}
