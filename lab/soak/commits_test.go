@@ -49,7 +49,7 @@ func TestCommitStallsOverlap(t *testing.T) {
 		t.Errorf("keep: commit %v, want [40ms]", k.commit)
 	}
 	l.sentAt = make([]time.Duration, len(l.total))
-	if five := l.five(); !strings.Contains(five, "50ms at 0s [a commit meanwhile 40 ms], 30ms at 0s, ") {
+	if five := l.five(); !strings.Contains(five, "50ms at 0s [a commit meanwhile 40ms], 30ms at 0s, ") {
 		t.Errorf("five = %q", five)
 	}
 

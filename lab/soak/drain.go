@@ -865,7 +865,7 @@ func (l latencies) five() string {
 				l.refund[i].Milliseconds(), l.receipt[i].Milliseconds())
 		}
 		if len(l.commit) == len(l.total) && l.commit[i] > 0 {
-			part += fmt.Sprintf(" [a commit meanwhile %d ms]", l.commit[i].Milliseconds())
+			part += fmt.Sprintf(" [a commit meanwhile %s]", l.commit[i].Round(100*time.Microsecond))
 		}
 		parts = append(parts, part)
 	}
