@@ -123,11 +123,14 @@ type ChargeResult struct {
 	held *heldReceipt
 }
 
-// heldReceipt is a receipt claimed by the payment's record.
+// heldReceipt is a receipt claimed by the record of a payment (in) or of a
+// refund (to, refund).
 type heldReceipt struct {
-	in    ReceiptInput
-	key   string
-	token int32
+	in     ReceiptInput
+	to     string
+	refund RefundReceiptInput
+	key    string
+	token  int32
 }
 
 // ChargeOrderName is ChargeOrder's activity type name.
@@ -234,15 +237,13 @@ func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput
 	// The receipt keeps the end of the attempt: the charge runs on a
 	// deadline ReceiptBudget before the attempt's. An attempt with less time
 	// left than that sends no receipt.
-	cctx := ctx
-	if in.ReceiptTo != "" && in.ReceiptBudget > 0 {
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) > in.ReceiptBudget {
-			c.receiptBy = deadline.Add(-in.ReceiptBudget)
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithDeadline(ctx, c.receiptBy)
-			defer cancel()
-		}
+	var budget time.Duration
+	if in.ReceiptTo != "" {
+		budget = in.ReceiptBudget
 	}
+	cctx, receiptBy, cancel := receiptDeadline(ctx, budget)
+	defer cancel()
+	c.receiptBy = receiptBy
 	// The protocol (effect.Run): inside the key window the keys replay;
 	// past it, the PaymentIntent is looked up (retrieved by its recorded ID,
 	// or listed over the claim's window) before any create or confirm.
@@ -257,21 +258,43 @@ func (a *Activities) chargeOrder(ctx context.Context, key string, in ChargeInput
 	return res, nil
 }
 
+// receiptDeadline is the context an effect's call runs on when its local
+// attempt keeps budget for the receipt at its end: ctx with a deadline
+// budget before ctx's, and that moment, before which the effect's record
+// must begin for the receipt to be claimed with it. With no budget, or no
+// more time left than budget: ctx itself and a zero time (no receipt with
+// the effect).
+func receiptDeadline(ctx context.Context, budget time.Duration) (context.Context, time.Time, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if budget <= 0 || !ok || time.Until(deadline) <= budget {
+		return ctx, time.Time{}, func() {}
+	}
+	by := deadline.Add(-budget)
+	cctx, cancel := context.WithDeadline(ctx, by)
+	return cctx, by, cancel
+}
+
 // sendHeldReceipt sends the receipt under the claim the payment's record
-// took in its own transaction (h), and records the outcome: the receipt's
-// protocol from its first step, the call, since no attempt before this one
-// held the row. It returns the recorded outcome, or nil when none was
-// recorded (logged): the workflow's SendReceipt then claims the row through
-// the ledger, which fences h's token, and looks the mail up before it sends
-// (a send of this attempt may have reached SendGrid).
+// took in its own transaction (h), and records the outcome (sendHeld).
 func (a *Activities) sendHeldReceipt(ctx context.Context, h heldReceipt) *ReceiptResult {
-	m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", h.in.OrderID),
-		orderID: h.in.OrderID, statusOrder: h.in.OrderID, key: h.key, token: h.token, mail: receiptMail(h.key, h.in)}
-	out, err := effect.Run(ctx, effect.Attempt{Claim: h.token}, a.now(), effect.Kind[string, ReceiptResult](m))
+	return a.sendHeld(ctx, &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", h.in.OrderID),
+		orderID: h.in.OrderID, statusOrder: h.in.OrderID, key: h.key, token: h.token, mail: receiptMail(h.key, h.in)}, "SendReceipt")
+}
+
+// sendHeld sends m's mail under the claim an effect's record took in its
+// own transaction (m.token), and records the outcome: the mail's protocol
+// from its first step, the call, since no attempt before this one held the
+// row. It returns the recorded outcome, or nil when none was recorded
+// (logged): the workflow's activity named by then (SendReceipt,
+// SendRefundReceipt) claims the row through the ledger, which fences the
+// token, and looks the mail up before it sends (a send of this attempt
+// may have reached SendGrid).
+func (a *Activities) sendHeld(ctx context.Context, m *mailing, then string) *ReceiptResult {
+	out, err := effect.Run(ctx, effect.Attempt{Claim: m.token}, a.now(), effect.Kind[string, ReceiptResult](m))
 	err = a.boundary(ctx, m.kind, "send "+m.what, err)
 	a.countReceipt(m.kind, out, err)
 	if err != nil {
-		logger(ctx).Warn("receipt not sent with the charge: SendReceipt sends it", "order_id", h.in.OrderID, "key", h.key, "error", err)
+		logger(ctx).Warn(m.what+" not sent with its effect: "+then+" sends it", "order_id", m.orderID, "key", m.key, "error", err)
 		return nil
 	}
 	return &out

@@ -114,7 +114,7 @@ type confEffect struct {
 }
 
 func confKinds() []*confEffect {
-	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind()}
+	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldRefundReceiptKind()}
 }
 
 func confChargeInput(id string, order int64) activities.ChargeInput {
@@ -471,6 +471,50 @@ func confRefundReceiptKind() *confEffect {
 			caseLookupAmount: confNoAmount,
 		},
 	}
+}
+
+// confHeldRefundReceiptKind is the refund receipt as the workflow's local
+// path sends it: the local refund attempt claims it in the refund's record
+// and sends it under that claim (RefundInput.ReceiptBudget). That send is
+// the receipt's first attempt; when it records nothing (its answer lost,
+// a 503, a 401), the workflow's SendRefundReceipt goes on and claims the
+// receipt through the ledger, which fences the first holder and looks the
+// mail up first. Here an attempt runs the local refund: its held send, or,
+// once the refund is recorded (it then holds no claim), SendRefundReceipt.
+// Every case hooks SendGrid; the refund itself goes to Stripe unhooked.
+func confHeldRefundReceiptKind() *confEffect {
+	k := confRefundReceiptKind()
+	k.name = "refund receipt held by the refund"
+	k.message = func(id string) confMsg { return confMsg{ID: id, Order: 42, Amount: 500, PaymentID: id + "-paid"} }
+	k.call = func(bg context.Context, e *confEnv, m confMsg) (string, error) {
+		in := confRefundInput(m)
+		in.ReceiptBudget = 10 * time.Second
+		lr, err := confExecute(bg, e, e.acts.RefundOrderLocally, in)
+		switch {
+		case err != nil:
+			return "", err
+		case lr.Err != nil:
+			return "", lr.Err.Err()
+		case lr.Result.Outcome != activities.RefundRefunded:
+			return "", fmt.Errorf("refund of %s: %s, want refunded", m.ID, lr.Result.Outcome)
+		case lr.Result.Receipt != nil:
+			return string(lr.Result.Receipt.Outcome), nil
+		case !lr.Result.Recorded:
+			return "", errors.New("the refund's record claimed the receipt and its send recorded nothing: SendRefundReceipt sends it")
+		}
+		r, err := confExecute(bg, e, e.acts.SendRefundReceipt, activities.RefundReceiptInput{
+			Consumer: "order-refund", MessageID: m.ID, OrderID: m.Order, Amount: m.Amount, Currency: "usd", RefundID: lr.Result.RefundID,
+		})
+		return string(r.Outcome), err
+	}
+	k.second = func(m confMsg) (confMsg, int, string) {
+		// A second refund of the same order is a refund of its own, with
+		// its own receipt, once.
+		m2 := m
+		m2.ID, m2.Amount = m.ID+"-second", 300
+		return m2, 1, ""
+	}
+	return k
 }
 
 // confJSON decodes a recorded answer.

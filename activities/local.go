@@ -84,9 +84,10 @@ func (a *Activities) SendReceiptLocally(ctx context.Context, in ReceiptInput) (L
 }
 
 // RefundOrderLocally is RefundOrder for a local activity: the same work
-// under the same protocol, its error returned inside the result.
+// under the same protocol, its error returned inside the result. It alone
+// sends the refund receipt with the refund (RefundInput.ReceiptBudget).
 func (a *Activities) RefundOrderLocally(ctx context.Context, in RefundInput) (LocalRefund, error) {
-	r, e, err := locally(ctx, in, a.RefundOrder)
+	r, e, err := locally(ctx, in, a.refund)
 	return LocalRefund{Result: r, Err: e}, err
 }
 

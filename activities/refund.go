@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -29,6 +30,14 @@ type RefundInput struct {
 	// order_not_paid (OrderRefund sets it until its wait is over). Not part
 	// of the request's hash.
 	AwaitPayment bool `json:"await_payment,omitempty"`
+	// ReceiptBudget is the time the refund receipt's send keeps at the end
+	// of a local attempt, as ChargeInput.ReceiptBudget: a local attempt
+	// whose record settles the refund claims the receipt in that record's
+	// statement and sends it, when the record begins at least that long
+	// before the attempt's deadline. Zero (the regular activity, an older
+	// workflow's input): the workflow's SendRefundReceipt sends it. Not part
+	// of the request's hash.
+	ReceiptBudget time.Duration `json:"receipt_budget,omitempty"`
 }
 
 // RefundOutcome is the outcome of RefundOrder, with the values the
@@ -63,6 +72,14 @@ type RefundResult struct {
 	Replayed    bool   `json:"replayed,omitempty"`
 	Recorded    bool   `json:"recorded,omitempty"`
 	Reconciled  bool   `json:"reconciled,omitempty"`
+	// Receipt is the refund receipt this attempt sent under the claim its
+	// record took, as recorded; nil when it recorded none (the workflow's
+	// SendRefundReceipt then claims the receipt and sends it).
+	Receipt *ReceiptResult `json:"receipt,omitempty"`
+
+	// held is the receipt claim the record took, for this attempt alone:
+	// never serialized, so no other attempt, and no replay, can hold it.
+	held *heldReceipt
 }
 
 // Activity type names of the refund and its receipt.
@@ -93,7 +110,22 @@ func init() {
 // with another amount or currency is never adopted: the attempt stops with
 // a non-retryable ErrTypeUnexpectedState and the refund stays claimed (its
 // amount reserved) for an operator. A 401 or 403 is retried and alerts.
+//
+// A local attempt (RefundOrderLocally) whose input keeps
+// in.ReceiptBudget for the receipt claims the refund receipt in the
+// refund's record and sends it under that claim, as a charge sends its
+// order's (sendHeldRefundReceipt); its refund runs on a deadline that much
+// earlier than the attempt's. The regular activity leaves the receipt to
+// the workflow's SendRefundReceipt.
 func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundResult, error) {
+	// Only a local attempt sends the receipt (see RefundOrderLocally).
+	in.ReceiptBudget = 0
+	return a.refund(ctx, in)
+}
+
+// refund is RefundOrder's attempt, with the receipt when in keeps time
+// for it.
+func (a *Activities) refund(ctx context.Context, in RefundInput) (RefundResult, error) {
 	// Like a charge: a worker stop lets the claim, the refund and its record
 	// finish, and a regular attempt heartbeats (refundOptions set a
 	// HeartbeatTimeout).
@@ -105,7 +137,7 @@ func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundRes
 // request is the refund request as hashed for its ledger row: the same
 // whether or not the attempt waits for the payment.
 func (in RefundInput) request() RefundInput {
-	in.AwaitPayment = false
+	in.AwaitPayment, in.ReceiptBudget = false, 0
 	return in
 }
 
@@ -142,9 +174,31 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 		IdempotencyKey: key, MessageID: in.MessageID, OrderID: in.OrderID,
 		PaymentIntentID: r.PaymentIntentID, Amount: in.Amount, Reason: in.Reason,
 	}}
+	// The receipt keeps the end of the attempt, as a charge's does.
+	cctx, receiptBy, cancel := receiptDeadline(ctx, in.ReceiptBudget)
+	defer cancel()
+	if k.receiptBy = receiptBy; !receiptBy.IsZero() {
+		// The address before the call, so that nothing but the record
+		// follows Stripe's answer. None on record (pruned, or Postgres
+		// unreachable): no receipt with the refund.
+		k.receiptTo, _ = a.Store.ReceiptAddress(cctx, in.OrderID)
+	}
 	at := effect.Attempt{Claim: claim.Claim, ClaimedAt: r.CreatedAt, KeyWindow: a.keyTrust()}
-	out, err := effect.Run(ctx, at, a.now(), effect.Kind[*payment.Refund, RefundResult](k))
-	return out, a.boundary(ctx, metrics.EffectRefund, fmt.Sprintf("refund order %d", in.OrderID), err)
+	out, err := effect.Run(cctx, at, a.now(), effect.Kind[*payment.Refund, RefundResult](k))
+	if err != nil {
+		return out, a.boundary(ctx, metrics.EffectRefund, fmt.Sprintf("refund order %d", in.OrderID), err)
+	}
+	if out.held != nil {
+		out.Receipt, out.held = a.sendHeldRefundReceipt(ctx, *out.held), nil
+	}
+	return out, nil
+}
+
+// sendHeldRefundReceipt sends the refund receipt under the claim the
+// refund's record took (h), as sendHeldReceipt sends an order's (sendHeld).
+func (a *Activities) sendHeldRefundReceipt(ctx context.Context, h heldReceipt) *ReceiptResult {
+	return a.sendHeld(ctx, &mailing{a: a, kind: metrics.EffectRefundReceipt, what: fmt.Sprintf("refund receipt of order %d", h.refund.OrderID),
+		orderID: h.refund.OrderID, key: h.key, token: h.token, mail: refundMail(h.key, h.to, h.refund)}, "SendRefundReceipt")
 }
 
 // refunding is one claim's attempt at a refund: the refund kind of the
@@ -156,6 +210,12 @@ type refunding struct {
 	token int32
 	r     store.Refund
 	req   payment.RefundRequest
+	// receiptBy is when the refund's record must have begun for the
+	// receipt to be claimed with it (RefundInput.ReceiptBudget), and
+	// receiptTo the order's receipt address; zero or empty: no receipt
+	// with the refund.
+	receiptBy time.Time
+	receiptTo string
 }
 
 // Call refunds under the key.
@@ -188,7 +248,11 @@ func (k *refunding) Record(ctx context.Context, rf *payment.Refund, via effect.V
 	if via == effect.ViaLookup {
 		logger(ctx).Warn("refund of an earlier attempt found by listing the payment intent's refunds", "order_id", k.in.OrderID, "refund_id", rf.ID)
 	}
-	return k.a.recordRefund(ctx, k.in, k.key, k.token, k.r, rf, via == effect.ViaLookup)
+	res, err := k.a.recordRefund(ctx, k.in, k.key, k.token, k.r, rf, via == effect.ViaLookup, k.receiptBy, k.receiptTo)
+	if err == nil && res.Outcome == RefundRefunded {
+		failpoint.Hit(failpoint.RefundAfterRecord)
+	}
+	return res, err
 }
 
 // Refused records a refund Stripe refused; its amount is freed.
@@ -235,23 +299,58 @@ func recordedRefund(r store.Refund) (RefundResult, error) {
 	return res, nil
 }
 
-func (a *Activities) recordRefund(ctx context.Context, in RefundInput, key string, token int32, r store.Refund, rf *payment.Refund, reconciled bool) (RefundResult, error) {
+// recordRefund records the refund Stripe made and, when the record begins
+// before receiptBy and the order's receipt address (to) is known, claims
+// the refund receipt in the same statement (store.RecordRefundClaimingReceipt):
+// a claim this attempt alone holds, in RefundResult.held, when its record is
+// the one that settled the refund.
+func (a *Activities) recordRefund(ctx context.Context, in RefundInput, key string, token int32, r store.Refund, rf *payment.Refund, reconciled bool, receiptBy time.Time, to string) (RefundResult, error) {
 	if rf.Failed() {
 		return a.recordRefundRefused(ctx, in, key, token, r, "refund_"+rf.Status, "stripe reports the refund "+rf.Status)
 	}
-	_, err := a.Store.RecordRefundSucceeded(ctx, store.RefundSuccess{
+	rec := store.RefundSuccess{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, Claim: token,
 		RefundID: rf.ID, Status: rf.Status,
-	})
+	}
+	res := RefundResult{
+		Outcome: RefundRefunded, RefundID: rf.ID, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency,
+		Replayed: rf.Replayed, Reconciled: reconciled,
+	}
+	held := refundReceiptToHold(in, res, receiptBy, to)
+	if held != nil {
+		rec.Receipt = &store.EmailClaim{Key: held.key, RequestHash: requestHash(refundMail(held.key, held.to, held.refund)), Policy: a.emailPolicy()}
+	}
+	_, receipt, err := a.Store.RecordRefundClaimingReceipt(ctx, rec)
 	if err != nil {
 		// The refund exists at Stripe; a retry replays it under the key and
 		// records it then.
 		return RefundResult{}, fenced(fmt.Errorf("record refund of order %d: %w", in.OrderID, err))
 	}
-	return RefundResult{
-		Outcome: RefundRefunded, RefundID: rf.ID, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency,
-		Replayed: rf.Replayed, Reconciled: reconciled,
-	}, nil
+	if receipt > 0 {
+		held.token = receipt
+		res.held = held
+	}
+	return res, nil
+}
+
+// refundReceiptToHold is the refund receipt to address to that a record
+// of res may claim: nil when the record begins at or past receiptBy (zero:
+// no receipt with the refund) or no address is known; the workflow's
+// SendRefundReceipt then has its own attempt for it, and records an address
+// that is gone.
+func refundReceiptToHold(in RefundInput, res RefundResult, receiptBy time.Time, to string) *heldReceipt {
+	// The real clock, as the deadline is (a.now may be a test's).
+	if to == "" || !time.Now().Before(receiptBy) {
+		return nil
+	}
+	key, err := identity.Key(identity.EffectRefundEmail, in.MessageID)
+	if err != nil {
+		return nil
+	}
+	return &heldReceipt{key: key, to: to, refund: RefundReceiptInput{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
+		Amount: in.Amount, Currency: res.Currency, RefundID: res.RefundID,
+	}}
 }
 
 func (a *Activities) recordRefundRefused(ctx context.Context, in RefundInput, key string, token int32, r store.Refund, code, msg string) (RefundResult, error) {
@@ -274,6 +373,10 @@ type RefundReceiptInput struct {
 	Amount    int64  `json:"amount"`
 	Currency  string `json:"currency"`
 	RefundID  string `json:"refund_id"`
+	// Sent is the outcome RefundOrder's local attempt recorded for this
+	// receipt (RefundResult.Receipt): SendRefundReceipt returns it without
+	// a send or a transaction. Nil: it claims the receipt itself.
+	Sent *ReceiptResult `json:"sent,omitempty"`
 }
 
 // SendRefundReceipt tells the customer about a refund, under the effect
@@ -284,8 +387,14 @@ type RefundReceiptInput struct {
 // earlier release under "email:<message id>" keeps that row (see
 // store.EmailClaim.LegacyKey). The address is the one the order's receipt
 // went to; when it is no longer kept (the order's message was pruned), the
-// receipt is recorded as failed.
+// receipt is recorded as failed. A receipt the refund already sent and
+// recorded (in.Sent) is returned as it is: the workflow still schedules
+// SendRefundReceipt, so that its histories keep the shape older workers
+// replay.
 func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInput) (ReceiptResult, error) {
+	if in.Sent != nil {
+		return *in.Sent, nil
+	}
 	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectRefundReceipt, r, err) }
 	return attempt(ctx, a, identity.EffectRefundEmail, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
 		return a.sendRefundReceipt(ctx, key, in)

@@ -321,3 +321,39 @@ func (s *nopSignaler) SignalWorkflow(_ context.Context, workflowID, _, _ string,
 	s.sent = append(s.sent, workflowID)
 	return nil
 }
+
+// TestRefundedMessageCommitsThrice counts the Postgres transactions of a
+// refund whose local attempt sends its receipt, as the workflow's does:
+// the refund's claim; the read of the receipt's address; the refund's
+// record, which claims the receipt (claim 1) in the same statement; the
+// receipt's record. Three commits that write, where the refund and a
+// receipt of its own took four and a read. SendRefundReceipt then returns
+// the refund's outcome with none.
+func TestRefundedMessageCommitsThrice(t *testing.T) {
+	f, counter := countedFixture(t)
+	paid(t, f, "evt_tx_rp", 96)
+	in := withRefundReceipt(refundOf("evt_tx_rr", 96, 700))
+	counter.take()
+	r := refundLocally(t, f, in)
+	if r.Outcome != activities.RefundRefunded || r.Receipt == nil || r.Receipt.Outcome != activities.ReceiptSent {
+		t.Fatalf("refund = %+v; want refunded with its receipt sent", r)
+	}
+	txns := counter.take()
+	var reads int
+	for _, tx := range txns {
+		if strings.HasPrefix(strings.ToUpper(tx), "SELECT CONVERT_FROM") {
+			reads++
+		}
+	}
+	if len(txns) != 4 || reads != 1 {
+		t.Errorf("refund and receipt: %d transactions (%d the address's read), want 4: the claim, the address, the record with the receipt's claim, the receipt's record:\n  %s",
+			len(txns), reads, strings.Join(txns, "\n  "))
+	}
+	rin := activities.RefundReceiptInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: "usd", RefundID: r.RefundID, Sent: r.Receipt}
+	if m, err := run(t, f, f.acts.SendRefundReceipt, rin); err != nil || m != *r.Receipt {
+		t.Fatalf("SendRefundReceipt with Sent = %+v, %v", m, err)
+	}
+	if txns := counter.take(); len(txns) != 0 {
+		t.Errorf("SendRefundReceipt after the refund sent it: %d transactions, want 0:\n  %s", len(txns), strings.Join(txns, "\n  "))
+	}
+}

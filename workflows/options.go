@@ -135,8 +135,8 @@ func (c Config) Validate() error {
 	limit := StripeKeyWindow - keyWindowMargin
 	// The local attempt comes first: the regular ones must still end inside
 	// the key window after it (with the receipt it may send, twice
-	// LocalStartToClose: chargeLocalOptions).
-	if local := c.chargeLocalOptions("").StartToCloseTimeout; c.PaymentScheduleToClose+local > limit {
+	// LocalStartToClose: receiptLocalOptions).
+	if local := c.receiptLocalOptions("").StartToCloseTimeout; c.PaymentScheduleToClose+local > limit {
 		return fmt.Errorf("PaymentScheduleToClose is %s and the local attempt takes up to %s: together at most %s (Stripe keeps idempotency keys for %s; a later retry could charge twice)",
 			c.PaymentScheduleToClose, local, limit, StripeKeyWindow)
 	}
@@ -225,11 +225,12 @@ func (c Config) settleOptions(consumer, summary string) workflow.ActivityOptions
 	})
 }
 
-// chargeLocalOptions are the options of the charge's local attempt, which
-// may send the receipt after the payment's record: LocalStartToClose for
-// the charge and as much again for the receipt (ChargeInput.ReceiptBudget),
-// so that the receipt's send has the time its own local attempt would.
-func (c Config) chargeLocalOptions(summary string) workflow.LocalActivityOptions {
+// receiptLocalOptions are the options of a charge's or a refund's local
+// attempt, which may send the receipt after the effect's record:
+// LocalStartToClose for the effect and as much again for the receipt
+// (ChargeInput.ReceiptBudget, RefundInput.ReceiptBudget), so that the
+// receipt's send has the time its own local attempt would.
+func (c Config) receiptLocalOptions(summary string) workflow.LocalActivityOptions {
 	o := c.localOptions(summary)
 	o.StartToCloseTimeout += c.LocalStartToClose
 	return o

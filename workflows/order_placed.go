@@ -47,7 +47,7 @@ const firstTaskStarted = 3
 
 // charge is in's charge as the workflow runs it, with the time the
 // receipt's send keeps at the end of the charge's local attempt
-// (chargeLocalOptions). The intake's claim goes only to a local attempt
+// (receiptLocalOptions). The intake's claim goes only to a local attempt
 // scheduled by the workflow's first task: one run again because that task
 // failed or timed out claims through the ledger, and so finds what the
 // first attempt recorded instead of calling Stripe again. The input of a
@@ -143,7 +143,7 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d with Stripe under key `%s`.", in.Order.OrderID, payKey))
 	charge, err := effect[activities.ChargeResult, activities.LocalCharge](ctx, &st.Fallbacks, "payment",
 		activities.ChargeOrderLocallyName, activities.ChargeOrderName, w.charge(ctx, in),
-		w.cfg.chargeLocalOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)),
+		w.cfg.receiptLocalOptions(fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)),
 		w.cfg.paymentOptions(in.Consumer, fmt.Sprintf("charge order %d (%s)", in.Order.OrderID, payKey)))
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Charging order %d failed: %s", in.Order.OrderID, rootMessage(err)))

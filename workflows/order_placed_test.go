@@ -328,7 +328,7 @@ func TestConfigRefusesKeyWindow(t *testing.T) {
 		t.Fatal("23h of regular attempts after a local one of 10s was accepted")
 	}
 	// The charge's local attempt may take twice LocalStartToClose: its
-	// charge, then the receipt it sends (chargeLocalOptions).
+	// charge, then the receipt it sends (receiptLocalOptions).
 	c.PaymentScheduleToClose = 23*time.Hour - c.LocalStartToClose
 	if _, err := New(c); err == nil {
 		t.Fatal("23h less one LocalStartToClose was accepted: the charge's local attempt takes up to two")

@@ -162,8 +162,12 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 			// refund. A payment still missing waits below, like a regular
 			// attempt's; any other failure a retry could cure goes on
 			// as the regular activity.
+			// The refund receipt keeps the end of the local attempt
+			// (receiptLocalOptions). The input of a local activity is not
+			// part of the history, so this changes no replay.
+			req.ReceiptBudget = w.cfg.LocalStartToClose
 			var lo activities.LocalRefund
-			err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.localOptions(refundSummary)),
+			err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.receiptLocalOptions(refundSummary)),
 				activities.RefundOrderLocallyName, req).Get(ctx, &lo)
 			var attempt *activities.AttemptError
 			if err == nil {
@@ -229,7 +233,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	mailSummary := fmt.Sprintf("send refund receipt of order %d (%s)", in.Refund.OrderID, mailKey)
 	mailIn := activities.RefundReceiptInput{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
-		Amount: in.Refund.Amount, Currency: refund.Currency, RefundID: refund.RefundID,
+		Amount: in.Refund.Amount, Currency: refund.Currency, RefundID: refund.RefundID, Sent: refund.Receipt,
 	}
 	if local {
 		receipt, err = effect[activities.ReceiptResult, activities.LocalReceipt](ctx, &st.Fallbacks, "refund receipt",

@@ -40,8 +40,8 @@ func TestOrderRefundRefundsThenSendsReceipt(t *testing.T) {
 	var rec attempts
 	onRefund(env, &rec, func(in activities.RefundInput) (activities.RefundResult, error) {
 		refunds++
-		if in.Amount != 500 || in.OrderID != 42 || in.Reason != "requested_by_customer" {
-			t.Errorf("refund input = %+v", in)
+		if in.Amount != 500 || in.OrderID != 42 || in.Reason != "requested_by_customer" || in.ReceiptBudget != DefaultConfig().LocalStartToClose {
+			t.Errorf("refund input = %+v; want the local attempt's, keeping LocalStartToClose for the receipt", in)
 		}
 		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_1", Currency: "usd"}, nil
 	})
@@ -67,6 +67,38 @@ func TestOrderRefundRefundsThenSendsReceipt(t *testing.T) {
 	}
 	if receiptIn.RefundID != "re_1" || receiptIn.Currency != "usd" || receiptIn.Amount != 500 {
 		t.Errorf("receipt input = %+v", receiptIn)
+	}
+}
+
+// TestOrderRefundPassesTheReceiptItsRefundSent: a refund receipt the local
+// refund sent under its record's claim reaches SendRefundReceipt as Sent,
+// which the workflow still schedules (the histories keep their shape), and
+// is the workflow's receipt.
+func TestOrderRefundPassesTheReceiptItsRefundSent(t *testing.T) {
+	env, wfs := newEnv(t)
+	sent := &activities.ReceiptResult{Outcome: activities.ReceiptSent, ProviderMessageID: "sg_held"}
+	var receiptIn activities.RefundReceiptInput
+	var rec attempts
+	onRefund(env, &rec, func(activities.RefundInput) (activities.RefundResult, error) {
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_1", Currency: "usd", Receipt: sent}, nil
+	})
+	onRefundReceipt(env, &rec, func(in activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		receiptIn = in
+		return *in.Sent, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r_held", 500))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	if receiptIn.Sent == nil || *receiptIn.Sent != *sent {
+		t.Errorf("receipt input = %+v; want the refund's receipt as Sent", receiptIn)
+	}
+	if want := "refund:local mail:local"; rec.String() != want {
+		t.Errorf("attempts = %s, want %s", &rec, want)
+	}
+	if st.Outcome != OutcomeRefunded || st.Receipt == nil || st.Receipt.ProviderMessageID != "sg_held" {
+		t.Errorf("status = %+v", st)
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,79 @@ func TestRefundCrashWindow(t *testing.T) {
 	}
 	if ms.Processed == nil || ms.Processed.Outcome != store.OutcomeRefunded || ms.Refund == nil || ms.Refund.State != store.RefundSucceeded {
 		t.Errorf("postgres: processed = %+v, refund = %+v", ms.Processed, ms.Refund)
+	}
+}
+
+// TestRefundReceiptCrashWindows kills the real worker in the windows of a
+// refund receipt that the refund's local attempt claims in its record and
+// sends, and restarts it. After the record, before the send
+// (refund.after_record): the restart finds the refund recorded, gets no
+// claim, and SendRefundReceipt claims the receipt through the ledger and
+// sends it once, or, under at-most-once, finds it in_flight and settles it
+// unknown without a send (that policy's promise: lost, never doubled).
+// After SendGrid accepted, before the record (email.after_send): the
+// documented receipt window, one more under at-least-once, none under
+// at-most-once. The order is paid by a worker without the failpoint first,
+// so the kill is the refund's.
+func TestRefundReceiptCrashWindows(t *testing.T) {
+	cases := []struct {
+		point      string
+		policy     string
+		wantEmails int
+		want       workflows.Outcome
+	}{
+		{failpoint.RefundAfterRecord, "at-least-once", 1, workflows.OutcomeRefunded},
+		{failpoint.RefundAfterRecord, "at-most-once", 0, workflows.OutcomeReceiptUnknown},
+		{failpoint.EmailAfterSend, "at-least-once", 2, workflows.OutcomeRefunded},
+		{failpoint.EmailAfterSend, "at-most-once", 1, workflows.OutcomeReceiptUnknown},
+	}
+	for _, tc := range cases {
+		t.Run(tc.point+"/"+tc.policy, func(t *testing.T) {
+			t.Parallel() // mostly waiting for timeouts; each case has its own stack
+			s := newProcStack(t, "EMAIL_POLICY="+tc.policy)
+			ctx := context.Background()
+			slug := strings.NewReplacer(".", "_", "-", "_").Replace(tc.point + "_" + tc.policy)
+			orderEvt, id := "evt_o_"+slug, "evt_r_"+slug
+			payer := s.start(t)
+			if res, err := s.intake.Accept(ctx, order(orderEvt, 79, "pm_card_visa"), "test"); err != nil || res.Status != intake.StatusStarted {
+				t.Fatalf("accept order = %+v, %v", res, err)
+			}
+			if st := s.waitOutcome(t, orderEvt); st.Outcome != workflows.OutcomeCompleted {
+				t.Fatalf("order outcome = %+v", st)
+			}
+			payer.Stop(10 * time.Second)
+
+			first := s.start(t, failpoint.EnvVar+"="+tc.point)
+			if res, err := s.intake.Accept(ctx, refundMsg(id, 79, 600), "test"); err != nil || res.Status != intake.StatusStarted {
+				t.Fatalf("accept refund = %+v, %v", res, err)
+			}
+			killedAt(t, first, tc.point)
+
+			s.start(t) // the restarted worker, no failpoint
+			st := s.waitRefundOutcome(t, id)
+			if st.Outcome != tc.want {
+				t.Errorf("outcome = %q, want %q (%+v)", st.Outcome, tc.want, st)
+			}
+			if n := s.sims.Stripe.Stats().RefundsByMessage[id]; n != 1 {
+				t.Errorf("refunds = %d, want exactly 1", n)
+			}
+			if n := s.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+id]; n != tc.wantEmails {
+				t.Errorf("refund receipts = %d, want %d", n, tc.wantEmails)
+			}
+			// At-least-once claims the row again after the kill (claim 2),
+			// fencing the dead attempt; at-most-once settles the in_flight
+			// row of the dead attempt's claim as unknown.
+			e, err := s.store.Effect(ctx, "refundemail:"+id)
+			wantState, wantClaim := store.StateSucceeded, int32(2)
+			if tc.policy == "at-most-once" {
+				wantState, wantClaim = store.StateUnknown, 1
+			}
+			if err != nil || e.State != wantState || e.Claim != wantClaim {
+				t.Errorf("refund receipt's ledger row = %+v, %v; want %s under claim %d", e, err, wantState, wantClaim)
+			}
+			if refunded, _, err := s.store.RefundedAmount(ctx, 79); err != nil || refunded != 600 {
+				t.Errorf("refunded_amount = %d, %v; want 600", refunded, err)
+			}
+		})
 	}
 }

@@ -318,32 +318,49 @@ func (s *Store) RecordPaidClaimingReceipt(ctx context.Context, r PaymentSuccess)
 		"type": "order.paid", "order_id": r.OrderID, "message_id": r.MessageID,
 		"payment_intent_id": r.PaymentIntentID, "amount": r.Amount, "currency": r.Currency,
 	}
-	var mail EmailClaim
-	mailState := StateClaimed
-	if r.Receipt != nil {
-		mail = *r.Receipt
-		if mail.Policy == AtMostOnce {
-			mailState = StateInFlight
-		}
-	}
 	res, err := encodeResult(r.Key, result)
 	if err != nil {
 		return false, 0, err
 	}
-	var n int
-	if err := s.pool.QueryRow(ctx, recordPaidClaimingReceiptSQL, r.Key, r.Claim, StateSucceeded, r.PaymentIntentID, res, "",
+	mail, mailState := r.Receipt.held()
+	already, receipt, err = s.settleClaimingReceipt(ctx, recordPaidClaimingReceiptSQL, r.Key, r.Claim, r.PaymentIntentID, res,
 		r.Consumer, r.MessageID, r.OrderID, r.ChargeID, OrderPaidEventID(r.MessageID), event,
-		mail.Key, KindEmail, mail.RequestHash, mailState, r.WorkflowID).Scan(&n, &receipt); err != nil {
-		return false, 0, fmt.Errorf("record payment of order %d: settle effect %s: %w", r.OrderID, r.Key, translate(err))
+		mail.Key, KindEmail, mail.RequestHash, mailState, r.WorkflowID)
+	if err != nil {
+		return false, 0, fmt.Errorf("record payment of order %d: %w", r.OrderID, err)
+	}
+	return already, receipt, nil
+}
+
+// held is the receipt a record's statement claims (none for a nil c) and
+// the state its row is created in: in_flight under AtMostOnce, claimed
+// otherwise.
+func (c *EmailClaim) held() (EmailClaim, EffectState) {
+	if c == nil {
+		return EmailClaim{}, StateClaimed
+	}
+	if c.Policy == AtMostOnce {
+		return *c, StateInFlight
+	}
+	return *c, StateClaimed
+}
+
+// settleClaimingReceipt runs a record's statement that settles key's row
+// succeeded under claim (providerRef, res; the settle's six arguments, then
+// args) and returns the settled count and the receipt's claim: the claim
+// when this statement settled the row, else whether an earlier record
+// settled it the same way (settledBefore), with no claim.
+func (s *Store) settleClaimingReceipt(ctx context.Context, stmt, key string, claim int32, providerRef string, res []byte, args ...any) (already bool, receipt int32, err error) {
+	var n int
+	all := append([]any{key, claim, StateSucceeded, providerRef, res, ""}, args...)
+	if err := s.pool.QueryRow(ctx, stmt, all...).Scan(&n, &receipt); err != nil {
+		return false, 0, fmt.Errorf("settle effect %s: %w", key, translate(err))
 	}
 	if n == 1 {
 		return false, receipt, nil
 	}
-	already, err = s.settledBefore(ctx, r.Key, r.Claim, StateSucceeded, r.PaymentIntentID)
-	if err != nil {
-		return false, 0, fmt.Errorf("record payment of order %d: %w", r.OrderID, err)
-	}
-	return already, 0, nil
+	already, err = s.settledBefore(ctx, key, claim, StateSucceeded, providerRef)
+	return already, 0, err
 }
 
 // recordPaidClaimingReceiptSQL settles the payment's ledger row and, in the

@@ -266,35 +266,75 @@ type RefundSuccess struct {
 	RefundID  string
 	// Status is the Refund's status at Stripe (succeeded, pending).
 	Status string
+	// Receipt, when set, is the refund's receipt to claim in the record's
+	// own statement (RecordRefundClaimingReceipt): its Key, RequestHash and
+	// Policy; Consumer and MessageID are the refund's.
+	Receipt *EmailClaim
 }
 
 // RecordRefundSucceeded settles the refund's ledger row, records the
 // Stripe Refund and inserts the message's processed row, in one statement.
 // Idempotent; ErrFenced for a superseded claim.
 func (s *Store) RecordRefundSucceeded(ctx context.Context, r RefundSuccess) (already bool, err error) {
-	already, err = s.settleAnd(ctx, recordRefundedSQL, r.Key, r.Claim, StateSucceeded, r.RefundID,
-		map[string]any{"refund_id": r.RefundID, "status": r.Status}, "",
-		r.Consumer, r.MessageID, r.OrderID, r.Status)
-	if err != nil {
-		return false, fmt.Errorf("record refund of order %d: %w", r.OrderID, err)
-	}
-	return already, nil
+	already, _, err = s.RecordRefundClaimingReceipt(ctx, r)
+	return already, err
 }
 
-// recordRefundedSQL settles the ledger row and, in the same statement,
-// marks the refund ($7 consumer, $8 message ID) succeeded with its Stripe
-// ID ($4) and status ($10) and inserts the processed row (order $9).
-var recordRefundedSQL = settleCTE + refundedSQL
+// RecordRefundClaimingReceipt is RecordRefundSucceeded and, when r.Receipt
+// is set, the claim of the refund's receipt in the same statement, as
+// RecordPaidClaimingReceipt claims an order's: its ledger row is created
+// under claim 1 (in_flight under AtMostOnce, claimed otherwise) only when
+// this statement settled the refund and no row exists under the key.
+// receipt is that claim's token, 0 when this statement claimed nothing; the
+// one execution that made the record alone learns it, and any other
+// attempt at the receipt claims the row through ClaimEmail, which fences it.
+//
+// No row under the receipt's legacy key ("email:<message id>", see
+// EmailClaim.LegacyKey) can exist for a refund this statement settles: an
+// earlier release claimed that row only after the refund was recorded.
+func (s *Store) RecordRefundClaimingReceipt(ctx context.Context, r RefundSuccess) (already bool, receipt int32, err error) {
+	res, err := encodeResult(r.Key, map[string]any{"refund_id": r.RefundID, "status": r.Status})
+	if err != nil {
+		return false, 0, err
+	}
+	mail, mailState := r.Receipt.held()
+	already, receipt, err = s.settleClaimingReceipt(ctx, recordRefundedClaimingReceiptSQL, r.Key, r.Claim, r.RefundID, res,
+		r.Consumer, r.MessageID, r.OrderID, r.Status, mail.Key, KindEmail, mail.RequestHash, mailState)
+	if err != nil {
+		return false, 0, fmt.Errorf("record refund of order %d: %w", r.OrderID, err)
+	}
+	return already, receipt, nil
+}
 
-// refundedSQL follows a settle CTE: see recordRefundedSQL.
-const refundedSQL = `, refunded AS (
+// recordRefundedClaimingReceiptSQL settles the ledger row and, in the same
+// statement, marks the refund ($7 consumer, $8 message ID) succeeded with
+// its Stripe ID ($4) and status ($10), inserts the processed row (order
+// $9) and, when the refund was settled, the receipt's ledger row ($11 key,
+// none when empty; $12 kind, $13 request hash, $14 state) under claim 1
+// unless the key has one. It returns the settled count and the receipt's
+// claim (0 for none).
+var recordRefundedClaimingReceiptSQL = settleCTE + refundedCTEs + `, mail AS (
+		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+		SELECT $11::text, $12::text, $7::text, $8::text, $13::text, $14::text, 1 WHERE EXISTS (SELECT FROM settled) AND $11::text <> ''
+		ON CONFLICT (key) DO NOTHING
+		RETURNING claim
+	)
+	SELECT (SELECT count(*) FROM settled), coalesce((SELECT claim FROM mail), 0)`
+
+// refundedSQL follows a settle CTE: it marks the refund ($7 consumer, $8
+// message ID) succeeded with its Stripe ID ($4) and status ($10) and
+// inserts the processed row (order $9) when the ledger row was settled.
+const refundedSQL = refundedCTEs + `
+	SELECT count(*) FROM settled`
+
+// refundedCTEs are refundedSQL's refund update and processed insert.
+const refundedCTEs = `, refunded AS (
 		UPDATE refunds SET state = 'succeeded', refund_id = $4, refund_status = nullif($10::text, ''), updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
 	), processed AS (
 		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
 		SELECT $7::text, $8::text, 'refunded', $9::bigint WHERE EXISTS (SELECT FROM settled)
-	)
-	SELECT count(*) FROM settled`
+	)`
 
 // RefundFailure records a refund Stripe refused.
 type RefundFailure struct {

@@ -49,4 +49,7 @@ const (
 	// RefundAfterRefund: Stripe created the refund, the result not yet
 	// recorded.
 	RefundAfterRefund = "refund.after_refund"
+	// RefundAfterRecord: the refund is committed, with its receipt's claim
+	// when its local attempt holds one, and the receipt not yet sent.
+	RefundAfterRecord = "refund.after_record"
 )
