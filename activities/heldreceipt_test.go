@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,33 @@ func TestRefundSendsNoReceiptWithoutItsTime(t *testing.T) {
 		if n := f.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+id]; n != 0 {
 			t.Errorf("%s: refund receipts = %d, want 0", id, n)
 		}
+	}
+}
+
+// TestRefundWithItsAddressPrunedHoldsNoReceipt: once the inbox row of the
+// order's message is pruned, the refund's claim finds no address, so the
+// local refund claims no receipt and sends none; SendRefundReceipt then
+// records the receipt failed, with nothing sent.
+func TestRefundWithItsAddressPrunedHoldsNoReceipt(t *testing.T) {
+	f := newFixture(t, "")
+	paid(t, f, "evt_held_pp", 142)
+	if _, err := f.db.Pool().Exec(context.Background(), `DELETE FROM inbox WHERE consumer = 'order-placed' AND message_id = 'evt_held_pp'`); err != nil {
+		t.Fatal(err)
+	}
+	in := withRefundReceipt(refundOf("evt_held_pr", 142, 100))
+	r := refundLocally(t, f, in)
+	if r.Outcome != activities.RefundRefunded || r.Receipt != nil {
+		t.Fatalf("refund = %+v; want refunded, no receipt", r)
+	}
+	if _, err := f.db.Effect(context.Background(), "refundemail:"+in.MessageID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("refund receipt's ledger row: %v; want none (no address to claim it for)", err)
+	}
+	rin := activities.RefundReceiptInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount, Currency: "usd", RefundID: r.RefundID}
+	m, err := run(t, f, f.acts.SendRefundReceipt, rin)
+	if err != nil || m.Outcome != activities.ReceiptFailed || !strings.Contains(m.Error, "no address on record") {
+		t.Fatalf("refund receipt = %+v, %v; want failed: no address on record", m, err)
+	}
+	if n := f.sims.SendGrid.Stats().DeliveriesByKey["refundemail:"+in.MessageID]; n != 0 {
+		t.Errorf("refund receipts = %d, want 0", n)
 	}
 }

@@ -147,6 +147,7 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 	claim, err := a.Store.ClaimRefund(ctx, store.RefundClaim{
 		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
 		Reason: in.Reason, Key: key, RequestHash: requestHash(in.request()), AwaitPayment: in.AwaitPayment,
+		WantAddress: in.ReceiptBudget > 0,
 	})
 	if err != nil {
 		return RefundResult{}, fenced(fmt.Errorf("claim refund of order %d: %w", in.OrderID, err))
@@ -177,12 +178,9 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 	// The receipt keeps the end of the attempt, as a charge's does.
 	cctx, receiptBy, cancel := receiptDeadline(ctx, in.ReceiptBudget)
 	defer cancel()
-	if k.receiptBy = receiptBy; !receiptBy.IsZero() {
-		// The address before the call, so that nothing but the record
-		// follows Stripe's answer. None on record (pruned, or Postgres
-		// unreachable): no receipt with the refund.
-		k.receiptTo, _ = a.Store.ReceiptAddress(cctx, in.OrderID)
-	}
+	// The address came with the claim (none when pruned: no receipt with
+	// the refund), so that nothing but the record follows Stripe's answer.
+	k.receiptBy, k.receiptTo = receiptBy, claim.ReceiptTo
 	at := effect.Attempt{Claim: claim.Claim, ClaimedAt: r.CreatedAt, KeyWindow: a.keyTrust()}
 	out, err := effect.Run(cctx, at, a.now(), effect.Kind[*payment.Refund, RefundResult](k))
 	if err != nil {

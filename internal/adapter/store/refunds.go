@@ -77,6 +77,10 @@ type RefundClaim struct {
 	// (nothing recorded: its order message may still be on its way), not
 	// order_not_paid.
 	AwaitPayment bool
+	// WantAddress asks for the order's receipt address with the payment's
+	// row (RefundClaimResult.ReceiptTo), read as ReceiptAddress reads it:
+	// no round trip of its own.
+	WantAddress bool
 }
 
 // RefundDecision says what the refund activity should do next.
@@ -118,6 +122,10 @@ type RefundClaimResult struct {
 	// Paid and Refunded are the payment's amount and what its refunds
 	// already hold, for RefundExceedsPayment.
 	Paid, Refunded int64
+	// ReceiptTo is the order's receipt address when the claim asked for it
+	// (RefundClaim.WantAddress) and the order has a payment whose message
+	// is still kept; "" otherwise.
+	ReceiptTo string
 }
 
 // ClaimRefund decides a refund in one transaction, before any call to
@@ -138,9 +146,10 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 			return err
 		}
 		var p Payment
-		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, '')
-			  FROM payments WHERE order_id = $1 FOR UPDATE`, c.OrderID).
-			Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID)
+		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, ''),
+			       CASE WHEN $2 THEN coalesce(`+receiptAddressOf("p")+`, '') ELSE '' END
+			  FROM payments p WHERE order_id = $1 FOR UPDATE`, c.OrderID, c.WantAddress).
+			Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID, &res.ReceiptTo)
 		noPayment := errors.Is(translate(err), ErrNotFound)
 		if err != nil && !noPayment {
 			return fmt.Errorf("lock payment of order %d: %w", c.OrderID, translate(err))
@@ -405,10 +414,7 @@ func (s *Store) RefundedAmount(ctx context.Context, orderID int64) (refunded, pa
 // address is gone, and ErrNotFound says so.
 func (s *Store) ReceiptAddress(ctx context.Context, orderID int64) (string, error) {
 	var addr *string
-	err := s.pool.QueryRow(ctx, `
-		SELECT convert_from(i.payload, 'UTF8')::jsonb -> 'data' ->> 'customer_email'
-		  FROM payments p JOIN inbox i ON i.consumer = p.consumer AND i.message_id = p.message_id
-		 WHERE p.order_id = $1`, orderID).Scan(&addr)
+	err := s.pool.QueryRow(ctx, `SELECT `+receiptAddressOf("p")+` FROM payments p WHERE p.order_id = $1`, orderID).Scan(&addr)
 	if err = translate(err); err != nil {
 		return "", fmt.Errorf("receipt address of order %d: %w", orderID, err)
 	}
@@ -416,4 +422,12 @@ func (s *Store) ReceiptAddress(ctx context.Context, orderID int64) (string, erro
 		return "", fmt.Errorf("receipt address of order %d: %w", orderID, ErrNotFound)
 	}
 	return *addr, nil
+}
+
+// receiptAddressOf is the receipt address of the payments row p: the
+// customer_email of the inbox row of the message that paid it, NULL once
+// that row is pruned.
+func receiptAddressOf(p string) string {
+	return `(SELECT convert_from(i.payload, 'UTF8')::jsonb -> 'data' ->> 'customer_email'
+		  FROM inbox i WHERE i.consumer = ` + p + `.consumer AND i.message_id = ` + p + `.message_id)`
 }
