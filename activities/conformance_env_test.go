@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -62,6 +63,10 @@ type confEnv struct {
 	sgKey *ecdsa.PrivateKey
 	clock *confClock
 	seq   atomic.Int64
+	// paid is the PaymentIntent of each order pay paid, by message ID.
+	paid sync.Map
+	// down is set while the case holds the database away (databaseDown).
+	down atomic.Bool
 }
 
 func newConfEnv(t *testing.T) *confEnv {
@@ -157,9 +162,11 @@ func (e *confEnv) pay(id string, order int64) {
 	if _, err := e.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: "order-placed", MessageID: id, Payload: raw, PayloadHash: "h-" + id, Source: "test"}); err != nil {
 		e.t.Fatal(err)
 	}
-	if r, err := confExecute(context.Background(), e, e.acts.ChargeOrder, confChargeInput(id, order)); err != nil || r.Outcome != activities.PaymentPaid {
+	r, err := confExecute(context.Background(), e, e.acts.ChargeOrder, confChargeInput(id, order))
+	if err != nil || r.Outcome != activities.PaymentPaid {
 		e.t.Fatalf("pay order %d with %s: %+v, %v", order, id, r, err)
 	}
+	e.paid.Store(id, r.PaymentIntentID)
 }
 
 // stripeObject reads an object from the Stripe simulator as JSON (not
@@ -239,6 +246,44 @@ func (e *confEnv) quiesceSendGrid() {
 	e.t.Helper()
 	if e.sendgrid.WebhookStats().Enqueued > 0 {
 		e.awaitSendGridEvents()
+	}
+}
+
+// databaseDown takes the case's database away as its clients see a restart
+// of Postgres: new connections are refused and every open one is cut,
+// waiting until each backend has exited. databaseUp brings it back; the
+// case's cleanup does too.
+func (e *confEnv) databaseDown() {
+	if !e.down.CompareAndSwap(false, true) {
+		return
+	}
+	e.t.Cleanup(e.databaseUp)
+	name := e.db.Pool().Config().ConnConfig.Database
+	e.admin(`ALTER DATABASE ` + pgx.Identifier{name}.Sanitize() + ` ALLOW_CONNECTIONS false`)
+	e.admin(`SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE datname = $1`, name)
+}
+
+func (e *confEnv) databaseUp() {
+	if e.down.CompareAndSwap(true, false) {
+		e.admin(`ALTER DATABASE ` + pgx.Identifier{e.db.Pool().Config().ConnConfig.Database}.Sanitize() + ` ALLOW_CONNECTIONS true`)
+	}
+}
+
+func (e *confEnv) isDown() bool { return e.down.Load() }
+
+// admin runs one statement on the maintenance database. It may run in a
+// proxy hook, off the test's goroutine: a failure is reported, not fatal.
+func (e *confEnv) admin(sql string, args ...any) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, storetest.AdminURL())
+	if err != nil {
+		e.t.Errorf("admin connection: %v", err)
+		return
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, sql, args...); err != nil {
+		e.t.Errorf("%s: %v", sql, err)
 	}
 }
 

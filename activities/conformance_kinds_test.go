@@ -114,7 +114,7 @@ type confEffect struct {
 }
 
 func confKinds() []*confEffect {
-	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldRefundReceiptKind()}
+	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldReceiptKind(), confHeldRefundReceiptKind()}
 }
 
 func confChargeInput(id string, order int64) activities.ChargeInput {
@@ -394,12 +394,20 @@ const confNoAmount = "a receipt carries no amount its lookup could disagree with
 	"key (custom_args), and an event names a mail, not a sum; the receipt's own request is fingerprinted in the ledger " +
 	"(IdempotencyMismatch), and an event of another key namespace is TestSendGridEventOfAnotherNamespaceIgnored"
 
+// confReceiptInput is the receipt of the order m paid, as the workflow
+// passes it: the PaymentIntent comes from the charge's result (pay's), not
+// from Postgres, which a case may have taken away.
 func confReceiptInput(e *confEnv, m confMsg) activities.ReceiptInput {
-	p, err := e.db.PaymentOf(context.Background(), "order-placed", m.ID)
-	if err != nil {
-		e.t.Fatal(err)
+	pi, ok := e.paid.Load(m.ID)
+	if !ok {
+		p, err := e.db.PaymentOf(context.Background(), "order-placed", m.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		pi = p.PaymentIntentID
 	}
-	return activities.ReceiptInput{Consumer: "order-placed", MessageID: m.ID, OrderID: m.Order, Amount: 1999, Currency: "usd", To: "ada@example.com", PaymentIntentID: p.PaymentIntentID}
+	piID, _ := pi.(string)
+	return activities.ReceiptInput{Consumer: "order-placed", MessageID: m.ID, OrderID: m.Order, Amount: 1999, Currency: "usd", To: "ada@example.com", PaymentIntentID: piID}
 }
 
 func confReceiptKind() *confEffect {
@@ -471,6 +479,49 @@ func confRefundReceiptKind() *confEffect {
 			caseLookupAmount: confNoAmount,
 		},
 	}
+}
+
+// confHeldReceiptKind is the order's receipt as the workflow's local path
+// sends it: the local charge attempt claims it in the payment's record and
+// sends it under that claim (ChargeInput.ReceiptTo, ReceiptBudget). When
+// that send records nothing, the workflow's SendReceipt claims the receipt
+// through the ledger, which fences the first holder and looks the mail up
+// first. Here an attempt runs the local charge: its held send, or, once the
+// charge is recorded (it then holds no claim), SendReceipt. Every case
+// hooks SendGrid; the charge itself goes to Stripe unhooked.
+func confHeldReceiptKind() *confEffect {
+	k := confReceiptKind()
+	k.name = "receipt held by the charge"
+	k.prepare = func(*confEnv, confMsg) {}
+	k.call = func(bg context.Context, e *confEnv, m confMsg) (string, error) {
+		in := confChargeInput(m.ID, m.Order)
+		in.ReceiptTo, in.ReceiptBudget = "ada@example.com", 10*time.Second
+		lc, err := confExecute(bg, e, e.acts.ChargeOrderLocally, in)
+		switch {
+		case err != nil:
+			return "", err
+		case lc.Err != nil:
+			return "", lc.Err.Err()
+		case lc.Result.Outcome == activities.PaymentBusinessDuplicate:
+			return string(lc.Result.Outcome), nil // no receipt for it (OrderPlaced)
+		case lc.Result.Outcome != activities.PaymentPaid:
+			return "", fmt.Errorf("charge of %s: %s, want paid", m.ID, lc.Result.Outcome)
+		case lc.Result.Receipt != nil:
+			return string(lc.Result.Receipt.Outcome), nil
+		case !lc.Result.Recorded:
+			return "", errors.New("the payment's record claimed the receipt and its send recorded nothing: SendReceipt sends it")
+		}
+		r, err := confExecute(bg, e, e.acts.SendReceipt, confReceiptInput(e, m))
+		return string(r.Outcome), err
+	}
+	k.second = func(m confMsg) (confMsg, int, string) {
+		// A second order.placed for the same order is a business duplicate
+		// at its charge: no receipt of its own.
+		return confMsg{ID: m.ID + "-second", Order: m.Order, PaymentID: m.ID + "-second"}, 0, string(activities.PaymentBusinessDuplicate)
+	}
+	k.twin = "refund receipt held by the refund"
+	k.notApplicable = map[string]string{caseLookupAmount: confNoAmount}
+	return k
 }
 
 // confHeldRefundReceiptKind is the refund receipt as the workflow's local

@@ -50,6 +50,7 @@ const (
 	caseHookContra   = "WebhookContradictsTheRecord"
 	caseLookupAmount = "LookupFindsAnotherAmount"
 	caseTwoConsumers = "SameMessageIDTwoConsumers"
+	casePostgresDown = "PostgresRestartAfterTheCall"
 )
 
 type confCase struct {
@@ -70,6 +71,7 @@ var confCases = []confCase{
 	{caseHookContra, confWebhookContradicts},
 	{caseLookupAmount, confLookupFindsAnotherAmount},
 	{caseTwoConsumers, confTwoConsumers},
+	{casePostgresDown, confPostgresRestart},
 }
 
 func TestEffectConformance(t *testing.T) {
@@ -352,6 +354,43 @@ func confSecondMessage(t *testing.T, e *confEnv, k *confEffect, m confMsg) {
 		}
 	}
 	confWantDoneOnce(t, e, k, m, "after the second message", k.success, nil)
+}
+
+// Postgres restarts after the call: the provider performed the effect and
+// Postgres goes away before the record. The case takes the database away
+// as a client sees a restart: every connection to it is cut and new ones
+// are refused (restartable per database, beside the other cases). The
+// attempt fails retryably, an attempt while Postgres is down makes no
+// provider request (no claim, no call), and once Postgres is back the
+// retry finds the effect and records it: performed once. The providers'
+// webhooks that came meanwhile were refused with a 503 and are retried by
+// the provider.
+func confPostgresRestart(t *testing.T, e *confEnv, k *confEffect, m confMsg) {
+	k.proxy(e).onPerformed(func() int { return k.performed(e, m) }, func(w http.ResponseWriter, _ *http.Request, answer *httptest.ResponseRecorder) {
+		e.databaseDown()
+		confDeliver(w, answer)
+	})
+	out, err := k.call(context.Background(), e, m)
+	if !e.isDown() {
+		t.Fatalf("%s: the provider never performed the first attempt's call (%q, %v)", k.name, out, err)
+	}
+	if !confRetryable(err) {
+		t.Errorf("%s: the attempt whose record met Postgres down returned %q, %v; want a retryable error", k.name, out, err)
+	}
+	requests := k.requests(e)
+	out, err = k.call(context.Background(), e, m)
+	if !confRetryable(err) {
+		t.Errorf("%s: an attempt while Postgres is down returned %q, %v; want a retryable error", k.name, out, err)
+	}
+	if n := k.requests(e) - requests; n != 0 {
+		t.Errorf("%s: an attempt while Postgres was down made %d provider requests, want none", k.name, n)
+	}
+	e.databaseUp()
+	if row := k.ledger(e, m); row.State == "succeeded" || row.State == "failed" {
+		t.Errorf("%s: the record cut by the restart is %q, want no final state", k.name, row)
+	}
+	out, err = confSettle(e, k, m, 3)
+	confWantDoneOnce(t, e, k, m, "retried after Postgres came back", out, err)
 }
 
 // A webhook before the record: the provider's event about the effect
