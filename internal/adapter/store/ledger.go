@@ -132,11 +132,14 @@ func claimEffect(ctx context.Context, tx pgx.Tx, c EffectClaim) (Effect, bool, e
 	return e, false, nil
 }
 
+// lockEffectSQL locks the ledger row of $1, when it exists.
+const lockEffectSQL = `SELECT FROM effects WHERE key = $1 FOR UPDATE`
+
 // lockEffect locks the ledger row of key, when it exists, for the rest of
 // tx: the first lock of every multi-statement transaction on an effect (see
 // the package's lock order).
 func lockEffect(ctx context.Context, tx pgx.Tx, key string) error {
-	if _, err := tx.Exec(ctx, `SELECT FROM effects WHERE key = $1 FOR UPDATE`, key); err != nil {
+	if _, err := tx.Exec(ctx, lockEffectSQL, key); err != nil {
 		return fmt.Errorf("lock effect %s: %w", key, translate(err))
 	}
 	return nil

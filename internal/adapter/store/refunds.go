@@ -136,58 +136,36 @@ type RefundClaimResult struct {
 // that outcome with the message's processed row. The CHECK on
 // refunded_amount makes the rule hold even against a statement that forgot
 // it. A repeat of the same message replays the recorded decision.
+//
+// A first claim takes four round trips: the begin, its reads in one
+// pipeline (the locks in the package's order, then the message's processed
+// and refunds rows), one statement that reserves the amount and inserts
+// the refund and its ledger row (reserveRefundSQL), and the commit.
 func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResult, error) {
 	var res RefundClaimResult
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		res = RefundClaimResult{}
-		// The refund's ledger row first (the package's lock order), then
-		// the payment: every refund of the order queues there.
-		if err := lockEffect(ctx, tx, c.Key); err != nil {
+		p, noPayment, outcome, r, err := readRefundClaim(ctx, tx, c, &res)
+		switch {
+		case err != nil:
 			return err
-		}
-		var p Payment
-		err := tx.QueryRow(ctx, `SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, ''),
-			       CASE WHEN $2 THEN coalesce(`+receiptAddressOf("p")+`, '') ELSE '' END
-			  FROM payments p WHERE order_id = $1 FOR UPDATE`, c.OrderID, c.WantAddress).
-			Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID, &res.ReceiptTo)
-		noPayment := errors.Is(translate(err), ErrNotFound)
-		if err != nil && !noPayment {
-			return fmt.Errorf("lock payment of order %d: %w", c.OrderID, translate(err))
-		}
-		res.PaymentState, res.Paid = p.State, p.Amount
-
 		// A refusal already recorded for this message stands.
-		var outcome Outcome
-		err = tx.QueryRow(ctx, `SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`,
-			c.Consumer, c.MessageID).Scan(&outcome)
-		switch err = translate(err); {
-		case err == nil && outcome == OutcomeRefundExceedsPayment:
+		case outcome == OutcomeRefundExceedsPayment:
 			res.Decision = RefundExceedsPayment
 			return nil
-		case err == nil && outcome == OutcomeOrderNotPaid:
+		case outcome == OutcomeOrderNotPaid:
 			res.Decision = RefundOrderNotPaid
 			return nil
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
-		}
-		if noPayment && c.AwaitPayment {
+		case noPayment && c.AwaitPayment:
 			res.Decision = RefundPaymentMissing
 			return nil
-		}
-		if noPayment {
+		case noPayment:
 			res.Decision = RefundOrderNotPaid
 			return recordRefundDecision(ctx, tx, c, OutcomeOrderNotPaid)
-		}
-
-		// This message's refund already got past the rule: take its ledger
-		// row again, or replay its outcome.
-		r, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE consumer = $1 AND message_id = $2`,
-			c.Consumer, c.MessageID))
-		switch {
-		case err == nil:
-			return claimRefundEffect(ctx, tx, c, r, &res)
-		case !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("read refund of %s: %w", c.MessageID, err)
+		case r != nil:
+			// This message's refund already got past the rule: take its
+			// ledger row again, or replay its outcome.
+			return claimRefundEffect(ctx, tx, c, *r, &res)
 		}
 
 		// Every state but succeeded and failed (claimed, unknown, …) is still
@@ -203,31 +181,94 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 		}
 
 		// The rule. The WHERE decides; the CHECK backs it.
-		var refunded int64
-		err = tx.QueryRow(ctx, `UPDATE payments SET refunded_amount = refunded_amount + $2, updated_at = now()
-			 WHERE order_id = $1 AND refunded_amount + $2 <= amount
-			RETURNING refunded_amount`, c.OrderID, c.Amount).Scan(&refunded)
+		var (
+			nr    Refund
+			claim *int32
+		)
+		err = tx.QueryRow(ctx, reserveRefundSQL, c.Consumer, c.MessageID, c.OrderID, c.Key, c.Amount, c.Reason,
+			c.RequestHash, KindRefund, StateClaimed).
+			Scan(&nr.Consumer, &nr.MessageID, &nr.OrderID, &nr.Key, &nr.State, &nr.Amount, &nr.Currency, &nr.Reason, &nr.PaymentIntentID,
+				&nr.RefundID, &nr.RefundStatus, &nr.FailureCode, &nr.FailureMessage, &nr.CreatedAt, &nr.UpdatedAt, &claim)
 		switch err = translate(err); {
 		case errors.Is(err, ErrNotFound):
 			res.Decision = RefundExceedsPayment
 			return recordRefundDecision(ctx, tx, c, OutcomeRefundExceedsPayment)
 		case err != nil:
 			return fmt.Errorf("reserve refund of order %d: %w", c.OrderID, err)
+		case claim == nil:
+			// A ledger row of the key stood already and was not taken
+			// over: claimEffect tells why (terminal, or another request).
+			return claimRefundEffect(ctx, tx, c, nr, &res)
 		}
-		r, err = scanRefund(tx.QueryRow(ctx, `
-			INSERT INTO refunds (consumer, message_id, order_id, idempotency_key, amount, currency, reason, payment_intent_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-			RETURNING `+refundColumns,
-			c.Consumer, c.MessageID, c.OrderID, c.Key, c.Amount, p.Currency, c.Reason, p.PaymentIntentID))
-		if err != nil {
-			return fmt.Errorf("insert refund of %s: %w", c.MessageID, err)
-		}
-		return claimRefundEffect(ctx, tx, c, r, &res)
+		res.Refund, res.Decision, res.Claim = nr, RefundOwned, *claim
+		return nil
 	})
 	if err != nil {
 		return RefundClaimResult{}, fmt.Errorf("claim %s: %w", c.Key, err)
 	}
 	return res, nil
+}
+
+// reserveRefundSQL is the rule and what follows it, in one statement: the
+// amount is added to the payment's refunded_amount only where it fits ($3
+// order, $5 amount), and only then are the refunds row and its ledger row
+// (claim 1, or the next claim of a row left open) inserted. No row: the
+// refund exceeds what remains. A NULL claim: the ledger row was not taken.
+const reserveRefundSQL = `
+	WITH reserved AS (
+		UPDATE payments SET refunded_amount = refunded_amount + $5, updated_at = now()
+		 WHERE order_id = $3 AND refunded_amount + $5 <= amount
+		RETURNING currency, coalesce(payment_intent_id, '') AS payment_intent_id
+	), inserted AS (
+		INSERT INTO refunds (consumer, message_id, order_id, idempotency_key, amount, currency, reason, payment_intent_id)
+		SELECT $1, $2, $3, $4, $5, currency, $6, payment_intent_id FROM reserved
+		RETURNING ` + refundColumns + `
+	), claimed AS (
+		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+		SELECT $4, $8, $1, $2, $7, $9, 1 FROM inserted` + takeOverEffect + `
+		RETURNING claim
+	)
+	SELECT inserted.*, (SELECT claim FROM claimed) FROM inserted`
+
+// readRefundClaim reads what ClaimRefund decides on, in one pipeline and in
+// the package's lock order: the refund's ledger row is locked first, then
+// the order's payment (every refund of the order queues there; with it the
+// receipt's address when c asks), then the message's processed row (its
+// outcome, "" when none) and its refunds row (nil when none).
+func readRefundClaim(ctx context.Context, tx pgx.Tx, c RefundClaim, res *RefundClaimResult) (p Payment, noPayment bool, outcome Outcome, r *Refund, err error) {
+	b := &pgx.Batch{}
+	b.Queue(lockEffectSQL, c.Key)
+	b.Queue(`SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, ''),
+		       CASE WHEN $2 THEN coalesce(`+receiptAddressOf("p")+`, '') ELSE '' END
+		  FROM payments p WHERE order_id = $1 FOR UPDATE`, c.OrderID, c.WantAddress)
+	b.Queue(`SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`, c.Consumer, c.MessageID)
+	b.Queue(`SELECT `+refundColumns+` FROM refunds WHERE consumer = $1 AND message_id = $2`, c.Consumer, c.MessageID)
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("read claim of %s: %w", c.MessageID, translate(cerr))
+		}
+	}()
+	if _, err = br.Exec(); err != nil {
+		return p, false, "", nil, fmt.Errorf("lock effect %s: %w", c.Key, translate(err))
+	}
+	err = br.QueryRow().Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID, &res.ReceiptTo)
+	noPayment = errors.Is(translate(err), ErrNotFound)
+	if err != nil && !noPayment {
+		return p, false, "", nil, fmt.Errorf("lock payment of order %d: %w", c.OrderID, translate(err))
+	}
+	res.PaymentState, res.Paid = p.State, p.Amount
+	if err = translate(br.QueryRow().Scan(&outcome)); err != nil && !errors.Is(err, ErrNotFound) {
+		return p, false, "", nil, fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
+	}
+	found, err := scanRefund(br.QueryRow())
+	switch {
+	case err == nil:
+		r = &found
+	case !errors.Is(err, ErrNotFound):
+		return p, false, "", nil, fmt.Errorf("read refund of %s: %w", c.MessageID, err)
+	}
+	return p, noPayment, outcome, r, nil
 }
 
 // claimRefundEffect takes the refund's ledger row for c: RefundOwned with
