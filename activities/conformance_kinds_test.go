@@ -18,7 +18,7 @@ import (
 	"github.com/effectively/effectively/sim/stripesim"
 )
 
-// The four effect kinds of the conformance suite, one adapter each. Adding
+// The effect kinds of the conformance suite, one adapter each. Adding
 // an effect kind means adding an adapter here and to confKinds: every
 // case of conformance_test.go then runs against it.
 

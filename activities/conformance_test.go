@@ -16,8 +16,9 @@ import (
 )
 
 // The effect conformance suite: one table of cases that every effect kind
-// runs (charge, refund, order receipt, refund receipt; their adapters are in
-// conformance_kinds_test.go), the way watermill's pubsub/tests runs one
+// runs (charge, refund, order receipt, refund receipt, and the two receipts
+// as the charge's and the refund's local attempts hold them; their adapters
+// are in conformance_kinds_test.go), the way watermill's pubsub/tests runs one
 // table against every Pub/Sub. Each case asserts what the user would see:
 // how many times the provider performed the effect (the simulators'
 // counters and recorded mails) and the effect's record in Postgres.
