@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -83,6 +84,52 @@ type DrainStack struct {
 	// SimStats reads the simulators' counts when they run apart (Stripe
 	// and SendGrid in Stack are then nil); nil reads Stack's.
 	SimStats func(context.Context) (stripesim.Stats, sendgridsim.Stats, error)
+	// RefundCall, when set, says when the Stripe simulator first received
+	// the refund of a message and when it answered it (StripeCalls): the
+	// probes' refund step is then split at Stripe. nil splits nothing.
+	RefundCall func(messageID string) (received, answered time.Time, ok bool)
+}
+
+// StripeCalls serves Next (the Stripe simulator) and notes, for the
+// refund of each message, when its first POST /v1/refunds arrived and
+// when it was answered (the message ID is what follows "refund:" in its
+// Idempotency-Key).
+type StripeCalls struct {
+	Next http.Handler
+	mu   sync.Mutex
+	seen map[string][2]time.Time
+}
+
+func (c *StripeCalls) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	i := strings.LastIndex(key, "refund:")
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/refunds" || i < 0 {
+		c.Next.ServeHTTP(w, r)
+		return
+	}
+	got := time.Now()
+	c.Next.ServeHTTP(w, r)
+	answered := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string][2]time.Time{}
+	}
+	if _, ok := c.seen[key[i+len("refund:"):]]; !ok {
+		c.seen[key[i+len("refund:"):]] = [2]time.Time{got, answered}
+	}
+}
+
+// Refund is when the refund of messageID first reached Stripe and was
+// answered; ok is false when it never did, or c is nil.
+func (c *StripeCalls) Refund(messageID string) (received, answered time.Time, ok bool) {
+	if c == nil {
+		return time.Time{}, time.Time{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.seen[messageID]
+	return t[0], t[1], ok
 }
 
 // simStats reads the simulators' counts.
@@ -761,6 +808,10 @@ func orderMsg(id string, orderID int64) []byte {
 // the inbox row (intake), and inbox row to record (work).
 type latencies struct {
 	total, intake, work, start, created, task, refund, receipt []time.Duration
+	// toStripe and atStripe split refund (DrainStack.RefundCall): from the
+	// claim to Stripe's receipt of the call, and Stripe's answer; the rest
+	// of refund is from the answer to the record. nil without the split.
+	toStripe, atStripe []time.Duration
 	// scheduled and dispatch are only the probes whose refund ran as a
 	// regular activity.
 	scheduled, dispatch []time.Duration
@@ -822,7 +873,8 @@ func (l latencies) keep(idx []int) latencies {
 		return out
 	}
 	kept := latencies{total: pick(l.total), intake: pick(l.intake), work: pick(l.work), start: pick(l.start), created: pick(l.created),
-		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt), commit: pick(l.commit)}
+		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt), commit: pick(l.commit),
+		toStripe: pick(l.toStripe), atStripe: pick(l.atStripe)}
 	if len(l.sent) == len(l.total) {
 		for _, i := range idx {
 			kept.sent = append(kept.sent, l.sent[i])
@@ -861,8 +913,13 @@ func (l latencies) five() string {
 	for _, i := range order[:min(5, len(order))] {
 		part := fmt.Sprintf("%s at %s", l.total[i].Round(time.Millisecond), l.sentAt[i].Round(10*time.Millisecond))
 		if len(l.receipt) == len(l.total) {
-			part += fmt.Sprintf(" (inbox %d, claim %d, refund %d, receipt %d ms)", l.intake[i].Milliseconds(), l.start[i].Milliseconds(),
-				l.refund[i].Milliseconds(), l.receipt[i].Milliseconds())
+			split := ""
+			if len(l.atStripe) == len(l.total) {
+				split = fmt.Sprintf(" [to stripe %d, stripe %d, to the record %d]", l.toStripe[i].Milliseconds(), l.atStripe[i].Milliseconds(),
+					(l.refund[i] - l.toStripe[i] - l.atStripe[i]).Milliseconds())
+			}
+			part += fmt.Sprintf(" (inbox %d, claim %d, refund %d%s, receipt %d ms)", l.intake[i].Milliseconds(), l.start[i].Milliseconds(),
+				l.refund[i].Milliseconds(), split, l.receipt[i].Milliseconds())
 		}
 		if len(l.commit) == len(l.total) && l.commit[i] > 0 {
 			part += fmt.Sprintf(" [a commit meanwhile %s]", l.commit[i].Round(100*time.Microsecond))
@@ -950,6 +1007,12 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		var created, task, scheduled, started time.Time
 		stamps := []stamp{{"inbox row", in}, {"refund claimed", claimed}, {"refund recorded", refunded}, {"receipt recorded", mailed}, {"processed", at}}
+		if st.RefundCall != nil {
+			if got, answered, ok := st.RefundCall(id); ok {
+				stamps = append(stamps, stamp{"stripe received the refund", got}, stamp{"stripe answered", answered})
+				out.toStripe, out.atStripe = append(out.toStripe, got.Sub(claimed)), append(out.atStripe, answered.Sub(got))
+			}
+		}
 		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
 			ev, err := it.Next()
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -68,11 +69,16 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 	tc, address, namespace, metricsURL := drainTemporal(t)
 	var sims testenv.Sims
 	var simStats func(context.Context) (stripesim.Stats, sendgridsim.Stats, error)
+	var calls *StripeCalls
 	if *drainSimsApart {
 		p := startSimProcess(t, simEndpoint)
 		sims.StripeURL, sims.SendGridURL, simStats = p.StripeURL, p.SendGridURL, p.Stats
 	} else {
 		sims = *testenv.StartSims(t)
+		calls = &StripeCalls{Next: sims.Stripe}
+		srv := httptest.NewServer(calls)
+		t.Cleanup(srv.Close)
+		sims.StripeURL = srv.URL
 		sims.Stripe.SetRateLimits(stripesim.RateLimits{
 			Global:   simlimit.Rate{PerSecond: 4 * simEndpoint},
 			Endpoint: simlimit.Rate{PerSecond: simEndpoint},
@@ -130,6 +136,7 @@ func NewDrainStack(t *testing.T, simEndpoint, workerEndpoint float64) DrainStack
 		SendRefund:    publish(refunds),
 		ServerMetrics: metricsURL,
 		SimStats:      simStats,
+		RefundCall:    calls.Refund,
 	}
 }
 

@@ -137,10 +137,11 @@ type RefundClaimResult struct {
 // refunded_amount makes the rule hold even against a statement that forgot
 // it. A repeat of the same message replays the recorded decision.
 //
-// A first claim takes four round trips: the begin, its reads in one
-// pipeline (the locks in the package's order, then the message's processed
-// and refunds rows), one statement that reserves the amount and inserts
-// the refund and its ledger row (reserveRefundSQL), and the commit.
+// A first claim takes four round trips once the connection has its
+// statements prepared: the begin, its reads in one pipeline (the locks in
+// the package's order, then the message's processed and refunds rows), one
+// statement that reserves the amount and inserts the refund and its ledger
+// row (reserveRefundSQL), and the commit.
 func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResult, error) {
 	var res RefundClaimResult
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
