@@ -258,15 +258,19 @@ func (e *confEnv) databaseDown() {
 		return
 	}
 	e.t.Cleanup(e.databaseUp)
-	name := e.db.Pool().Config().ConnConfig.Database
-	e.admin(`ALTER DATABASE ` + pgx.Identifier{name}.Sanitize() + ` ALLOW_CONNECTIONS false`)
-	e.admin(`SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE datname = $1`, name)
+	e.admin(`ALTER DATABASE ` + e.dbIdent() + ` ALLOW_CONNECTIONS false`)
+	e.admin(`SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE datname = $1`, e.db.Pool().Config().ConnConfig.Database)
 }
 
 func (e *confEnv) databaseUp() {
 	if e.down.CompareAndSwap(true, false) {
-		e.admin(`ALTER DATABASE ` + pgx.Identifier{e.db.Pool().Config().ConnConfig.Database}.Sanitize() + ` ALLOW_CONNECTIONS true`)
+		e.admin(`ALTER DATABASE ` + e.dbIdent() + ` ALLOW_CONNECTIONS true`)
 	}
+}
+
+// dbIdent is the case's database name, quoted for SQL.
+func (e *confEnv) dbIdent() string {
+	return pgx.Identifier{e.db.Pool().Config().ConnConfig.Database}.Sanitize()
 }
 
 func (e *confEnv) isDown() bool { return e.down.Load() }

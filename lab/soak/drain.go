@@ -115,8 +115,8 @@ func (c *StripeCalls) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.seen == nil {
 		c.seen = map[string][2]time.Time{}
 	}
-	if _, ok := c.seen[key[i+len("refund:"):]]; !ok {
-		c.seen[key[i+len("refund:"):]] = [2]time.Time{got, answered}
+	if id := key[i+len("refund:"):]; c.seen[id][0].IsZero() {
+		c.seen[id] = [2]time.Time{got, answered}
 	}
 }
 

@@ -1,6 +1,8 @@
 package soak
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +116,42 @@ func TestFiveSlowest(t *testing.T) {
 	one := latencies{total: ms(12), sentAt: ms(0), intake: ms(1), start: ms(2), refund: ms(6), receipt: ms(3)}
 	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6, receipt 3 ms)"; got != want {
 		t.Errorf("five() of one = %q, want %q", got, want)
+	}
+	one.toStripe, one.atStripe = ms(4), ms(1)
+	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6 [to stripe 4, stripe 1, to the record 1], receipt 3 ms)"; got != want {
+		t.Errorf("five() of one split at Stripe = %q, want %q", got, want)
+	}
+}
+
+// TestStripeCallsNotesEachRefundOnce: StripeCalls notes a message's first
+// refund request (a namespaced key too), not its retries, and nothing of
+// other requests; every request reaches the simulator.
+func TestStripeCallsNotesEachRefundOnce(t *testing.T) {
+	var served int
+	c := &StripeCalls{Next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ })}
+	send := func(method, path, key string) {
+		r := httptest.NewRequest(method, path, nil)
+		r.Header.Set("Idempotency-Key", key)
+		c.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	send(http.MethodPost, "/v1/refunds", "shop/refund:evt_1")
+	first, _, ok := c.Refund("evt_1")
+	send(http.MethodPost, "/v1/refunds", "shop/refund:evt_1") // a retry
+	send(http.MethodPost, "/v1/payment_intents", "payment:evt_2")
+	send(http.MethodGet, "/v1/refunds", "refund:evt_3")
+	if again, _, _ := c.Refund("evt_1"); !ok || !again.Equal(first) {
+		t.Errorf("evt_1's refund: noted %v (%v), then %v; want its first request's time kept", ok, first, again)
+	}
+	for _, id := range []string{"evt_2", "evt_3"} {
+		if _, _, ok := c.Refund(id); ok {
+			t.Errorf("%s noted: only a POST /v1/refunds is a refund", id)
+		}
+	}
+	if served != 4 {
+		t.Errorf("the simulator served %d of 4 requests", served)
+	}
+	if _, _, ok := (*StripeCalls)(nil).Refund("evt_1"); ok {
+		t.Error("a nil StripeCalls noted a refund")
 	}
 }
 

@@ -146,7 +146,7 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 	var res RefundClaimResult
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		res = RefundClaimResult{}
-		p, noPayment, outcome, r, err := readRefundClaim(ctx, tx, c, &res)
+		noPayment, outcome, r, err := readRefundClaim(ctx, tx, c, &res)
 		switch {
 		case err != nil:
 			return err
@@ -171,7 +171,7 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 
 		// Every state but succeeded and failed (claimed, unknown, …) is still
 		// waiting for its outcome.
-		switch p.State {
+		switch res.PaymentState {
 		case PaymentSucceeded:
 		case PaymentFailed:
 			res.Decision = RefundOrderNotPaid
@@ -233,14 +233,14 @@ const reserveRefundSQL = `
 
 // readRefundClaim reads what ClaimRefund decides on, in one pipeline and in
 // the package's lock order: the refund's ledger row is locked first, then
-// the order's payment (every refund of the order queues there; with it the
-// receipt's address when c asks), then the message's processed row (its
-// outcome, "" when none) and its refunds row (nil when none).
-func readRefundClaim(ctx context.Context, tx pgx.Tx, c RefundClaim, res *RefundClaimResult) (p Payment, noPayment bool, outcome Outcome, r *Refund, err error) {
+// the order's payment (every refund of the order queues there), whose
+// state, amount, refunded amount and, when c asks, receipt address go into
+// res; then the message's processed row (its outcome, "" when none) and its
+// refunds row (nil when none). noPayment: the order has no payment row.
+func readRefundClaim(ctx context.Context, tx pgx.Tx, c RefundClaim, res *RefundClaimResult) (noPayment bool, outcome Outcome, r *Refund, err error) {
 	b := &pgx.Batch{}
 	b.Queue(lockEffectSQL, c.Key)
-	b.Queue(`SELECT state, amount, refunded_amount, currency, coalesce(payment_intent_id, ''),
-		       CASE WHEN $2 THEN coalesce(`+receiptAddressOf("p")+`, '') ELSE '' END
+	b.Queue(`SELECT state, amount, refunded_amount, CASE WHEN $2 THEN coalesce(`+receiptAddressOf("p")+`, '') ELSE '' END
 		  FROM payments p WHERE order_id = $1 FOR UPDATE`, c.OrderID, c.WantAddress)
 	b.Queue(`SELECT outcome FROM processed_messages WHERE consumer = $1 AND message_id = $2`, c.Consumer, c.MessageID)
 	b.Queue(`SELECT `+refundColumns+` FROM refunds WHERE consumer = $1 AND message_id = $2`, c.Consumer, c.MessageID)
@@ -251,25 +251,23 @@ func readRefundClaim(ctx context.Context, tx pgx.Tx, c RefundClaim, res *RefundC
 		}
 	}()
 	if _, err = br.Exec(); err != nil {
-		return p, false, "", nil, fmt.Errorf("lock effect %s: %w", c.Key, translate(err))
+		return false, "", nil, fmt.Errorf("lock effect %s: %w", c.Key, translate(err))
 	}
-	err = br.QueryRow().Scan(&p.State, &p.Amount, &res.Refunded, &p.Currency, &p.PaymentIntentID, &res.ReceiptTo)
-	noPayment = errors.Is(translate(err), ErrNotFound)
-	if err != nil && !noPayment {
-		return p, false, "", nil, fmt.Errorf("lock payment of order %d: %w", c.OrderID, translate(err))
+	err = translate(br.QueryRow().Scan(&res.PaymentState, &res.Paid, &res.Refunded, &res.ReceiptTo))
+	if noPayment = errors.Is(err, ErrNotFound); err != nil && !noPayment {
+		return false, "", nil, fmt.Errorf("lock payment of order %d: %w", c.OrderID, err)
 	}
-	res.PaymentState, res.Paid = p.State, p.Amount
 	if err = translate(br.QueryRow().Scan(&outcome)); err != nil && !errors.Is(err, ErrNotFound) {
-		return p, false, "", nil, fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
+		return false, "", nil, fmt.Errorf("read processed row of %s: %w", c.MessageID, err)
 	}
 	found, err := scanRefund(br.QueryRow())
 	switch {
 	case err == nil:
 		r = &found
 	case !errors.Is(err, ErrNotFound):
-		return p, false, "", nil, fmt.Errorf("read refund of %s: %w", c.MessageID, err)
+		return false, "", nil, fmt.Errorf("read refund of %s: %w", c.MessageID, err)
 	}
-	return p, noPayment, outcome, r, nil
+	return noPayment, outcome, r, nil
 }
 
 // claimRefundEffect takes the refund's ledger row for c: RefundOwned with
