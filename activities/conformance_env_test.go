@@ -65,6 +65,9 @@ type confEnv struct {
 	seq   atomic.Int64
 	// paid is the PaymentIntent of each order pay paid, by message ID.
 	paid sync.Map
+	// intake holds, by message ID, the refund claims the intake took
+	// (confIntakeRefundKind) until an attempt takes one.
+	intake sync.Map
 	// down is set while the case holds the database away (databaseDown).
 	down atomic.Bool
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/sim/sendgridsim"
@@ -114,7 +115,7 @@ type confEffect struct {
 }
 
 func confKinds() []*confEffect {
-	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldReceiptKind(), confHeldRefundReceiptKind()}
+	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldReceiptKind(), confHeldRefundReceiptKind(), confIntakeRefundKind()}
 }
 
 func confChargeInput(id string, order int64) activities.ChargeInput {
@@ -564,6 +565,51 @@ func confHeldRefundReceiptKind() *confEffect {
 		m2 := m
 		m2.ID, m2.Amount = m.ID+"-second", 300
 		return m2, 1, ""
+	}
+	return k
+}
+
+// confIntakeRefundKind is a refund claimed at intake, as the workflow runs
+// it: the message's inbox insert claims the refund (the amount reserved,
+// the refunds row, the ledger row under claim 1), the first attempt is the
+// local one, which takes that claim as its own and sends the refund
+// receipt with the refund, and every later attempt is the regular
+// activity, which claims through the ledger (claim 2 and on).
+func confIntakeRefundKind() *confEffect {
+	k := confRefundKind()
+	k.name = "refund claimed at intake"
+	pay := k.prepare
+	k.prepare = func(e *confEnv, m confMsg) {
+		pay(e, m)
+		c, err := activities.IntakeRefundClaim(confRefundInput(m))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		r, err := e.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: "order-refund", MessageID: m.ID,
+			Payload: fmt.Appendf(nil, `{"id":%q}`, m.ID), PayloadHash: "h-" + m.ID, Source: "test", Refund: &c})
+		switch {
+		case err != nil:
+			e.t.Fatal(err)
+		case r.Claim > 0:
+			e.intake.Store(m.ID, &message.Claim{Token: r.Claim, At: r.ClaimedAt, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency})
+		case r.Inserted && m.Amount <= 1999-500: // the first refund of the paid order fits
+			e.t.Fatalf("the intake claimed no refund for %s: %+v", m.ID, r)
+		}
+	}
+	k.call = func(bg context.Context, e *confEnv, m confMsg) (string, error) {
+		in := confRefundInput(m)
+		c, _ := e.intake.LoadAndDelete(m.ID)
+		claim, ok := c.(*message.Claim)
+		if !ok {
+			r, err := confExecute(bg, e, e.acts.RefundOrder, in)
+			return string(r.Outcome), err
+		}
+		in.Claim, in.ReceiptBudget = claim, 10*time.Second
+		lr, err := confExecute(bg, e, e.acts.RefundOrderLocally, in)
+		if err == nil && lr.Err != nil {
+			err = lr.Err.Err()
+		}
+		return string(lr.Result.Outcome), err
 	}
 	return k
 }

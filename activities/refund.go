@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/effectively/effectively/internal/adapter/email"
+	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/metrics"
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
@@ -38,6 +39,25 @@ type RefundInput struct {
 	// workflow's input): the workflow's SendRefundReceipt sends it. Not part
 	// of the request's hash.
 	ReceiptBudget time.Duration `json:"receipt_budget,omitempty"`
+	// Claim, when set, is the refund's claim the intake took in the
+	// transaction that recorded the message (IntakeRefundClaim), with the
+	// PaymentIntent and currency its refunds row records. A local attempt
+	// inside the key window takes it as its own instead of claiming; the
+	// regular activity ignores it and claims (see RefundOrder). Not part of
+	// the request's hash.
+	Claim *message.Claim `json:"claim,omitempty"`
+}
+
+// IntakeRefundClaim is the claim of in's refund that the intake takes in
+// the transaction that records the message (store.InboxEntry.Refund): the
+// key and request hash RefundOrder's own claim would record.
+func IntakeRefundClaim(in RefundInput) (store.RefundClaim, error) {
+	key, err := identity.Key(identity.EffectRefund, in.MessageID)
+	if err != nil {
+		return store.RefundClaim{}, err
+	}
+	return store.RefundClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID,
+		Amount: in.Amount, Reason: in.Reason, Key: key, RequestHash: requestHash(in.request())}, nil
 }
 
 // RefundOutcome is the outcome of RefundOrder, with the values the
@@ -117,9 +137,21 @@ func init() {
 // order's (sendHeldRefundReceipt); its refund runs on a deadline that much
 // earlier than the attempt's. The regular activity leaves the receipt to
 // the workflow's SendRefundReceipt.
+//
+// A local attempt whose input carries the intake's claim (in.Claim, claim
+// 1, taken in the transaction that recorded the message, which reserved
+// the amount; the workflow passes it from its first task only) takes it as
+// its own without a transaction of its own, while the claim is inside the
+// key window, as a charge takes the payment's (ChargeOrder): an attempt run
+// again with the same token sends Stripe the same request under the same
+// key, which replays, and its record, a compare-and-set on the token and
+// the row's open state, finds the first outcome recorded. The regular
+// activity, and a local attempt past the window, claim through the ledger,
+// which finds the intake's refunds row and counts the token up.
 func (a *Activities) RefundOrder(ctx context.Context, in RefundInput) (RefundResult, error) {
-	// Only a local attempt sends the receipt (see RefundOrderLocally).
-	in.ReceiptBudget = 0
+	// Only a local attempt takes the intake's claim, or sends the receipt
+	// (see RefundOrderLocally).
+	in.ReceiptBudget, in.Claim = 0, nil
 	return a.refund(ctx, in)
 }
 
@@ -135,20 +167,17 @@ func (a *Activities) refund(ctx context.Context, in RefundInput) (RefundResult, 
 }
 
 // request is the refund request as hashed for its ledger row: the same
-// whether or not the attempt waits for the payment.
+// whether or not the attempt waits for the payment, keeps time for the
+// receipt or carries the intake's claim.
 func (in RefundInput) request() RefundInput {
-	in.AwaitPayment, in.ReceiptBudget = false, 0
+	in.AwaitPayment, in.ReceiptBudget, in.Claim = false, 0, nil
 	return in
 }
 
 // refundOrder is RefundOrder's attempt under key.
 func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput) (RefundResult, error) {
 	lg := logger(ctx)
-	claim, err := a.Store.ClaimRefund(ctx, store.RefundClaim{
-		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
-		Reason: in.Reason, Key: key, RequestHash: requestHash(in.request()), AwaitPayment: in.AwaitPayment,
-		WantAddress: in.ReceiptBudget > 0,
-	})
+	claim, err := a.claimRefund(ctx, key, in)
 	if err != nil {
 		return RefundResult{}, fenced(fmt.Errorf("claim refund of order %d: %w", in.OrderID, err))
 	}
@@ -190,6 +219,36 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 		out.Receipt, out.held = a.sendHeldRefundReceipt(ctx, *out.held), nil
 	}
 	return out, nil
+}
+
+// claimRefund claims in's refund through the ledger (store.ClaimRefund),
+// or takes the intake's claim as its own, without a transaction, when in
+// carries one still inside the key window (see RefundOrder). The receipt's
+// address, which a ledger claim reads with its locks, is then read on its
+// own when the attempt keeps time for the receipt: it is read from the
+// paying message's inbox row, which never changes, and no customer data
+// travels through Temporal for a refund.
+func (a *Activities) claimRefund(ctx context.Context, key string, in RefundInput) (store.RefundClaimResult, error) {
+	if c := in.Claim; c != nil && c.Token > 0 && c.PaymentIntentID != "" &&
+		!(effect.Attempt{Claim: c.Token, ClaimedAt: c.At, KeyWindow: a.keyTrust()}).PastWindow(a.now()) {
+		res := store.RefundClaimResult{Decision: store.RefundOwned, Claim: c.Token, PaymentState: store.PaymentSucceeded, Refund: store.Refund{
+			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, State: store.RefundClaimed,
+			Amount: in.Amount, Currency: c.Currency, Reason: in.Reason, PaymentIntentID: c.PaymentIntentID, CreatedAt: c.At, UpdatedAt: c.At,
+		}}
+		if in.ReceiptBudget > 0 {
+			to, err := a.Store.ReceiptAddress(ctx, in.OrderID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return store.RefundClaimResult{}, err
+			}
+			res.ReceiptTo = to // none once pruned: no receipt with the refund
+		}
+		return res, nil
+	}
+	return a.Store.ClaimRefund(ctx, store.RefundClaim{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Amount: in.Amount,
+		Reason: in.Reason, Key: key, RequestHash: requestHash(in.request()), AwaitPayment: in.AwaitPayment,
+		WantAddress: in.ReceiptBudget > 0,
+	})
 }
 
 // sendHeldRefundReceipt sends the refund receipt under the claim the

@@ -25,6 +25,18 @@ type OrderRefundInput struct {
 	Consumer  string                  `json:"consumer"`
 	MessageID string                  `json:"message_id"`
 	Refund    message.RefundRequested `json:"refund"`
+	// Claim is the refund's claim the intake took in the transaction that
+	// recorded the message, nil for none (activities.RefundInput.Claim).
+	Claim *message.Claim `json:"claim,omitempty"`
+}
+
+// Request is the refund of in as the workflow asks for it and the intake
+// claims it (activities.IntakeRefundClaim), without the intake's claim.
+func (in OrderRefundInput) Request() activities.RefundInput {
+	return activities.RefundInput{
+		Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
+		Amount: in.Refund.Amount, Reason: in.Refund.Reason,
+	}
 }
 
 // Stages of an OrderRefund workflow (and StageSendingReceipt, StageCompleted).
@@ -151,11 +163,8 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	awaitUntil := start.Add(w.cfg.RefundAwaitPayment)
 	missingPoll := min(time.Second, w.cfg.PaymentProcessingPoll)
 	for first := local; ; first = false {
-		req := activities.RefundInput{
-			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID,
-			Amount: in.Refund.Amount, Reason: in.Refund.Reason,
-			AwaitPayment: workflow.Now(ctx).Before(awaitUntil),
-		}
+		req := in.Request()
+		req.AwaitPayment = workflow.Now(ctx).Before(awaitUntil)
 		if first {
 			// The first attempt runs inside the workflow task, as a
 			// charge's does: no task queue between the message and its
@@ -166,6 +175,13 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 			// (receiptLocalOptions). The input of a local activity is not
 			// part of the history, so this changes no replay.
 			req.ReceiptBudget = w.cfg.LocalStartToClose
+			// The intake's claim goes only to the attempt the first
+			// workflow task schedules, as a charge's does (charge): one
+			// run again because that task failed or timed out claims
+			// through the ledger, and finds what the first recorded.
+			if workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskStarted {
+				req.Claim = in.Claim
+			}
 			var lo activities.LocalRefund
 			err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, w.cfg.receiptLocalOptions(refundSummary)),
 				activities.RefundOrderLocallyName, req).Get(ctx, &lo)

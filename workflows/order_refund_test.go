@@ -386,3 +386,38 @@ func TestRefundAwaitPaymentDefault(t *testing.T) {
 		t.Fatalf("derived RefundAwaitPayment %s, want 2h5m", c.RefundAwaitPayment)
 	}
 }
+
+// TestRefundIntakeClaimOnlyInTheFirstTask: the intake's refund claim
+// reaches the local refund scheduled by the workflow's first task, and
+// neither one scheduled by a task that follows a failed or timed-out one (a
+// later history length) nor the regular activity the local attempt falls
+// back to.
+func TestRefundIntakeClaimOnlyInTheFirstTask(t *testing.T) {
+	claim := &message.Claim{Token: 1, At: time.Unix(1_800_000_000, 0).UTC(), PaymentIntentID: "pi_1", Currency: "usd"}
+	for length, want := range map[int]*message.Claim{3: claim, 6: nil} {
+		env, wfs := newEnv(t)
+		env.SetCurrentHistoryLength(length)
+		var rec attempts
+		var got []*message.Claim
+		onRefund(env, &rec, func(in activities.RefundInput) (activities.RefundResult, error) {
+			got = append(got, in.Claim)
+			if len(got) == 1 {
+				return activities.RefundResult{}, errors.New("stripe: 503")
+			}
+			return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_c", Currency: "usd"}, nil
+		})
+		onRefundReceipt(env, &rec, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+			return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+		})
+		in := refundInput("evt_rclaim", 100)
+		in.Claim = claim
+		env.ExecuteWorkflow(wfs.OrderRefund, in)
+		var st RefundStatus
+		if err := env.GetWorkflowResult(&st); err != nil || st.Outcome != OutcomeRefunded {
+			t.Fatalf("history length %d: status %+v, %v", length, st, err)
+		}
+		if len(got) != 2 || (got[0] != want && (got[0] == nil || want == nil || *got[0] != *want)) || got[1] != nil {
+			t.Errorf("history length %d: the attempts' claims = %+v, want %+v then none (attempts %s)", length, got, want, &rec)
+		}
+	}
+}

@@ -326,25 +326,26 @@ func (in *Intake) record(ctx context.Context, raw []byte, source string, leaveUn
 // RecordMessage is Record for a message already decoded. A message whose ID
 // was recorded with a different payload is quarantined as
 // store.ReasonPayloadMismatch: neither processed nor dropped. The route's
-// payment (route.Spec.Claim) is claimed in the insert's transaction when
-// the insert creates the row; m.Claimed then carries the claim into the
-// workflow's input.
+// effect (route.Spec.Claim: an order's payment, a refund) is claimed in the
+// insert's transaction when the insert creates the row; m.Claimed then
+// carries the claim into the workflow's input.
 func (in *Intake) RecordMessage(ctx context.Context, m *message.Message, source string) (Recorded, error) {
 	wfID, err := identity.WorkflowID(m.Consumer, m.ID)
 	if err != nil {
 		res, err := in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonInvalid, err)
 		return Recorded{Result: res}, err
 	}
+	claim := in.cfg.Routes.Claim(m)
 	entry := store.InboxEntry{Consumer: m.Consumer, MessageID: m.ID, Payload: m.Raw, PayloadHash: m.Hash(), Source: source,
-		Payment: in.cfg.Routes.Claim(m)}
+		Payment: claim.Payment, Refund: claim.Refund}
 	row, err := in.store.InsertInbox(ctx, entry)
 	if err != nil {
 		return Recorded{}, fmt.Errorf("record message %s: %w", m.ID, err)
 	}
 	if row.Claim > 0 {
-		// The insert claimed the order's payment: the workflow's input
+		// The insert claimed the route's effect: the workflow's input
 		// carries the claim, and its first transaction is the record.
-		m.Claimed = &message.Claim{Token: row.Claim, At: row.ClaimedAt}
+		m.Claimed = &message.Claim{Token: row.Claim, At: row.ClaimedAt, PaymentIntentID: row.PaymentIntentID, Currency: row.Currency}
 	}
 	if !row.Inserted && row.Mismatch(entry) {
 		res, err := in.reject(ctx, m.Raw, source, m.Consumer, m.ID, store.ReasonPayloadMismatch,

@@ -97,6 +97,21 @@ func TestRefunds(t *testing.T) {
 	if refunded, paid, err := s.Store.RefundedAmount(ctx, 61); err != nil || refunded != 500 || paid != 1999 {
 		t.Errorf("refunded %d of %d, %v", refunded, paid, err)
 	}
+	// The short path: the intake claimed the refund with its inbox row (in
+	// its transaction: the same now()), the local refund took that claim
+	// (claim 1, no claim of its own), and its record claimed the receipt,
+	// which it sent (claim 1).
+	for _, key := range []string{"refund:evt_rf_1", "refundemail:evt_rf_1"} {
+		if e, err := s.Store.Effect(ctx, key); err != nil || e.Claim != 1 || e.State != store.StateSucceeded {
+			t.Errorf("%s = %+v, %v; want succeeded under claim 1", key, e, err)
+		}
+	}
+	if !ms.Refund.CreatedAt.Equal(ms.Inbox.ReceivedAt) {
+		t.Errorf("refund claimed at %s, its message recorded at %s: the intake did not claim it", ms.Refund.CreatedAt, ms.Inbox.ReceivedAt)
+	}
+	if len(st.Fallbacks) != 0 || st.Refund.Receipt == nil {
+		t.Errorf("refund status = %+v; want the local refund, its receipt sent with it", st)
+	}
 	if n := count(t, s, `SELECT count(*) FROM processed_messages WHERE consumer = 'order-refund'`); n != 3 {
 		t.Errorf("processed refund rows = %d, want 3", n)
 	}

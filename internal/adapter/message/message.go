@@ -35,16 +35,20 @@ type Message struct {
 	Value any
 
 	// Claimed is the claim the intake took for the message in the
-	// transaction that recorded it (the order's payment, for order.placed),
-	// nil for none. Set by the intake, never decoded.
+	// transaction that recorded it (the order's payment, for order.placed;
+	// the refund, for order.refund_requested), nil for none. Set by the
+	// intake, never decoded.
 	Claimed *Claim
 }
 
 // Claim is a ledger claim the intake took for a message in the transaction
-// that recorded it: its fencing token and when it was taken.
+// that recorded it: its fencing token and when it was taken, and for a
+// refund the PaymentIntent and currency its refunds row records.
 type Claim struct {
-	Token int32     `json:"token"`
-	At    time.Time `json:"at"`
+	Token           int32     `json:"token"`
+	At              time.Time `json:"at"`
+	PaymentIntentID string    `json:"payment_intent_id,omitempty"`
+	Currency        string    `json:"currency,omitempty"`
 }
 
 // Schema validates the data object of one message type and returns it as a

@@ -33,6 +33,18 @@ type InboxEntry struct {
 	// transaction, only when the insert creates the row (see InsertInbox):
 	// its OrderID, Amount, Currency, Key and RequestHash.
 	Payment *PaymentClaim
+	// Refund, when set (and Payment is not), is the refund to claim in the
+	// insert's transaction, as ClaimRefund's first claim would, only when
+	// the insert creates the row and the refund fits (see InsertInbox): its
+	// OrderID, Amount, Reason, Key and RequestHash.
+	Refund *RefundClaim
+}
+
+// IntakeClaim is the effect a route's intake claims in the inbox insert's
+// statement (InboxEntry.Payment, InboxEntry.Refund): at most one is set.
+type IntakeClaim struct {
+	Payment *PaymentClaim
+	Refund  *RefundClaim
 }
 
 // InboxResult is what InsertInbox found.
@@ -45,10 +57,13 @@ type InboxResult struct {
 	PayloadHash string
 	// WorkflowID, once dispatched.
 	WorkflowID string
-	// Claim is the payment's fencing token when the insert claimed the
-	// entry's Payment (1), else 0; ClaimedAt is when.
+	// Claim is the fencing token when the insert claimed the entry's
+	// Payment or Refund (1), else 0; ClaimedAt is when.
 	Claim     int32
 	ClaimedAt time.Time
+	// PaymentIntentID and Currency are the payment's a claimed Refund
+	// refunds, as its refunds row records them.
+	PaymentIntentID, Currency string
 }
 
 // Mismatch reports whether the row was recorded with a different payload
@@ -73,6 +88,15 @@ func (r InboxResult) Mismatch(e InboxEntry) bool { return r.PayloadHash != e.Pay
 // ledger row under claim 1, which InboxResult.Claim returns. A copy, a
 // payload mismatch or an order another message holds claims nothing (0),
 // and the payment activity claims as it would without it.
+//
+// An entry with a Refund has it claimed the same way, as ClaimRefund's
+// first claim does, when the statement creates the inbox row, the order's
+// payment succeeded and the amount fits in what remains of it, and nothing
+// of the message's refund is recorded yet: the amount reserved, the
+// refunds row and the ledger row under claim 1 (one refund per order in a
+// group). Anything else (no payment yet, a payment still open, a refund
+// that does not fit, a copy) claims nothing, and the refund activity
+// decides as it would without it.
 // Each call still returns only once its row is committed, so the caller
 // acks after the commit, as before. Should Postgres refuse the shared
 // statement (a deadlock with another process, a bad row), every call of it
@@ -167,7 +191,7 @@ func (s *Store) insertInboxGroup(group []*inboxCall) {
 		}
 		live = append(live, c)
 	}
-	if len(live) > 1 || live[0].e.Payment != nil {
+	if len(live) > 1 || live[0].e.Payment != nil || live[0].e.Refund != nil {
 		err := s.insertInboxTogether(live)
 		if err == nil {
 			return
@@ -225,8 +249,8 @@ const inboxGroupAsync = `
 			   AND received_at = now())`
 
 // insertInboxOne records e in a transaction of its own, claiming no
-// payment: the fallback of a group that failed, whose entries' payments the
-// activity claims.
+// payment and no refund: the fallback of a group that failed, whose
+// entries' effects the activities claim.
 func (s *Store) insertInboxOne(ctx context.Context, e InboxEntry) (InboxResult, error) {
 	// A concurrent insert of the same key can commit after this statement's
 	// snapshot was taken, leaving both branches empty: run it again, and the
@@ -249,20 +273,21 @@ func (s *Store) insertInboxOne(ctx context.Context, e InboxEntry) (InboxResult, 
 // inboxGroupInsert records a group in one statement: each message ID once,
 // with the payload of its first copy in the group (ord, the calls' order)
 // and the group's other copies already counted, and for a row already
-// there, the group's copies added to its counter, and the payments of the
-// rows it inserted claimed (inboxGroupClaims). It returns one row per
-// message ID: inserted or not, the row's state and first payload hash, and
-// the payment's claim (0 for none) and its time.
+// there, the group's copies added to its counter, and the payments and
+// refunds of the rows it inserted claimed (inboxGroupClaims,
+// inboxGroupRefunds). It returns one row per message ID: inserted or not,
+// the row's state and first payload hash, the claim (0 for none) and its
+// time, and a claimed refund's currency and PaymentIntent.
 // A message ID it returns no row for met another transaction's insert that
 // committed after this statement's snapshot, and changed nothing.
 const inboxGroupInsert = `
 		WITH input AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[],
-			                     $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[]) WITH ORDINALITY
-			    AS t(consumer, message_id, payload, payload_sha256, source, order_id, amount, currency, key, request_sha256, ord)
+			                     $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[]) WITH ORDINALITY
+			    AS t(consumer, message_id, payload, payload_sha256, source, claim, order_id, amount, currency, reason, key, request_sha256, ord)
 		), firsts AS (
 			SELECT DISTINCT ON (consumer, message_id) consumer, message_id, payload, payload_sha256, source,
-			       order_id, amount, currency, key, request_sha256,
+			       claim, order_id, amount, currency, reason, key, request_sha256,
 			       count(*) OVER (PARTITION BY consumer, message_id) AS n
 			  FROM input
 			 ORDER BY consumer, message_id, ord
@@ -277,24 +302,35 @@ const inboxGroupInsert = `
 			 WHERE i.consumer = f.consumer AND i.message_id = f.message_id
 			   AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.consumer = f.consumer AND ins.message_id = f.message_id)
 			RETURNING i.consumer, i.message_id, i.state, i.payload_sha256, coalesce(i.workflow_id, '') AS workflow_id
-		)` + inboxGroupClaims + `
-		SELECT true, ins.consumer, ins.message_id, state, payload_sha256, workflow_id, coalesce(eff.claim, 0), eff.created_at
+		)` + inboxGroupClaims + inboxGroupRefunds + `
+		SELECT true, ins.consumer, ins.message_id, state, payload_sha256, workflow_id,
+		       coalesce(eff.claim, reff.claim, 0), coalesce(eff.created_at, reff.created_at),
+		       coalesce(rv.currency, ''), coalesce(rv.payment_intent_id, '')
 		  FROM ins LEFT JOIN eff ON eff.consumer = ins.consumer AND eff.message_id = ins.message_id
+		  LEFT JOIN reff ON reff.consumer = ins.consumer AND reff.message_id = ins.message_id
+		  LEFT JOIN reserved rv ON rv.consumer = ins.consumer AND rv.message_id = ins.message_id
 		UNION ALL
-		SELECT false, consumer, message_id, state, payload_sha256, workflow_id, 0, NULL FROM dup`
+		SELECT false, consumer, message_id, state, payload_sha256, workflow_id, 0, NULL, '', '' FROM dup`
+
+// Claims an inbox group's entry carries ($6).
+const (
+	inboxClaimNone    = ""
+	inboxClaimPayment = "payment"
+	inboxClaimRefund  = "refund"
+)
 
 // inboxGroupClaims follows inboxGroupInsert's CTEs: the payments of the
-// rows it inserted whose first copy carries one ($6 order IDs, 0 for none,
-// order IDs being positive; $7 amounts, $8 currencies, $9 keys, $10 request
-// hashes), claimed as ClaimPayment's first claim does: the order unless it
-// exists, the payment unless the order or the message has one (of two
-// messages of one order in a group, one; the other's activity finds a
-// business duplicate), and only then the ledger row under claim 1. Orders in ID order, so that two
-// groups lock them in the same order.
+// rows it inserted whose first copy carries one ($6 'payment'; $7 order
+// IDs, $8 amounts, $9 currencies, $11 keys, $12 request hashes), claimed as
+// ClaimPayment's first claim does: the order unless it exists, the payment
+// unless the order or the message has one (of two messages of one order in
+// a group, one; the other's activity finds a business duplicate), and only
+// then the ledger row under claim 1. Orders in ID order, so that two groups
+// lock them in the same order.
 const inboxGroupClaims = `, claims AS (
 			SELECT f.consumer, f.message_id, f.order_id, f.amount, f.currency, f.key, f.request_sha256
 			  FROM firsts f JOIN ins ON ins.consumer = f.consumer AND ins.message_id = f.message_id
-			 WHERE f.order_id <> 0
+			 WHERE f.claim = '` + inboxClaimPayment + `'
 		), ord AS (
 			INSERT INTO orders (id, amount, currency, message_id)
 			SELECT order_id, amount, currency, message_id FROM claims ORDER BY order_id
@@ -309,6 +345,51 @@ const inboxGroupClaims = `, claims AS (
 			SELECT p.idempotency_key, '` + string(KindPayment) + `', p.consumer, p.message_id, c.request_sha256, '` + string(StateClaimed) + `', 1
 			  FROM pay p JOIN claims c ON c.consumer = p.consumer AND c.message_id = p.message_id
 			ON CONFLICT (key) DO NOTHING
+			RETURNING consumer, message_id, claim, created_at
+		)`
+
+// inboxGroupRefunds follows inboxGroupClaims: the refunds of the rows it
+// inserted whose first copy carries one ($6 'refund'; $7 order IDs, $8
+// amounts, $10 reasons, $11 keys, $12 request hashes), claimed as
+// ClaimRefund's first claim does (reserveRefundSQL), and only where nothing
+// of the message's refund is recorded (no refunds row, processed row or
+// ledger row): the amount added to the payment's refunded_amount only where
+// the payment succeeded and the amount fits (the WHERE decides, re-read on
+// the locked row; the CHECK backs it), and only then the refunds row and
+// the ledger row under claim 1. The payments are locked first in order ID
+// order (rlocked, whose rows alone the UPDATE may change), so that two
+// groups lock them in the same order; the ledger and refunds rows are new,
+// so no other transaction holds them (an insert of the same key meanwhile
+// fails the statement, below). One refund per order in a group, the first
+// by message ID: an UPDATE changes a row once. The three go together or
+// not at all: the inserts take no ON CONFLICT, so a row that appeared
+// meanwhile fails the statement, and the group runs again call by call,
+// claiming nothing.
+const inboxGroupRefunds = `, rclaims AS (
+			SELECT DISTINCT ON (f.order_id) f.consumer, f.message_id, f.order_id, f.amount, f.reason, f.key, f.request_sha256
+			  FROM firsts f JOIN ins ON ins.consumer = f.consumer AND ins.message_id = f.message_id
+			 WHERE f.claim = '` + inboxClaimRefund + `'
+			   AND NOT EXISTS (SELECT FROM refunds r WHERE r.consumer = f.consumer AND r.message_id = f.message_id)
+			   AND NOT EXISTS (SELECT FROM processed_messages pm WHERE pm.consumer = f.consumer AND pm.message_id = f.message_id)
+			   AND NOT EXISTS (SELECT FROM effects e WHERE e.key = f.key)
+			 ORDER BY f.order_id, f.consumer, f.message_id
+		), rlocked AS (
+			SELECT p.order_id FROM payments p
+			 WHERE p.order_id IN (SELECT order_id FROM rclaims)
+			 ORDER BY p.order_id
+			   FOR UPDATE
+		), reserved AS (
+			UPDATE payments p SET refunded_amount = p.refunded_amount + c.amount, updated_at = now()
+			  FROM rclaims c
+			 WHERE p.order_id = c.order_id AND p.order_id IN (SELECT order_id FROM rlocked) AND p.state = '` + string(PaymentSucceeded) + `' AND p.refunded_amount + c.amount <= p.amount
+			RETURNING c.consumer, c.message_id, c.order_id, c.key, c.amount, c.reason, c.request_sha256,
+			          p.currency, coalesce(p.payment_intent_id, '') AS payment_intent_id
+		), rins AS (
+			INSERT INTO refunds (consumer, message_id, order_id, idempotency_key, amount, currency, reason, payment_intent_id)
+			SELECT consumer, message_id, order_id, key, amount, currency, reason, payment_intent_id FROM reserved ORDER BY order_id
+		), reff AS (
+			INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
+			SELECT key, '` + string(KindRefund) + `', consumer, message_id, request_sha256, '` + string(StateClaimed) + `', 1 FROM reserved ORDER BY key
 			RETURNING consumer, message_id, claim, created_at
 		)`
 
@@ -332,23 +413,28 @@ func (s *Store) insertInboxTogether(calls []*inboxCall) error {
 	n := len(calls)
 	consumers, ids, hashes, sources := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads := make([][]byte, n)
-	orders, amounts := make([]int64, n), make([]int64, n)
-	currencies, keys, requests := make([]string, n), make([]string, n), make([]string, n)
+	claims, orders, amounts := make([]string, n), make([]int64, n), make([]int64, n)
+	currencies, reasons, keys, requests := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, c := range calls {
 		consumers[i], ids[i], payloads[i], hashes[i], sources[i] = c.e.Consumer, c.e.MessageID, c.e.Payload, c.e.PayloadHash, c.e.Source
-		if p := c.e.Payment; p != nil {
-			orders[i], amounts[i], currencies[i], keys[i], requests[i] = p.OrderID, p.Amount, p.Currency, p.Key, p.RequestHash
+		switch p, r := c.e.Payment, c.e.Refund; {
+		case p != nil:
+			claims[i], orders[i], amounts[i], currencies[i], keys[i], requests[i] = inboxClaimPayment, p.OrderID, p.Amount, p.Currency, p.Key, p.RequestHash
+		case r != nil:
+			claims[i], orders[i], amounts[i], reasons[i], keys[i], requests[i] = inboxClaimRefund, r.OrderID, r.Amount, r.Reason, r.Key, r.RequestHash
+		default:
+			claims[i] = inboxClaimNone
 		}
 	}
 	type key struct{ consumer, messageID string }
 	rows := make(map[key]InboxResult, n)
 	var b pgx.Batch
-	b.Queue(inboxGroupInsert, consumers, ids, payloads, hashes, sources, orders, amounts, currencies, keys, requests).Query(func(rs pgx.Rows) error {
+	b.Queue(inboxGroupInsert, consumers, ids, payloads, hashes, sources, claims, orders, amounts, currencies, reasons, keys, requests).Query(func(rs pgx.Rows) error {
 		for rs.Next() {
 			var k key
 			var r InboxResult
 			var claimedAt *time.Time
-			if err := rs.Scan(&r.Inserted, &k.consumer, &k.messageID, &r.State, &r.PayloadHash, &r.WorkflowID, &r.Claim, &claimedAt); err != nil {
+			if err := rs.Scan(&r.Inserted, &k.consumer, &k.messageID, &r.State, &r.PayloadHash, &r.WorkflowID, &r.Claim, &claimedAt, &r.Currency, &r.PaymentIntentID); err != nil {
 				return err
 			}
 			if claimedAt != nil {
@@ -372,7 +458,7 @@ func (s *Store) insertInboxTogether(calls []*inboxCall) error {
 		}
 		c.res = r
 		// The next calls for this ID are its copies: they claimed nothing.
-		r.Inserted, r.Claim, r.ClaimedAt = false, 0, time.Time{}
+		r.Inserted, r.Claim, r.ClaimedAt, r.Currency, r.PaymentIntentID = false, 0, time.Time{}, "", ""
 		rows[k] = r
 		close(c.done)
 	}

@@ -216,8 +216,9 @@ func TestInboxGroupSynchronousCommitOnlyForCopies(t *testing.T) {
 			for i := range n {
 				consumers[i], payloads[i], hashes[i], sources[i] = "order-placed", []byte(`{}`), "h", "test"
 			}
-			orders, amounts, currencies, keys, requests := make([]int64, n), make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
-			if _, err := tx.Exec(ctx, store.InboxGroupInsertSQL, consumers, tc.ids, payloads, hashes, sources, orders, amounts, currencies, keys, requests); err != nil {
+			claims, orders, amounts := make([]string, n), make([]int64, n), make([]int64, n)
+			currencies, reasons, keys, requests := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			if _, err := tx.Exec(ctx, store.InboxGroupInsertSQL, consumers, tc.ids, payloads, hashes, sources, claims, orders, amounts, currencies, reasons, keys, requests); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tx.Exec(ctx, store.InboxGroupAsyncSQL, consumers, tc.ids); err != nil {
@@ -345,5 +346,179 @@ func TestInboxClaimsThePayment(t *testing.T) {
 	}
 	if st, err := s.Status(ctx, "order-placed", "evt_icg_1"); err != nil || st.Inbox == nil || st.Inbox.State != store.InboxDispatched {
 		t.Errorf("inbox after the refusal's record = %+v, %v; want dispatched", st.Inbox, err)
+	}
+}
+
+// groupClaims reads the rows of store.InboxGroupInsertSQL: each message
+// ID's claim (0 for none).
+func groupClaims(rows pgx.Rows, err error) (map[string]int32, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	claims := map[string]int32{}
+	for rows.Next() {
+		var (
+			inserted                                       bool
+			consumer, id, state, hash, workflow, cur, piID string
+			claim                                          int32
+			at                                             *time.Time
+		)
+		if err := rows.Scan(&inserted, &consumer, &id, &state, &hash, &workflow, &claim, &at, &cur, &piID); err != nil {
+			return nil, err
+		}
+		claims[id] = claim
+	}
+	return claims, rows.Err()
+}
+
+// TestInboxClaimsTheRefund: an entry with a refund has it claimed in the
+// insert's statement, as ClaimRefund's first claim would (the amount
+// reserved, the refunds row, the ledger row under claim 1), alone or in a
+// group, only when the insert creates the row, the payment succeeded and
+// the amount fits. A copy, a refund that does not fit, one of an order not
+// paid yet and the second refund of one order in a group claim nothing and
+// reserve nothing; in a group the rule still holds across them. The
+// activity's claim through the ledger takes the intake's over (claim 2)
+// and reserves nothing more.
+func TestInboxClaimsTheRefund(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	paid := func(id string, order int64) {
+		t.Helper()
+		c, err := s.ClaimPayment(ctx, claim(id, order))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: id, OrderID: order,
+			Key: "payment:" + id, Claim: c.Claim, PaymentIntentID: "pi_" + id, Amount: 1999, Currency: "usd"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refund := func(id string, order, amount int64) store.RefundClaim {
+		return store.RefundClaim{Consumer: "order-refund", MessageID: id, OrderID: order, Amount: amount, Reason: "requested_by_customer",
+			Key: "refund:" + id, RequestHash: "h-" + id}
+	}
+	entry := func(rc store.RefundClaim, hash string) store.InboxEntry {
+		return store.InboxEntry{Consumer: rc.Consumer, MessageID: rc.MessageID, Payload: []byte(`{"id":"` + rc.MessageID + `"}`),
+			PayloadHash: hash, Source: "test", Refund: &rc}
+	}
+	refunded := func(order int64) int64 {
+		t.Helper()
+		n, _, err := s.RefundedAmount(ctx, order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	paid("evt_rp_1", 8300)
+
+	r, err := s.InsertInbox(ctx, entry(refund("evt_ir_1", 8300, 500), "h1"))
+	if err != nil || !r.Inserted || r.Claim != 1 || r.ClaimedAt.IsZero() || r.PaymentIntentID != "pi_evt_rp_1" || r.Currency != "usd" {
+		t.Fatalf("insert = %+v, %v; want inserted with claim 1 of pi_evt_rp_1 in usd", r, err)
+	}
+	if rf, err := s.RefundOf(ctx, "order-refund", "evt_ir_1"); err != nil || rf.State != store.RefundClaimed || rf.Amount != 500 ||
+		rf.PaymentIntentID != "pi_evt_rp_1" || !rf.CreatedAt.Equal(r.ClaimedAt) {
+		t.Errorf("refunds row = %+v, %v; want 500 claimed of pi_evt_rp_1 at %s", rf, err, r.ClaimedAt)
+	}
+	if e, err := s.Effect(ctx, "refund:evt_ir_1"); err != nil || e.Claim != 1 || e.State != store.StateClaimed || e.Kind != store.KindRefund {
+		t.Errorf("ledger row = %+v, %v; want a refund claimed under claim 1", e, err)
+	}
+	if n := refunded(8300); n != 500 {
+		t.Errorf("refunded = %d, want 500 reserved", n)
+	}
+	if _, err := s.ClaimPayment(ctx, claim("evt_rp_open", 8301)); err != nil {
+		t.Fatal(err)
+	}
+	for name, e := range map[string]store.InboxEntry{
+		"a copy":                   entry(refund("evt_ir_1", 8300, 500), "h1"),
+		"a payload mismatch":       entry(refund("evt_ir_1", 8300, 700), "h-other"),
+		"more than remains":        entry(refund("evt_ir_2", 8300, 1500), "h2"),
+		"an order with no payment": entry(refund("evt_ir_3", 8399, 100), "h3"),
+		"a payment still open":     entry(refund("evt_ir_4", 8301, 100), "h4"),
+	} {
+		r, err := s.InsertInbox(ctx, e)
+		if err != nil || r.Claim != 0 || r.PaymentIntentID != "" {
+			t.Errorf("%s: insert = %+v, %v; want no claim", name, r, err)
+		}
+		if _, err := s.RefundOf(ctx, e.Consumer, e.MessageID); e.MessageID != "evt_ir_1" && !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: refunds row %v, want none", name, err)
+		}
+	}
+	if n := refunded(8300); n != 500 {
+		t.Errorf("refunded after the refusals = %d, want 500", n)
+	}
+
+	// Groups: two refunds of 1,200 for each of 20 orders paid 1,999, sent at
+	// once; at most one per order is claimed, and none is claimed twice.
+	const orders = 20
+	var entries []store.InboxEntry
+	for i := range orders {
+		paid(fmt.Sprintf("evt_rpg_%d", i), 8400+int64(i))
+	}
+	for c := range 2 {
+		for i := range orders {
+			id := fmt.Sprintf("evt_irg_%d_%d", i, c)
+			entries = append(entries, entry(refund(id, 8400+int64(i), 1200), "h"+id))
+		}
+	}
+	res, errs := concurrently(s, entries)
+	claimed := map[int64]int{}
+	for i, r := range res {
+		if errs[i] != nil || !r.Inserted {
+			t.Errorf("group call %d = %+v, %v; want inserted", i, r, errs[i])
+		}
+		if r.Claim == 1 {
+			claimed[entries[i].Refund.OrderID]++
+		}
+	}
+	for i := range orders {
+		order := 8400 + int64(i)
+		if n, got := refunded(order), claimed[order]; n != 1200*int64(got) || got > 1 {
+			t.Errorf("order %d: refunded %d with %d claimed at intake; want at most one of 1200", order, n, got)
+		}
+	}
+	if len(claimed) < orders/2 {
+		t.Errorf("%d of %d orders had a refund claimed at intake", len(claimed), orders)
+	}
+	t.Logf("groups: %d of %d orders with a refund claimed at intake", len(claimed), orders)
+
+	// One statement with two refunds of one order, both of which would fit
+	// alone: the first by message ID is claimed, the other claims nothing.
+	paid("evt_rp_two", 8500)
+	claims, err := groupClaims(s.Pool().Query(ctx, store.InboxGroupInsertSQL,
+		[]string{"order-refund", "order-refund"}, []string{"evt_irt_a", "evt_irt_b"}, [][]byte{[]byte(`{}`), []byte(`{}`)},
+		[]string{"ha", "hb"}, []string{"test", "test"}, []string{"refund", "refund"}, []int64{8500, 8500}, []int64{600, 700},
+		[]string{"", ""}, []string{"requested_by_customer", "requested_by_customer"}, []string{"refund:evt_irt_a", "refund:evt_irt_b"}, []string{"h-a", "h-b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimedIDs []string
+	for id, c := range claims {
+		if c == 1 {
+			claimedIDs = append(claimedIDs, id)
+		}
+	}
+	if len(claimedIDs) != 1 || claimedIDs[0] != "evt_irt_a" || refunded(8500) != 600 {
+		t.Errorf("one statement, two refunds of one order: claimed %v, refunded %d; want evt_irt_a alone, 600", claimedIDs, refunded(8500))
+	}
+
+	// The activity's claim through the ledger takes the intake's over and
+	// reserves nothing more.
+	c, err := s.ClaimRefund(ctx, refund("evt_ir_1", 8300, 500))
+	if err != nil || c.Decision != store.RefundOwned || c.Claim != 2 || c.Refund.PaymentIntentID != "pi_evt_rp_1" {
+		t.Fatalf("ledger claim after the intake's = %+v, %v; want owned under claim 2", c, err)
+	}
+	if n := refunded(8300); n != 500 {
+		t.Errorf("refunded after the ledger claim = %d, want 500", n)
+	}
+	// The intake's token still records nothing once fenced; the ledger's does.
+	if _, err := s.RecordRefundSucceeded(ctx, store.RefundSuccess{Consumer: "order-refund", MessageID: "evt_ir_1", OrderID: 8300,
+		Key: "refund:evt_ir_1", Claim: 1, RefundID: "re_1", Status: "succeeded"}); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("record under the intake's token after the takeover = %v, want fenced", err)
+	}
+	if _, err := s.RecordRefundSucceeded(ctx, store.RefundSuccess{Consumer: "order-refund", MessageID: "evt_ir_1", OrderID: 8300,
+		Key: "refund:evt_ir_1", Claim: 2, RefundID: "re_1", Status: "succeeded"}); err != nil {
+		t.Errorf("record under claim 2 = %v", err)
 	}
 }

@@ -167,3 +167,74 @@ func TestRefundClaimAndRecordShareOneLockOrder(t *testing.T) {
 		t.Fatalf("%d deadlocks (SQLSTATE 40P01) and %d other errors in %d refunds × %d rounds of claim and record", errs.deadlocks, errs.other, refunds, each)
 	}
 }
+
+// TestInboxRefundGroupsShareOneLockOrder: inbox groups that claim refunds
+// of the same payments at once, each group's orders in another order, lock
+// the payments in one order (no deadlock, which would send every call of a
+// group back to be recorded alone, claiming nothing), and the rule holds
+// across them: each payment's refunded amount is what the claims reserved.
+func TestInboxRefundGroupsShareOneLockOrder(t *testing.T) {
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	const payments, groups, rounds, perGroup = 12, 8, 30, 6
+	for i := range payments {
+		id := fmt.Sprintf("evt_lo_p%d", i)
+		c, err := s.ClaimPayment(ctx, claim(id, int64(9000+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: id, OrderID: int64(9000 + i),
+			Key: "payment:" + id, Claim: c.Claim, PaymentIntentID: "pi_" + id, Amount: 1999, Currency: "usd"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var errs lockErrors
+	var mu sync.Mutex
+	reserved := map[int64]int64{}
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Go(func() {
+			for r := range rounds {
+				n := perGroup
+				consumers, ids, hashes, sources, claims := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+				currencies, reasons, keys, requests := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+				payloads, orders, amounts := make([][]byte, n), make([]int64, n), make([]int64, n)
+				for j := range n {
+					// Each group walks the payments from its own place, the
+					// other way round every second group.
+					o := (g*5 + r + j) % payments
+					if g%2 == 1 {
+						o = payments - 1 - o
+					}
+					id := fmt.Sprintf("evt_lo_r%d_%d_%d", g, r, j)
+					consumers[j], ids[j], hashes[j], sources[j], claims[j] = "order-refund", id, "h", "test", "refund"
+					reasons[j], keys[j], requests[j], payloads[j] = "requested_by_customer", "refund:"+id, "h-"+id, []byte(`{}`)
+					orders[j], amounts[j] = int64(9000+o), 7
+				}
+				claimed, err := groupClaims(s.Pool().Query(ctx, store.InboxGroupInsertSQL, consumers, ids, payloads, hashes, sources, claims,
+					orders, amounts, currencies, reasons, keys, requests))
+				if err == nil {
+					mu.Lock()
+					for j, id := range ids {
+						if claimed[id] == 1 {
+							reserved[orders[j]] += amounts[j]
+						}
+					}
+					mu.Unlock()
+				}
+				errs.note(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	if errs.deadlocks != 0 || errs.other != 0 {
+		t.Errorf("%d deadlocks, %d other errors in %d groups", errs.deadlocks, errs.other, groups*rounds)
+	}
+	for i := range payments {
+		order := int64(9000 + i)
+		got, paid, err := s.RefundedAmount(ctx, order)
+		if err != nil || got != reserved[order] || got > paid || got == 0 {
+			t.Errorf("order %d: refunded %d of %d (%v); the claims reserved %d", order, got, paid, err, reserved[order])
+		}
+	}
+}

@@ -31,12 +31,12 @@ func OrderPlaced() Route {
 		WorkflowMarksDispatched: true,
 		// The payment is claimed with the inbox row: the local attempt takes
 		// that claim as its own (activities.ChargeInput.Claim).
-		Claim: func(m *message.Message, o *message.OrderPlaced) *store.PaymentClaim {
+		Claim: func(m *message.Message, o *message.OrderPlaced) store.IntakeClaim {
 			c, err := activities.IntakeClaim(orderInput(m, o).Charge())
 			if err != nil {
-				return nil // the activity claims, and reports the error
+				return store.IntakeClaim{} // the activity claims, and reports the error
 			}
-			return &c
+			return store.IntakeClaim{Payment: &c}
 		},
 		Input: func(m *message.Message, o *message.OrderPlaced) any {
 			in := orderInput(m, o)

@@ -53,10 +53,10 @@ type Spec[T any] struct {
 	// WorkflowMarksDispatched: the workflow marks its inbox row dispatched
 	// in its first transaction, so the intake does not (see Route).
 	WorkflowMarksDispatched bool
-	// Claim, optional, is the payment the intake claims in the transaction
-	// that records the message (store.InboxEntry.Payment); nil for none.
-	// Input then finds the claim in m.Claimed.
-	Claim func(m *message.Message, v *T) *store.PaymentClaim
+	// Claim, optional, is the effect the intake claims in the transaction
+	// that records the message (store.InboxEntry.Payment or Refund); none
+	// set for none. Input then finds the claim in m.Claimed.
+	Claim func(m *message.Message, v *T) store.IntakeClaim
 }
 
 // Route is everything the product knows about one message type, with its
@@ -75,7 +75,7 @@ type Route struct {
 	WorkflowMarksDispatched bool
 
 	start   func(m *message.Message) (WorkflowStart, error)
-	claim   func(m *message.Message) *store.PaymentClaim
+	claim   func(m *message.Message) store.IntakeClaim
 	missing []string
 }
 
@@ -97,11 +97,11 @@ func For[T any](spec Spec[T]) Route {
 		return r
 	}
 	if spec.Claim != nil {
-		r.claim = func(m *message.Message) *store.PaymentClaim {
+		r.claim = func(m *message.Message) store.IntakeClaim {
 			if v, ok := m.Value.(*T); ok {
 				return spec.Claim(m, v)
 			}
-			return nil
+			return store.IntakeClaim{}
 		}
 	}
 	r.start = func(m *message.Message) (WorkflowStart, error) {
@@ -249,12 +249,12 @@ type WorkflowStart struct {
 	Summary, Details string
 }
 
-// Claim returns the payment the intake claims with m's inbox row (Spec.Claim),
-// nil for none.
-func (reg *Registry) Claim(m *message.Message) *store.PaymentClaim {
+// Claim returns the effect the intake claims with m's inbox row
+// (Spec.Claim), none set for none.
+func (reg *Registry) Claim(m *message.Message) store.IntakeClaim {
 	r, ok := reg.byType[m.Type]
 	if !ok || r.Consumer != m.Consumer || r.claim == nil {
-		return nil
+		return store.IntakeClaim{}
 	}
 	return r.claim(m)
 }
