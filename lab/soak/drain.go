@@ -808,10 +808,13 @@ func orderMsg(id string, orderID int64) []byte {
 // the inbox row (intake), and inbox row to record (work).
 type latencies struct {
 	total, intake, work, start, created, task, refund, receipt []time.Duration
-	// toStripe and atStripe split refund (DrainStack.RefundCall): from the
-	// claim to Stripe's receipt of the call, and Stripe's answer; the rest
-	// of refund is from the answer to the record. nil without the split.
-	toStripe, atStripe []time.Duration
+	// toTask, toStripe and atStripe split refund (DrainStack.RefundCall):
+	// from the claim to the workflow's first task (0 when the refund was
+	// claimed in that task; a claim at intake precedes the workflow), from
+	// the later of the two to Stripe's receipt of the call, and Stripe's
+	// answer; the rest of refund is from the answer to the record. nil
+	// without the split.
+	toTask, toStripe, atStripe []time.Duration
 	// scheduled and dispatch are only the probes whose refund ran as a
 	// regular activity.
 	scheduled, dispatch []time.Duration
@@ -874,7 +877,7 @@ func (l latencies) keep(idx []int) latencies {
 	}
 	kept := latencies{total: pick(l.total), intake: pick(l.intake), work: pick(l.work), start: pick(l.start), created: pick(l.created),
 		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt), commit: pick(l.commit),
-		toStripe: pick(l.toStripe), atStripe: pick(l.atStripe)}
+		toTask: pick(l.toTask), toStripe: pick(l.toStripe), atStripe: pick(l.atStripe)}
 	if len(l.sent) == len(l.total) {
 		for _, i := range idx {
 			kept.sent = append(kept.sent, l.sent[i])
@@ -914,9 +917,9 @@ func (l latencies) five() string {
 		part := fmt.Sprintf("%s at %s", l.total[i].Round(time.Millisecond), l.sentAt[i].Round(10*time.Millisecond))
 		if len(l.receipt) == len(l.total) {
 			split := ""
-			if len(l.atStripe) == len(l.total) {
-				split = fmt.Sprintf(" [to stripe %d, stripe %d, to the record %d]", l.toStripe[i].Milliseconds(), l.atStripe[i].Milliseconds(),
-					(l.refund[i] - l.toStripe[i] - l.atStripe[i]).Milliseconds())
+			if len(l.atStripe) == len(l.total) && len(l.toTask) == len(l.total) {
+				split = fmt.Sprintf(" [to its task %d, to stripe %d, stripe %d, to the record %d]", l.toTask[i].Milliseconds(),
+					l.toStripe[i].Milliseconds(), l.atStripe[i].Milliseconds(), (l.refund[i] - l.toTask[i] - l.toStripe[i] - l.atStripe[i]).Milliseconds())
 			}
 			part += fmt.Sprintf(" (inbox %d, claim %d, refund %d%s, receipt %d ms)", l.intake[i].Milliseconds(), l.start[i].Milliseconds(),
 				l.refund[i].Milliseconds(), split, l.receipt[i].Milliseconds())
@@ -1007,10 +1010,11 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		var created, task, scheduled, started time.Time
 		stamps := []stamp{{"inbox row", in}, {"refund claimed", claimed}, {"refund recorded", refunded}, {"receipt recorded", mailed}, {"processed", at}}
+		var got, answered time.Time
+		var called bool
 		if st.RefundCall != nil {
-			if got, answered, ok := st.RefundCall(id); ok {
+			if got, answered, called = st.RefundCall(id); called {
 				stamps = append(stamps, stamp{"stripe received the refund", got}, stamp{"stripe answered", answered})
-				out.toStripe, out.atStripe = append(out.toStripe, got.Sub(claimed)), append(out.atStripe, answered.Sub(got))
 			}
 		}
 		for it := st.Temporal.GetWorkflowHistory(ctx, wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
@@ -1040,6 +1044,16 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		}
 		out.created = append(out.created, created.Sub(in))
 		out.task = append(out.task, task.Sub(in))
+		if called {
+			// A claim at intake precedes the workflow's first task; one in
+			// the task follows its start.
+			from := claimed
+			if task.After(claimed) {
+				from = task
+			}
+			out.toTask = append(out.toTask, from.Sub(claimed))
+			out.toStripe, out.atStripe = append(out.toStripe, got.Sub(from)), append(out.atStripe, answered.Sub(got))
+		}
 		if !scheduled.IsZero() { // a regular refund activity: its local attempt failed (or an older release)
 			out.scheduled = append(out.scheduled, scheduled.Sub(in))
 			out.dispatch = append(out.dispatch, started.Sub(scheduled))

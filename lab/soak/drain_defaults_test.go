@@ -117,9 +117,14 @@ func TestFiveSlowest(t *testing.T) {
 	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6, receipt 3 ms)"; got != want {
 		t.Errorf("five() of one = %q, want %q", got, want)
 	}
-	one.toStripe, one.atStripe = ms(4), ms(1)
-	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6 [to stripe 4, stripe 1, to the record 1], receipt 3 ms)"; got != want {
+	one.toTask, one.toStripe, one.atStripe = ms(0), ms(4), ms(1)
+	if got, want := one.five(), "12ms at 0s (inbox 1, claim 2, refund 6 [to its task 0, to stripe 4, stripe 1, to the record 1], receipt 3 ms)"; got != want {
 		t.Errorf("five() of one split at Stripe = %q, want %q", got, want)
+	}
+	// A refund claimed at intake: the claim precedes the workflow's task.
+	one.start, one.refund, one.toTask, one.toStripe = ms(0), ms(8), ms(3), ms(3)
+	if got, want := one.five(), "12ms at 0s (inbox 1, claim 0, refund 8 [to its task 3, to stripe 3, stripe 1, to the record 1], receipt 3 ms)"; got != want {
+		t.Errorf("five() of one claimed at intake = %q, want %q", got, want)
 	}
 }
 
