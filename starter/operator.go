@@ -152,10 +152,7 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 	}
 	if st.Refund != nil && code == exitOK {
 		// None found is recorded only once no run can still create it.
-		noRunOpen := true
-		if st.Refund.State == store.RefundClaimed {
-			noRunOpen = !runMayBeOpen(ctx, cfg, wfID, logger)
-		}
+		noRunOpen := !refundRunMayCreate(st, func() bool { return runMayBeOpen(ctx, cfg, wfID, logger) })
 		res, err := r.ResolveRefund(ctx, consumer, id, noRunOpen)
 		rep.Refund = &res
 		switch {
@@ -221,6 +218,21 @@ func resolvePayment(ctx context.Context, cfg config.Config, r *reconcile.Resolve
 	}
 	rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
 	return exitStillOpen, nil
+}
+
+// refundRunMayCreate reports whether a run may still create st's refund:
+// it is claimed and either its message waits in the inbox to be started (a
+// refund claimed at intake has no run before the dispatcher starts one) or
+// open says a run may be open (runMayBeOpen). A recorded refund has nothing
+// left to create.
+func refundRunMayCreate(st store.MessageStatus, open func() bool) bool {
+	switch {
+	case st.Refund == nil || st.Refund.State != store.RefundClaimed:
+		return false
+	case st.Inbox != nil && st.Inbox.State == store.InboxPending:
+		return true
+	}
+	return open()
 }
 
 // runMayBeOpen reports whether a run of workflow wfID may still be open:

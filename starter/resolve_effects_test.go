@@ -143,3 +143,29 @@ func dbURL(t *testing.T) string {
 	}
 	return u
 }
+
+// TestResolveLeavesARefundWaitingForItsRun: a refund claimed with its
+// message's inbox row has no run until the dispatcher starts one, so while
+// that row is pending `resolve` must not record "none found" however
+// Temporal answers (it has no run to find); once the row is dispatched,
+// Temporal decides. A refund no longer claimed has nothing left to create.
+func TestResolveLeavesARefundWaitingForItsRun(t *testing.T) {
+	claimed := &store.Refund{State: store.RefundClaimed}
+	noRun := func() bool { return false }
+	for _, tc := range []struct {
+		name string
+		st   store.MessageStatus
+		open func() bool
+		want bool
+	}{
+		{"claimed at intake, its message pending", store.MessageStatus{Refund: claimed, Inbox: &store.InboxRow{State: store.InboxPending}}, noRun, true},
+		{"claimed, its message dispatched, no run", store.MessageStatus{Refund: claimed, Inbox: &store.InboxRow{State: store.InboxDispatched}}, noRun, false},
+		{"claimed, its message dispatched, a run open", store.MessageStatus{Refund: claimed, Inbox: &store.InboxRow{State: store.InboxDispatched}}, func() bool { return true }, true},
+		{"claimed, its inbox row pruned, no run", store.MessageStatus{Refund: claimed}, noRun, false},
+		{"recorded", store.MessageStatus{Refund: &store.Refund{State: store.RefundSucceeded}, Inbox: &store.InboxRow{State: store.InboxPending}}, func() bool { return true }, false},
+	} {
+		if got := refundRunMayCreate(tc.st, tc.open); got != tc.want {
+			t.Errorf("%s: a run may create the refund = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

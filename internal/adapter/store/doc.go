@@ -31,4 +31,11 @@
 // claim, a webhook's settlement) locks the ledger row first with
 // lockEffect. Two paths that took them the other way round deadlocked
 // (SQLSTATE 40P01, TestClaimRecordAndWebhookShareOneLockOrder).
+//
+// The inbox insert's claims are the exception: they lock no existing
+// ledger row, because the rows they claim are new. A refund claimed there
+// locks its group's payments in order ID order and then inserts its refunds
+// and ledger rows; an insert of the same key by another transaction fails
+// the statement instead of waiting in a cycle, and the group is recorded
+// again call by call, claiming nothing (inboxGroupRefunds).
 package store

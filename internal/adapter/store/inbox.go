@@ -191,6 +191,9 @@ func (s *Store) insertInboxGroup(group []*inboxCall) {
 		}
 		live = append(live, c)
 	}
+	if len(live) == 0 {
+		return // every caller gave up: nothing to record
+	}
 	if len(live) > 1 || live[0].e.Payment != nil || live[0].e.Refund != nil {
 		err := s.insertInboxTogether(live)
 		if err == nil {

@@ -522,3 +522,23 @@ func TestInboxClaimsTheRefund(t *testing.T) {
 		t.Errorf("record under claim 2 = %v", err)
 	}
 }
+
+// TestInboxCallGivenUpBeforeItsGroup: a call whose caller gave up before
+// its group was taken (its context done) is answered with that error, and
+// a group of only such calls records nothing and leaves the flusher
+// working (it panicked on an empty group).
+func TestInboxCallGivenUpBeforeItsGroup(t *testing.T) {
+	s := store.New(storetest.NewPool(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e := store.InboxEntry{Consumer: "order-placed", MessageID: "evt_gone", Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}
+	if _, err := s.InsertInbox(ctx, e); !errors.Is(err, context.Canceled) {
+		t.Fatalf("insert with a cancelled context = %v, want context.Canceled", err)
+	}
+	if has, err := s.InboxHas(context.Background(), "order-placed", "evt_gone"); err != nil || has {
+		t.Fatalf("inbox has evt_gone = %v, %v; want nothing recorded", has, err)
+	}
+	if r, err := s.InsertInbox(context.Background(), e); err != nil || !r.Inserted {
+		t.Fatalf("insert after = %+v, %v; want inserted", r, err)
+	}
+}

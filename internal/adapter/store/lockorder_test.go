@@ -172,7 +172,8 @@ func TestRefundClaimAndRecordShareOneLockOrder(t *testing.T) {
 // of the same payments at once, each group's orders in another order, lock
 // the payments in one order (no deadlock, which would send every call of a
 // group back to be recorded alone, claiming nothing), and the rule holds
-// across them: each payment's refunded amount is what the claims reserved.
+// across them: each payment's refunded amount is what the claims reserved,
+// filled up to its limit and never past it.
 func TestInboxRefundGroupsShareOneLockOrder(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
@@ -209,7 +210,7 @@ func TestInboxRefundGroupsShareOneLockOrder(t *testing.T) {
 					id := fmt.Sprintf("evt_lo_r%d_%d_%d", g, r, j)
 					consumers[j], ids[j], hashes[j], sources[j], claims[j] = "order-refund", id, "h", "test", "refund"
 					reasons[j], keys[j], requests[j], payloads[j] = "requested_by_customer", "refund:"+id, "h-"+id, []byte(`{}`)
-					orders[j], amounts[j] = int64(9000+o), 7
+					orders[j], amounts[j] = int64(9000+o), 20 // 120 refunds of 20 an order: past its 1,999
 				}
 				claimed, err := groupClaims(s.Pool().Query(ctx, store.InboxGroupInsertSQL, consumers, ids, payloads, hashes, sources, claims,
 					orders, amounts, currencies, reasons, keys, requests))
@@ -233,8 +234,8 @@ func TestInboxRefundGroupsShareOneLockOrder(t *testing.T) {
 	for i := range payments {
 		order := int64(9000 + i)
 		got, paid, err := s.RefundedAmount(ctx, order)
-		if err != nil || got != reserved[order] || got > paid || got == 0 {
-			t.Errorf("order %d: refunded %d of %d (%v); the claims reserved %d", order, got, paid, err, reserved[order])
+		if err != nil || got != reserved[order] || got > paid || got < paid-20 {
+			t.Errorf("order %d: refunded %d of %d (%v); the claims reserved %d; want all of it that fits", order, got, paid, err, reserved[order])
 		}
 	}
 }
