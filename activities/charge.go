@@ -300,11 +300,19 @@ func (a *Activities) sendHeld(ctx context.Context, m *mailing, then string) *Rec
 	return &out
 }
 
+// takesIntakeClaim reports whether a local attempt may take c, the claim
+// the intake took with the message, as its own: there is one, and it is
+// still inside the key window (past it, the attempt claims through the
+// ledger and looks the effect up first).
+func (a *Activities) takesIntakeClaim(c *message.Claim) bool {
+	return c != nil && c.Token > 0 && !(effect.Attempt{Claim: c.Token, ClaimedAt: c.At, KeyWindow: a.keyTrust()}).PastWindow(a.now())
+}
+
 // claimPayment claims in's payment through the ledger (store.ClaimPayment),
 // or takes the intake's claim as its own, without a transaction, when in
 // carries one still inside the key window (see ChargeOrder).
 func (a *Activities) claimPayment(ctx context.Context, key, wfID string, in ChargeInput) (store.ClaimResult, error) {
-	if c := in.Claim; c != nil && c.Token > 0 && !(effect.Attempt{Claim: c.Token, ClaimedAt: c.At, KeyWindow: a.keyTrust()}).PastWindow(a.now()) {
+	if c := in.Claim; a.takesIntakeClaim(c) {
 		return store.ClaimResult{Outcome: store.ClaimOwned, Claim: c.Token, Payment: store.Payment{
 			OrderID: in.OrderID, Consumer: in.Consumer, MessageID: in.MessageID, Key: key, State: store.PaymentClaimed,
 			Amount: in.Amount, Currency: in.Currency, CreatedAt: c.At,

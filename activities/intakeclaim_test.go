@@ -20,13 +20,21 @@ func intakeClaimed(t *testing.T, f *fixture, in activities.ChargeInput) activiti
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: in.Consumer, MessageID: in.MessageID,
-		Payload: []byte(`{"id":"` + in.MessageID + `"}`), PayloadHash: "h-" + in.MessageID, Source: "test", Payment: &c})
-	if err != nil || r.Claim != 1 {
-		t.Fatalf("inbox insert = %+v, %v; want the payment claimed", r, err)
-	}
-	in.Claim = &message.Claim{Token: r.Claim, At: r.ClaimedAt}
+	in.Claim = recordClaimed(t, f, in.Consumer, in.MessageID, store.IntakeClaim{Payment: &c})
 	return withReceipt(in)
+}
+
+// recordClaimed records message id of consumer in the inbox with the
+// intake's claim c, as the intake does, and returns the claim as the
+// workflow's input carries it; the insert must have claimed.
+func recordClaimed(t *testing.T, f *fixture, consumer, id string, c store.IntakeClaim) *message.Claim {
+	t.Helper()
+	r, err := f.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: consumer, MessageID: id,
+		Payload: []byte(`{"id":"` + id + `"}`), PayloadHash: "h-" + id, Source: "test", Payment: c.Payment, Refund: c.Refund})
+	if err != nil || r.Claim != 1 {
+		t.Fatalf("inbox insert of %s = %+v, %v; want its effect claimed", id, r, err)
+	}
+	return &message.Claim{Token: r.Claim, At: r.ClaimedAt, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency}
 }
 
 // chargeLocally runs ChargeOrderLocally, failing on its error.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/activities"
-	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
 )
 
@@ -21,12 +20,10 @@ func intakeRefundClaimed(t *testing.T, f *fixture, in activities.RefundInput) ac
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: in.Consumer, MessageID: in.MessageID,
-		Payload: []byte(`{"id":"` + in.MessageID + `"}`), PayloadHash: "h-" + in.MessageID, Source: "test", Refund: &c})
-	if err != nil || r.Claim != 1 || r.PaymentIntentID == "" || r.Currency != "usd" {
-		t.Fatalf("inbox insert = %+v, %v; want the refund claimed", r, err)
+	in.Claim = recordClaimed(t, f, in.Consumer, in.MessageID, store.IntakeClaim{Refund: &c})
+	if in.Claim.PaymentIntentID == "" || in.Claim.Currency != "usd" {
+		t.Fatalf("intake's claim = %+v; want the payment's PaymentIntent and usd", in.Claim)
 	}
-	in.Claim = &message.Claim{Token: r.Claim, At: r.ClaimedAt, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency}
 	return withRefundReceipt(in)
 }
 

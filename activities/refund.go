@@ -229,8 +229,7 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 // paying message's inbox row, which never changes, and no customer data
 // travels through Temporal for a refund.
 func (a *Activities) claimRefund(ctx context.Context, key string, in RefundInput) (store.RefundClaimResult, error) {
-	if c := in.Claim; c != nil && c.Token > 0 && c.PaymentIntentID != "" &&
-		!(effect.Attempt{Claim: c.Token, ClaimedAt: c.At, KeyWindow: a.keyTrust()}).PastWindow(a.now()) {
+	if c := in.Claim; a.takesIntakeClaim(c) && c.PaymentIntentID != "" {
 		res := store.RefundClaimResult{Decision: store.RefundOwned, Claim: c.Token, PaymentState: store.PaymentSucceeded, Refund: store.Refund{
 			Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, State: store.RefundClaimed,
 			Amount: in.Amount, Currency: c.Currency, Reason: in.Reason, PaymentIntentID: c.PaymentIntentID, CreatedAt: c.At, UpdatedAt: c.At,
