@@ -140,6 +140,34 @@ func TestRefundOrderPastTheKeyWindowListsFirst(t *testing.T) {
 	}
 }
 
+// TestRefundOrderPastTheKeyWindowFindsItBehindAHundredOthers is the same
+// redrive after the PaymentIntent got 100 more refunds: the message's is
+// on the list's second page, and the list reads every page, so it is
+// adopted, not made again.
+func TestRefundOrderPastTheKeyWindowFindsItBehindAHundredOthers(t *testing.T) {
+	f, sim := agedRefundFixture(t, "evt_rh_p", 64)
+	in := refundOf("evt_rh", 64, 500)
+	r := claimRefundAged(t, f, in)
+	refundAtStripe(t, f, in, "refund:evt_rh", r.PaymentIntentID, in.Amount)
+	for i := range 100 {
+		id := fmt.Sprintf("evt_rh_other_%d", i)
+		if _, err := f.acts.Payments.Refund(context.Background(), payment.RefundRequest{
+			IdempotencyKey: "refund:" + id, MessageID: id, OrderID: 64, PaymentIntentID: r.PaymentIntentID, Amount: 1,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // the key expires at the simulator
+
+	res, err := run(t, f, f.acts.RefundOrder, in)
+	if n := sim.Stats().RefundsByMessage["evt_rh"]; n != 1 {
+		t.Fatalf("stripe refunds of evt_rh = %d, want 1 (result %+v, %v)", n, res, err)
+	}
+	if err != nil || res.Outcome != activities.RefundRefunded || !res.Reconciled {
+		t.Fatalf("refund past the key window = %+v, %v; want refunded, reconciled", res, err)
+	}
+}
+
 // TestRefundOrderPastTheKeyWindowRefusesAnotherAmount: the list finds a
 // refund naming the message but of another amount. It is not adopted and
 // no new refund is made: an operator decides.

@@ -100,7 +100,9 @@ const (
 // NotSent reports whether err is a request that was never sent, and when
 // to try again: the shared rate limit had no slot for it in time
 // (ratelimit.DeferredError), or its attempt's deadline was too near
-// (deadline.TooLateError; again at once, under a new deadline).
+// (deadline.TooLateError; again at once, under a new deadline). A resend
+// refused after an earlier send of the same request went out (an HTTP
+// client's retry) is not one of them (deadline.Refusal).
 func NotSent(err error) (retryAfter time.Duration, ok bool) {
 	if d, ok := ratelimit.Deferred(err); ok {
 		return d, true

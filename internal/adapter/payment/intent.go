@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/effectively/effectively/internal/leaf/deadline"
 )
 
 // Create, then confirm. Create makes the PaymentIntent without confirming
@@ -49,7 +51,8 @@ func (c *Client) Create(ctx context.Context, req ChargeRequest) (*Charge, error)
 		params.Description = stripe.String(req.CustomerRef)
 	}
 	params.SetIdempotencyKey(key)
-	params.Context = ctx
+	// A resend stripe-go makes is never taken as unsent (deadline.Refusal).
+	params.Context = deadline.TrackSends(ctx)
 	pi, err := c.api.PaymentIntents.New(params)
 	if err != nil {
 		return nil, fmt.Errorf("payment: create for message %s: %w", req.MessageID, c.newError(err))
@@ -78,7 +81,8 @@ func (c *Client) Confirm(ctx context.Context, paymentIntentID, idempotencyKey st
 	}
 	params := &stripe.PaymentIntentConfirmParams{OffSession: stripe.Bool(true)}
 	params.SetIdempotencyKey(key)
-	params.Context = ctx
+	// A resend stripe-go makes is never taken as unsent (deadline.Refusal).
+	params.Context = deadline.TrackSends(ctx)
 	pi, err := c.api.PaymentIntents.Confirm(paymentIntentID, params)
 	if err != nil {
 		return nil, fmt.Errorf("payment: confirm %s: %w", paymentIntentID, c.newError(err))

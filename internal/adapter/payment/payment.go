@@ -363,7 +363,8 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (*Charge, error)
 	}
 	params := chargeParams(req, c.namespace)
 	params.SetIdempotencyKey(key)
-	params.Context = ctx
+	// A resend stripe-go makes is never taken as unsent (deadline.Refusal).
+	params.Context = deadline.TrackSends(ctx)
 	pi, err := c.api.PaymentIntents.New(params)
 	if err != nil {
 		return nil, fmt.Errorf("payment: charge message %s: %w", req.MessageID, c.newError(err))

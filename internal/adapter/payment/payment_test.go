@@ -716,3 +716,35 @@ func TestErrorString(t *testing.T) {
 		t.Errorf("local Error() = %q", got)
 	}
 }
+
+// TestFindRefundReadsEveryPage: the message's refund is older than the
+// 100 that follow it on its PaymentIntent, so it is on the list's second
+// page; a lookup that stopped at the first would call it not found, and a
+// retry past the key window would refund again.
+func TestFindRefundReadsEveryPage(t *testing.T) {
+	c, _ := newTestClient(t, Config{MaxNetworkRetries: NoNetworkRetries})
+	ctx := context.Background()
+	req := chargeRequest("evt_pages")
+	req.Amount = 100000
+	ch, err := c.Charge(ctx, req)
+	if err != nil || !ch.Succeeded() {
+		t.Fatalf("charge = %+v, %v", ch, err)
+	}
+	mine, err := c.Refund(ctx, RefundRequest{IdempotencyKey: "refund:evt_pages_0", MessageID: "evt_pages_0", PaymentIntentID: ch.PaymentIntentID, Amount: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= refundsPage; i++ {
+		id := fmt.Sprintf("evt_pages_%d", i)
+		if _, err := c.Refund(ctx, RefundRequest{IdempotencyKey: "refund:" + id, MessageID: id, PaymentIntentID: ch.PaymentIntentID, Amount: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found, err := c.FindRefund(ctx, ch.PaymentIntentID, "evt_pages_0")
+	if err != nil || found.ID != mine.ID {
+		t.Fatalf("FindRefund = %+v, %v; want %s", found, err, mine.ID)
+	}
+	if _, err := c.FindRefund(ctx, ch.PaymentIntentID, "evt_pages_none"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("FindRefund of a message with no refund: %v, want ErrNotFound", err)
+	}
+}

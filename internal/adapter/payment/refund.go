@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/stripe/stripe-go/v76"
+
+	"github.com/effectively/effectively/internal/leaf/deadline"
 )
 
 // RefundRequest describes one refund of a PaymentIntent.
@@ -80,7 +82,8 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (*Refund, error)
 	}
 	params := refundParams(req, c.namespace)
 	params.SetIdempotencyKey(key)
-	params.Context = ctx
+	// A resend stripe-go makes is never taken as unsent (deadline.Refusal).
+	params.Context = deadline.TrackSends(ctx)
 	r, err := c.api.Refunds.New(params)
 	if err != nil {
 		return nil, fmt.Errorf("payment: refund message %s: %w", req.MessageID, c.newError(err))
@@ -109,25 +112,34 @@ func refundParams(req RefundRequest, ns string) *stripe.RefundParams {
 	return params
 }
 
-// maxListedRefunds bounds how many refunds of one PaymentIntent FindRefund
-// examines.
-const maxListedRefunds = 100
+// refundsPage is how many refunds one list request asks for (Stripe's
+// most); maxListedRefunds bounds how many of one PaymentIntent FindRefund
+// examines, over as many pages.
+const (
+	refundsPage      = 100
+	maxListedRefunds = 10000
+)
 
 // FindRefund looks for the refund a message made of a PaymentIntent, by
-// listing the PaymentIntent's refunds: unlike search, the list API is
-// strongly consistent, so "not found" right after an ambiguous answer means
-// no refund was created. Only a refund of the Client's key namespace
-// counts. It returns an error wrapping ErrNotFound when there
-// is none.
+// listing the PaymentIntent's refunds, every page of them: unlike search,
+// the list API is strongly consistent, so "not found" right after an
+// ambiguous answer means no refund was created. Only a refund of the
+// Client's key namespace counts. It returns an error wrapping ErrNotFound
+// when there is none, and another error (never a silent not found) when
+// the PaymentIntent has more than maxListedRefunds refunds.
 func (c *Client) FindRefund(ctx context.Context, paymentIntentID, messageID string) (*Refund, error) {
 	if paymentIntentID == "" || messageID == "" {
 		return nil, fmt.Errorf("payment: find refund: %w", localError("payment intent ID and message ID are required"))
 	}
 	params := &stripe.RefundListParams{PaymentIntent: stripe.String(paymentIntentID)}
 	params.Context = ctx
-	params.Limit = stripe.Int64(maxListedRefunds)
+	params.Limit = stripe.Int64(refundsPage)
 	it := c.api.Refunds.List(params)
-	for n := 0; n < maxListedRefunds && it.Next(); n++ {
+	for n := 1; it.Next(); n++ {
+		if n > maxListedRefunds {
+			return nil, fmt.Errorf("payment: find refund of message %s: %s has more than %d refunds, more than one lookup examines; an operator must look for it in the dashboard",
+				messageID, paymentIntentID, maxListedRefunds)
+		}
 		if r := it.Refund(); r.Metadata["message_id"] == messageID && c.ours(r.Metadata) {
 			return toRefund(r), nil
 		}

@@ -244,12 +244,19 @@ func (l *Limiter) buckets(endpoint string) []store.RateBucket {
 // (WithFlow) with no slot to come at its buckets takes an express slot when
 // one is near (Config.ExpressShare); the others wait in the buckets' line.
 // It returns a *DeferredError, taking no slot, when the wait would be
-// longer than Config.MaxWait or run into ctx's deadline, and ctx's error
-// (not sent) when ctx ends while it waits.
+// longer than Config.MaxWait or run into ctx's deadline; a
+// *deadline.TooLateError (not sent) when less than Config.SendMargin is
+// left before ctx's deadline, before the reservation or after the wait;
+// and ctx's error (not sent) when ctx ends while it waits.
 func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 	bs := l.buckets(endpoint)
 	if len(bs) == 0 {
 		return nil
+	}
+	what := l.cfg.Provider + " " + endpoint
+	// Too near its deadline to keep SendMargin after the send: no slot.
+	if err := deadline.Check(ctx, what, l.cfg.SendMargin); err != nil {
+		return err
 	}
 	maxWait := l.cfg.MaxWait
 	if d, ok := ctx.Value(maxWaitKey{}).(time.Duration); ok {
@@ -280,20 +287,22 @@ func (l *Limiter) Wait(ctx context.Context, endpoint string) error {
 		}
 		return &DeferredError{Provider: l.cfg.Provider, Endpoint: endpoint, RetryAfter: max(d-maxWait, 100*time.Millisecond)}
 	}
-	if d <= 0 {
-		return nil
+	if d > 0 {
+		if o := l.cfg.Observer; o != nil {
+			o.RateWaited(l.cfg.Provider, endpoint, d)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not sent, waiting %s for the rate limit: %w", what, d, context.Cause(ctx))
+		}
 	}
-	if o := l.cfg.Observer; o != nil {
-		o.RateWaited(l.cfg.Provider, endpoint, d)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s %s: not sent, waiting %s for the rate limit: %w", l.cfg.Provider, endpoint, d, context.Cause(ctx))
-	}
+	// The reservation's own round trip (a lock queue, the fallback after a
+	// failed call) counts too: the slot goes unused rather than the request
+	// going out with less than SendMargin left.
+	return deadline.Check(ctx, what, l.cfg.SendMargin)
 }
 
 // expressWait is how far away an express slot may be: one express
@@ -327,7 +336,7 @@ func (l *Limiter) Throttled(ctx context.Context, endpoint string, h http.Header)
 		names = []string{global, ep}
 	}
 	// The process's own buckets pause too: the fallback must honour it.
-	l.local.pause(names, time.Now().Add(d))
+	l.local.pause(l.buckets(endpoint), names, time.Now().Add(d))
 	if err := l.backend.PauseRate(ctx, names, d); err != nil && l.cfg.Observer != nil {
 		l.cfg.Observer.RateFallback(l.cfg.Provider)
 	}
@@ -348,7 +357,8 @@ func (l *Limiter) pauseOf(h http.Header, now time.Time) (time.Duration, string) 
 	d := l.cfg.DefaultPause
 	if v := h.Get("Retry-After"); v != "" {
 		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-			d = time.Duration(s * float64(time.Second))
+			// Bounded before the conversion, which overflows past 292 years.
+			d = time.Duration(min(s, l.cfg.MaxPause.Seconds()) * float64(time.Second))
 		} else if t, err := http.ParseTime(v); err == nil {
 			d = t.Sub(now)
 		}
@@ -403,7 +413,9 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	ctx := r.Context()
 	for try := 0; ; try++ {
 		if err := t.l.Wait(ctx, endpoint); err != nil {
-			return nil, err
+			// A resend (an HTTP client's retry) whose first send went out
+			// is not "not sent": that send may have acted.
+			return nil, deadline.Refusal(r, err)
 		}
 		req := r.Clone(ctx)
 		if body != nil {
@@ -412,6 +424,8 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		resp, err := t.base.RoundTrip(req)
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+			// Out, and perhaps acted on (a 429 is refused before acting).
+			deadline.MarkSent(r)
 			return resp, err
 		}
 		t.l.Throttled(ctx, endpoint, resp.Header)
@@ -476,12 +490,19 @@ func (b *local) reserve(bs []store.RateBucket, now time.Time, maxWait time.Durat
 	return wait, true
 }
 
-func (b *local) pause(names []string, until time.Time) {
+// pause holds the buckets of bs that names names until until: as
+// PauseRate does, their theoretical arrival time goes burst-1 emissions past
+// it, since reserve lets a request go that far ahead of it.
+func (b *local) pause(bs []store.RateBucket, names []string, until time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, n := range names {
-		if b.tat[n].Before(until) {
-			b.tat[n] = until
+	for _, x := range bs {
+		if !slices.Contains(names, x.Name) {
+			continue
+		}
+		emission := time.Duration(float64(time.Second) / x.Rate)
+		if tat := until.Add(time.Duration(max(x.Burst, 1)-1) * emission); b.tat[x.Name].Before(tat) {
+			b.tat[x.Name] = tat
 		}
 	}
 }

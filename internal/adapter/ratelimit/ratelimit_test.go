@@ -15,6 +15,7 @@ import (
 
 	"github.com/effectively/effectively/internal/adapter/ratelimit"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/leaf/deadline"
 	"github.com/effectively/effectively/tools/storetest"
 	"github.com/effectively/effectively/tools/testenv"
 )
@@ -544,4 +545,113 @@ func TestLinesSeeTheSharedLine(t *testing.T) {
 		t.Fatalf("ahead %s after a deferred request, was %s: the deferral did not read the line", d, before)
 	}
 	wg.Wait()
+}
+
+// TestFallbackHonoursAPauseWithABurst: with Postgres down, a 429's pause
+// holds the process's own bucket for the whole Retry-After, as PauseRate
+// does, even with a burst that lets requests run ahead of its arrival time.
+func TestFallbackHonoursAPauseWithABurst(t *testing.T) {
+	l := newLimiter(t, downBackend{}, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 80, Burst: 80}})
+	const ep = "POST /v1/refunds"
+	if d := l.Throttled(context.Background(), ep, http.Header{"Retry-After": {"1"}}); d != time.Second {
+		t.Fatalf("pause %s, want 1s", d)
+	}
+	start := time.Now()
+	if err := l.Wait(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	if w := time.Since(start); w < 900*time.Millisecond {
+		t.Fatalf("a request went %s after a 429 of Retry-After 1s (the fallback bucket)", w.Round(time.Millisecond))
+	}
+}
+
+// TestHugeRetryAfterPausesMaxPause: a Retry-After past what a Duration
+// holds pauses MaxPause, not nothing.
+func TestHugeRetryAfterPausesMaxPause(t *testing.T) {
+	l := newLimiter(t, downBackend{}, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 80, Burst: 1}})
+	for _, v := range []string{"1e10", "+Inf", "600"} {
+		if d := l.Throttled(context.Background(), "POST /v1/refunds", http.Header{"Retry-After": {v}}); d != time.Minute {
+			t.Errorf("Retry-After %s paused %s, want MaxPause 1m0s", v, d)
+		}
+	}
+}
+
+// TestNotSentInsideTheSendMargin: a request whose deadline is nearer than
+// SendMargin takes no slot and is not sent (a *deadline.TooLateError),
+// through Postgres as through the fallback.
+func TestNotSentInsideTheSendMargin(t *testing.T) {
+	for name, b := range map[string]ratelimit.Backend{"postgres": store.New(storetest.NewPool(t)), "fallback": downBackend{}} {
+		t.Run(name, func(t *testing.T) {
+			l := newLimiter(t, b, ratelimit.Config{Provider: "stripe-" + name, Global: ratelimit.Rate{PerSecond: 10, Burst: 1}, SendMargin: 2 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			if err := l.Wait(ctx, "POST /v1/refunds"); !deadline.TooLate(err) {
+				t.Fatalf("Wait with 500ms left (SendMargin 2s) = %v, want not sent (too late)", err)
+			}
+		})
+	}
+}
+
+// slowBackend grants a slot r.MaxWait away, after lag: a reservation that
+// queued on its bucket's row lock.
+type slowBackend struct{ lag time.Duration }
+
+func (b slowBackend) ReserveRate(_ context.Context, r store.Reservation) (store.Reserved, error) {
+	time.Sleep(b.lag)
+	return store.Reserved{OK: true, Wait: r.MaxWait}, nil
+}
+func (slowBackend) PauseRate(context.Context, []string, time.Duration) error { return nil }
+
+// TestReservationTimeCountsAgainstTheMargin: the reservation's own time and
+// the wait together leave less than SendMargin: the request is not sent.
+func TestReservationTimeCountsAgainstTheMargin(t *testing.T) {
+	l := newLimiter(t, slowBackend{lag: 1500 * time.Millisecond}, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 10}, SendMargin: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	err := l.Wait(ctx, "POST /v1/refunds")
+	dl, _ := ctx.Deadline()
+	if left := time.Until(dl); err == nil {
+		t.Fatalf("sent with %s left, less than the 2s SendMargin", left.Round(time.Millisecond))
+	}
+	if !deadline.TooLate(err) {
+		t.Fatalf("Wait = %v, want not sent (too late)", err)
+	}
+}
+
+// TestResendRefusedAfterASendIsNotUnsent: an HTTP client's retry of a
+// request that already went out, refused by the limiter, is not reported
+// "not sent" (the first send may have acted); a first send refused is.
+func TestResendRefusedAfterASendIsNotUnsent(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	t.Cleanup(srv.Close)
+	// One slot, then none within MaxWait: the retry is deferred.
+	l := newLimiter(t, downBackend{}, ratelimit.Config{Provider: "stripe", Global: ratelimit.Rate{PerSecond: 0.1, Burst: 1}, MaxWait: 100 * time.Millisecond})
+	c := &http.Client{Transport: l.Transport(nil)}
+	send := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/refunds", strings.NewReader("amount=1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "refund:evt_1")
+		resp, err := c.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	ctx := deadline.TrackSends(context.Background())
+	if err := send(ctx); err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	err := send(ctx)
+	if err == nil {
+		t.Fatal("the resend went out; want it refused")
+	}
+	if _, ok := ratelimit.Deferred(err); ok {
+		t.Fatalf("the resend's refusal says not sent, though its first send went out: %v", err)
+	}
+	// Another call (its own tracker) whose first send is refused: not sent.
+	if _, ok := ratelimit.Deferred(send(deadline.TrackSends(context.Background()))); !ok {
+		t.Fatal("a first send refused by the limiter is not reported deferred")
+	}
 }

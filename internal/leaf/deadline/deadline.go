@@ -101,3 +101,58 @@ func (b *body) Close() error {
 	b.once.Do(b.cancel)
 	return err
 }
+
+// sends is what TrackSends carries: the requests of one call that went out.
+type sends struct {
+	mu  sync.Mutex
+	out map[string]bool
+}
+
+type sendsKey struct{}
+
+// TrackSends returns ctx carrying a record of which of its requests went
+// out (MarkSent). An HTTP client that retries (stripe-go after a lost
+// answer, a 409 or a 5xx) sends the same request again under the same
+// context; a refusal of that resend (Refusal) must not say "not sent",
+// since the earlier send may have acted.
+func TrackSends(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(sendsKey{}).(*sends); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, sendsKey{}, &sends{out: map[string]bool{}})
+}
+
+// sendKey names a request: its method, path and idempotency key.
+func sendKey(r *http.Request) string {
+	return r.Method + " " + r.URL.Path + " " + r.Header.Get("Idempotency-Key")
+}
+
+// MarkSent records that r went out and may have been acted on, when its
+// context tracks sends.
+func MarkSent(r *http.Request) {
+	if s, ok := r.Context().Value(sendsKey{}).(*sends); ok {
+		s.mu.Lock()
+		s.out[sendKey(r)] = true
+		s.mu.Unlock()
+	}
+}
+
+// Refusal is err, a refusal to send r (a rate limit's, a deadline's),
+// unchanged when no earlier send of r went out; else an error that is not
+// "not sent" (neither a *TooLateError nor wrapping one): the provider may
+// have acted on the earlier send, so the request is retried under its key,
+// never taken as unsent.
+func Refusal(r *http.Request, err error) error {
+	s, ok := r.Context().Value(sendsKey{}).(*sends)
+	if !ok {
+		return err
+	}
+	s.mu.Lock()
+	sent := s.out[sendKey(r)]
+	s.mu.Unlock()
+	if !sent {
+		return err
+	}
+	// Not wrapped on purpose: this error must not say "not sent".
+	return fmt.Errorf("%s %s: a resend was not sent (%s), but an earlier send went out and may have been acted on", r.Method, r.URL.Path, err.Error())
+}
