@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,7 +75,9 @@ type Config struct {
 	Durable string
 	// Skip lists subjects that another consumer of this worker records
 	// (a route's own, NATS_CONSUMER_PER_ROUTE): their deliveries are acked
-	// here without being recorded.
+	// here without being recorded, while a route durable for the subject
+	// (named Durable-<route>) exists with a worker pulling from it; else
+	// they are recorded here too.
 	Skip []string
 	// StartAfter names a durable consumer of the stream whose acked
 	// messages a new durable skips: created, it starts after that one's
@@ -284,6 +285,8 @@ type Consumer struct {
 
 	mu   sync.Mutex
 	cons natsjs.Consumer // replaced when a route's durable is created again (Run)
+
+	skip skipView // the route durables its Skip leaves their subjects to
 }
 
 var _ intake.Source = (*Consumer)(nil)
@@ -515,9 +518,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // recreate creates a route's durable again when it is gone: a worker
 // without NATS_CONSUMER_PER_ROUTE deleted it (Retiring) just as this one
-// started with the setting on. The shared consumer skips the route's
-// messages here, so without the durable they would go unrecorded; it
-// starts again after the shared consumer's ack floor.
+// started with the setting on. Meanwhile the shared consumer, which skips
+// the route's messages only while the durable is in use, records them
+// itself; created again, it starts after the shared consumer's ack floor.
 func (c *Consumer) recreate(ctx context.Context) {
 	if c.cfg.StartAfter == "" {
 		return
@@ -533,7 +536,7 @@ func (c *Consumer) recreate(ctx context.Context) {
 	c.mu.Lock()
 	c.cons = cons
 	c.mu.Unlock()
-	c.cfg.Logger.Error("a route's consumer was deleted while this worker ran with NATS_CONSUMER_PER_ROUTE (a worker without it retired it); created it again after the shared consumer's ack floor: messages this worker's shared consumer skipped meanwhile are not recorded; run every worker with the same setting",
+	c.cfg.Logger.Error("a route's consumer was deleted while this worker ran with NATS_CONSUMER_PER_ROUTE (a worker without it retired it); created it again after the shared consumer's ack floor (the shared consumer records the route's messages itself while the durable is not in use); run every worker with the same setting",
 		"stream", c.cfg.Stream, "consumer", c.cfg.Durable)
 }
 
@@ -578,7 +581,7 @@ func (c *Consumer) handle(ctx context.Context, msg natsjs.Msg) {
 		c.cfg.Logger.Error("message without jetstream metadata", "subject", msg.Subject(), "error", err.Error())
 		return
 	}
-	if slices.Contains(c.cfg.Skip, msg.Subject()) {
+	if c.skips(ctx, msg.Subject()) {
 		// A route's own consumer records it.
 		if err := msg.Ack(); err != nil {
 			c.cfg.Logger.Warn("ack of a message another consumer records failed; it comes again", "subject", msg.Subject(),

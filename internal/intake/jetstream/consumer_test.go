@@ -2,9 +2,11 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +23,12 @@ import (
 
 // acquireGate watches the connections of the intake's pool. It holds the
 // first acquirers back until need connections are in use at once or 10s
-// passed, and delays every acquire by delay.
+// passed, and delays every acquire by delay. While refuse is set, every
+// acquire fails, as with Postgres out of reach.
 type acquireGate struct {
-	need  int
-	delay time.Duration
+	need   int
+	delay  time.Duration
+	refuse atomic.Bool
 
 	mu    sync.Mutex
 	inUse int
@@ -37,6 +41,9 @@ func newGate(need int, delay time.Duration) *acquireGate {
 }
 
 func (g *acquireGate) prepare(context.Context, *pgx.Conn) (bool, error) {
+	if g.refuse.Load() {
+		return true, errors.New("postgres out of reach (the test's gate)")
+	}
 	g.mu.Lock()
 	g.inUse++
 	if g.inUse >= g.need {

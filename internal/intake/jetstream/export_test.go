@@ -25,3 +25,11 @@ func SetDeadLetterRecordAge(d time.Duration) (restore func()) {
 	deadLetterRecordAge = d
 	return func() { deadLetterRecordAge = prev }
 }
+
+// SetSkipFresh sets how old the shared consumer's view of its route
+// durables may be, until the returned func restores it.
+func SetSkipFresh(d time.Duration) (restore func()) {
+	prev := skipFresh
+	skipFresh = d
+	return func() { skipFresh = prev }
+}

@@ -72,7 +72,8 @@ var (
 // pull and no delivery outstanding, no worker with the setting on is left
 // to skip a message, so every skipped message is at or before the shared
 // consumer's last delivered sequence: once the durable has delivered and
-// settled up to there, it is deleted.
+// settled up to there, and its dead letters (read only while it runs) hold
+// nothing unrecorded, it is deleted.
 type Retiring struct {
 	c       *Consumer
 	horizon retention.SourceHorizon
@@ -224,6 +225,12 @@ func (r *Retiring) check(ctx context.Context, st *retireState) (done bool, err e
 	if info.NumWaiting > 0 || info.NumAckPending > 0 || (info.NumPending > 0 && info.Delivered.Stream < st.bound) {
 		return false, nil
 	}
+	if left, err := r.deadLettersLeft(ctx); err != nil || left {
+		// A last delivery it made that no one settled waits in its dead
+		// letters, whose reader runs only while it does: it stays until
+		// that is recorded or quarantined.
+		return false, err
+	}
 	if err := r.c.js.DeleteConsumer(ctx, r.c.cfg.Stream, r.c.cfg.Durable); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
 		return false, fmt.Errorf("delete consumer %s on stream %s: %w", r.c.cfg.Durable, r.c.cfg.Stream, err)
 	}
@@ -231,6 +238,20 @@ func (r *Retiring) check(ctx context.Context, st *retireState) (done bool, err e
 	r.c.cfg.Logger.Info("deleted a route's consumer left by NATS_CONSUMER_PER_ROUTE: everything the shared consumer skipped is recorded",
 		"stream", r.c.cfg.Stream, "consumer", r.c.cfg.Durable, "recorded", r.Stats().Recorded, "through_seq", st.bound)
 	return true, nil
+}
+
+// deadLettersLeft reports whether the durable's dead letters hold an
+// advisory not yet recorded or quarantined (waiting, or held by the
+// reader). Without dead letters, none.
+func (r *Retiring) deadLettersLeft(ctx context.Context) (bool, error) {
+	if r.c.dead == nil {
+		return false, nil
+	}
+	info, err := r.c.dead.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("dead-letter consumer of %s: %w", r.c.cfg.Durable, err)
+	}
+	return info.NumPending > 0 || info.NumAckPending > 0, nil
 }
 
 // info reads the durable's state; nil and no error when it is gone.

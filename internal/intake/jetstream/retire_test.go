@@ -113,17 +113,9 @@ func TestRetiringWithoutABacklog(t *testing.T) {
 	if _, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route); err != nil {
 		t.Fatal(err)
 	}
-	left, err := jetstream.Leftovers(ctx, h.j.JS, sharedAll)
-	if err != nil || len(left) != 1 {
-		t.Fatalf("Leftovers = %v, %v; want the route's durable", left, err)
-	}
-	retiring, err := jetstream.NewRetiring(ctx, h.in, h.j.JS, left[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, retiring)
+	retiring := runRetiring(t, h, sharedAll)
 	testenv.Eventually(t, 10*time.Second, "the route's durable to be deleted", retiring.Retired)
-	if left, err = jetstream.Leftovers(ctx, h.j.JS, sharedAll); err != nil || len(left) != 0 {
+	if left, err := jetstream.Leftovers(ctx, h.j.JS, sharedAll); err != nil || len(left) != 0 {
 		t.Fatalf("Leftovers after the retirement = %v, %v; want none", left, err)
 	}
 	// A second worker that attached before the deletion sees it gone.
@@ -155,4 +147,78 @@ func TestRouteConsumerCreatedAgainWhenDeleted(t *testing.T) {
 	})
 	h.j.Publish(t, orderMsg("evt_again_2", 1201), "")
 	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream-order-placed'`, 2)
+}
+
+// TestRetiringKeepsItsDeadLetters: a route's durable took a message the
+// shared consumer skipped, and a worker died holding its last delivery, so
+// the broker captured its advisory in the durable's dead letters. A worker
+// with NATS_CONSUMER_PER_ROUTE off retires the durable while Postgres is
+// out of reach, so the dead letter cannot be recorded yet. The durable
+// stays, its dead-letter reader with it, until Postgres is back and the
+// message is recorded; then it goes.
+func TestRetiringKeepsItsDeadLetters(t *testing.T) {
+	defer jetstream.SetRetire(50*time.Millisecond, 3)()
+	gate := newGate(0, 0)
+	h := newHarness(t, gate)
+	ctx := context.Background()
+	shared := h.j.ConsumerConfig(t, time.Second, 2)
+	subject, err := jetstream.PublishSubject(h.j.Subject, "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := shared
+	route.Name, route.Durable, route.Subject, route.StartAfter = "jetstream-order-placed", shared.Durable+"-order-placed", subject, shared.Durable
+	if _, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route); err != nil {
+		t.Fatal(err)
+	}
+	skipping := shared
+	skipping.Skip = []string{subject}
+	sc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, skipping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, sc)
+	h.j.Publish(t, orderMsg("evt_ret_dead", 3100), "")
+	testenv.Eventually(t, 10*time.Second, "the shared consumer to skip it", func() bool {
+		ackPending, pending, _ := h.consumerInfo(t, shared.Durable)
+		return ackPending == 0 && pending == 0
+	})
+	stop()
+	killedHolding(t, h.j.Conn.ConnectedUrl(), h.j.Stream, route.Durable, 2, time.Second)
+	giveUp(ctx, t, h.j.JS, h.j.Stream, route.Durable)
+
+	gate.refuse.Store(true)
+	retiring := runRetiring(t, h, shared)
+	// Many times the quiet checks: the durable is quiet, only its dead
+	// letter is left.
+	time.Sleep(2 * time.Second)
+	if retiring.Retired() {
+		t.Fatal("the route's durable was deleted with its dead letter unrecorded: no reader is left for it")
+	}
+	gate.refuse.Store(false)
+	testenv.Eventually(t, 20*time.Second, "the route's durable to be deleted once its dead letter is recorded", retiring.Retired)
+	if n := h.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_ret_dead'`) +
+		h.count(t, `SELECT count(*) FROM quarantine WHERE message_id = 'evt_ret_dead'`); n != 1 {
+		t.Fatalf("evt_ret_dead in the inbox and the quarantine: %d rows, want 1", n)
+	}
+	if n := deadLettersLeft(t, h, route.Durable); n != 0 {
+		t.Errorf("%d dead letters left unsettled, want 0", n)
+	}
+}
+
+// runRetiring runs, as a worker without NATS_CONSUMER_PER_ROUTE would, the
+// one route durable shared's consumers left.
+func runRetiring(t *testing.T, h *harness, shared jetstream.Config) *jetstream.Retiring {
+	t.Helper()
+	ctx := context.Background()
+	left, err := jetstream.Leftovers(ctx, h.j.JS, shared)
+	if err != nil || len(left) != 1 {
+		t.Fatalf("Leftovers = %v, %v; want the route's durable", left, err)
+	}
+	retiring, err := jetstream.NewRetiring(ctx, h.in, h.j.JS, left[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, retiring)
+	return retiring
 }

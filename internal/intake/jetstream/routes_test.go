@@ -22,15 +22,7 @@ func TestRouteConsumerTakesOverFromTheSharedOne(t *testing.T) {
 	// Before: the shared consumer records two orders. After: a route's
 	// consumer beside it, and the shared one skipping the route's subject.
 	shared, route, subject := afterShared(t, h, "evt_before", 100, 2)
-	rc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared.Skip = []string{subject}
-	sc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, shared)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, sc := routeAndSkipping(t, h, shared, route, subject)
 	run(t, rc)
 	run(t, sc)
 	for i := range 3 {
@@ -137,4 +129,47 @@ func TestRouteConsumerCreatedMeanwhileByAnotherWorker(t *testing.T) {
 	h.j.Publish(t, orderMsg("evt_race_after", 301), "")
 	waitCount(t, h, `SELECT count(*) FROM inbox WHERE source = 'jetstream-order-placed'`, 1)
 	waitCount(t, h, `SELECT coalesce(sum(duplicates), 0) FROM inbox WHERE message_id = 'evt_race_before_0'`, 1)
+}
+
+// TestSkippedOnlyWhileTheRouteDurableIsInUse: a worker with
+// NATS_CONSUMER_PER_ROUTE skips its route's subject on the shared consumer
+// while the route's durable is pulled from. Once the durable is gone (a
+// worker without the setting retired it while this one was cut off from
+// NATS), the shared consumer records the route's messages itself instead of
+// skipping them into a durable that no longer exists.
+func TestSkippedOnlyWhileTheRouteDurableIsInUse(t *testing.T) {
+	defer jetstream.SetSkipFresh(200 * time.Millisecond)()
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	shared, route, subject := afterShared(t, h, "evt_use_before", 300, 1)
+	rc, sc := routeAndSkipping(t, h, shared, route, subject)
+	stopRoute := run(t, rc)
+	run(t, sc)
+	h.j.Publish(t, orderMsg("evt_use_pulled", 310), "")
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE message_id = 'evt_use_pulled' AND source = 'jetstream-order-placed'`, 1)
+
+	// The route's consumer is cut off and its durable deleted.
+	stopRoute()
+	if err := h.j.JS.DeleteConsumer(ctx, h.j.Stream, route.Durable); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the shared consumer's view
+	h.j.Publish(t, orderMsg("evt_use_gone", 311), "")
+	waitCount(t, h, `SELECT count(*) FROM inbox WHERE message_id = 'evt_use_gone' AND source = 'jetstream'`, 1)
+}
+
+// routeAndSkipping makes a worker's consumers with NATS_CONSUMER_PER_ROUTE:
+// the route's own, and the shared one skipping the route's subject.
+func routeAndSkipping(t *testing.T, h *harness, shared, route jetstream.Config, subject string) (rc, sc *jetstream.Consumer) {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := jetstream.NewConsumer(ctx, h.in, h.j.JS, route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared.Skip = []string{subject}
+	if sc, err = jetstream.NewConsumer(ctx, h.in, h.j.JS, shared); err != nil {
+		t.Fatal(err)
+	}
+	return rc, sc
 }
