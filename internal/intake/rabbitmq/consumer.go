@@ -33,6 +33,9 @@ type BrokerStats struct {
 	Stale int64
 	// DeadLetters counts dead-lettered messages quarantined.
 	DeadLetters int64
+	// DeadLettersRenewed counts dead letters published again to their
+	// queue (and the returned one acked) to reset their return count.
+	DeadLettersRenewed int64
 }
 
 // Consumer is the RabbitMQ source: it consumes a quorum queue into its
@@ -49,7 +52,7 @@ type Consumer struct {
 
 	gen   atomic.Uint64 // generations handed out: one per connection
 	live  atomic.Uint64 // generation of the open connection; 0 while none is
-	stats struct{ acked, rejected, stale, deadLetters atomic.Int64 }
+	stats struct{ acked, rejected, stale, deadLetters, renewed atomic.Int64 }
 	// hooks are set by tests only (export_test.go); nil in the product.
 	hooks *testHooks
 }
@@ -110,7 +113,8 @@ func (c *Consumer) Stats() intake.SourceStats { return c.path.Stats() }
 func (c *Consumer) BrokerStats() BrokerStats {
 	s := &c.stats
 	return BrokerStats{Connections: int64(c.gen.Load()), //nolint:gosec // a count of connections
-		Acked: s.acked.Load(), Rejected: s.rejected.Load(), Stale: s.stale.Load(), DeadLetters: s.deadLetters.Load()}
+		Acked: s.acked.Load(), Rejected: s.rejected.Load(), Stale: s.stale.Load(), DeadLetters: s.deadLetters.Load(),
+		DeadLettersRenewed: s.renewed.Load()}
 }
 
 // Config returns the configuration with its defaults applied.

@@ -420,17 +420,57 @@ func TestPastTheDeliveryLimitIsRecorded(t *testing.T) {
 	f := newFixture(t, rabbittest.URL())
 	f.publish(t, order("evt_limit", 6))
 	returnPastTheLimit(t, f)
+	f.deadLetterRecorded(t, "evt_limit")
+}
+
+// deadLetterRecorded runs a consumer until it takes up the one dead
+// letter, and checks that id is recorded once, quarantined not, and no
+// dead letter left; it returns the consumer's counters.
+func (f *fixture) deadLetterRecorded(t *testing.T, id string) rabbitmq.BrokerStats {
+	t.Helper()
 	c, stop := f.run(t, f.cfg, nil)
 	eventually(t, "taken up from the dead-letter queue", func() bool { return c.BrokerStats().DeadLetters == 1 })
 	stop()
-	if n := f.count(t, `SELECT count(*) FROM inbox WHERE message_id = 'evt_limit'`); n != 1 {
-		t.Errorf("%d inbox rows, want the message recorded", n)
+	if n := f.count(t, `SELECT count(*) FROM inbox WHERE message_id = $1`, id); n != 1 {
+		t.Errorf("%d inbox rows, want the message recorded once", n)
 	}
 	if n := f.count(t, `SELECT count(*) FROM quarantine`); n != 0 {
-		t.Errorf("%d quarantine rows, want none", n)
+		t.Errorf("%d quarantine rows, want none (recorded like a last delivery)", n)
 	}
 	if d := queueDepth(t, f.cfg.URL, f.cfg.DeadLetterQueue); d != 0 {
 		t.Errorf("dead letters left: %d", d)
+	}
+	return c.BrokerStats()
+}
+
+// TestDeadLetterReturnedOftenIsRenewed: a dead letter handed back to the
+// dead-letter queue again and again (workers stopped or cut off while they
+// held it) is published again before its returns reach a delivery limit
+// (since 4.0 a quorum queue declared without one has 20, and the
+// dead-letter queue has no dead-letter exchange, so the broker would drop
+// it): the copy is taken up, recorded once, and nothing is left.
+func TestDeadLetterReturnedOftenIsRenewed(t *testing.T) {
+	defer rabbitmq.SetDeadLetterRenewAt(3)()
+	f := newFixture(t, rabbittest.URL())
+	f.publish(t, order("evt_renew", 8))
+	returnPastTheLimit(t, f)
+	ch := rabbittest.Channel(t, f.cfg.URL)
+	for returns := 0; returns < 3; {
+		m, ok, err := ch.Get(f.cfg.DeadLetterQueue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err := m.Reject(true); err != nil {
+			t.Fatal(err)
+		}
+		returns++
+	}
+	if s := f.deadLetterRecorded(t, "evt_renew"); s.DeadLettersRenewed != 1 {
+		t.Errorf("%d dead letters published again, want the one returned 3 times", s.DeadLettersRenewed)
 	}
 }
 

@@ -49,3 +49,11 @@ func Crashable(c *Consumer) (crash func()) {
 		}
 	}
 }
+
+// SetDeadLetterRenewAt sets how many returns make a dead letter be
+// published again, until the returned func restores it.
+func SetDeadLetterRenewAt(n int) (restore func()) {
+	prev := deadLetterRenewAt
+	deadLetterRenewAt = n
+	return func() { deadLetterRenewAt = prev }
+}
