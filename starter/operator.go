@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/effectively/effectively/internal/adapter/payment"
@@ -157,7 +159,7 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 		rep.Refund = &res
 		switch {
 		case errors.Is(err, reconcile.ErrRunMayCreate):
-			code, rep.Next = exitRefused, "no refund exists at Stripe yet, but a run of "+wfID+" may be open (or Temporal could not tell): nothing recorded; try again once it is closed"
+			code, rep.Next = exitRefused, "no refund exists at Stripe yet, but a run of "+wfID+" may still act (it is open, closed less than "+attemptBound(cfg.Workflows).String()+" ago, or Temporal could not tell): nothing recorded; try again once it is closed and its last attempt's start-to-close has passed"
 		case errors.Is(err, reconcile.ErrStillOpen):
 			code, rep.Next = exitStillOpen, err.Error()+": an operator must look (docs/runbook.md)"
 		case errors.Is(err, reconcile.ErrStripe):
@@ -235,8 +237,9 @@ func refundRunMayCreate(st store.MessageStatus, open func() bool) bool {
 	return open()
 }
 
-// runMayBeOpen reports whether a run of workflow wfID may still be open:
-// true when it is running, and when Temporal cannot be asked.
+// runMayBeOpen reports whether a run of workflow wfID may still act: true
+// when it is running, when it closed too recently for its last attempt to
+// have ended (runMayAct), and when Temporal cannot be asked.
 func runMayBeOpen(ctx context.Context, cfg config.Config, wfID string, logger *slog.Logger) bool {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -253,7 +256,30 @@ func runMayBeOpen(ctx context.Context, cfg config.Config, wfID string, logger *s
 	case err != nil:
 		return true
 	}
-	return desc.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	return runMayAct(desc.RawResponse.GetWorkflowExecutionInfo(), time.Now(), attemptBound(cfg.Workflows))
+}
+
+// attemptBound is how long an effect attempt may go on after its run
+// closed: an attempt keeps its deadline but not its cancellation (a stop,
+// or the run's termination, lets its claim, call and record finish), so a
+// regular attempt may act up to its start-to-close after the run closed,
+// and a local one up to twice LocalStartToClose; a minute more for the
+// clocks. The workers' timeouts (PAYMENT_START_TO_CLOSE,
+// LOCAL_START_TO_CLOSE) are read from the same variables.
+func attemptBound(w workflows.Config) time.Duration {
+	d := workflows.DefaultConfig()
+	return max(cmp.Or(w.PaymentStartToClose, d.PaymentStartToClose), 2*cmp.Or(w.LocalStartToClose, d.LocalStartToClose)) + time.Minute
+}
+
+// runMayAct reports whether the run info describes may still act at now:
+// it is running, or it closed less than bound ago (or at a time not
+// known).
+func runMayAct(info *workflowpb.WorkflowExecutionInfo, now time.Time, bound time.Duration) bool {
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return true
+	}
+	closed := info.GetCloseTime()
+	return closed == nil || now.Sub(closed.AsTime()) < bound
 }
 
 // signalSettled signals the workflow of the payment when it is running, so a

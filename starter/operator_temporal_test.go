@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/internal/config"
 	"github.com/effectively/effectively/tools/testenv"
 	"github.com/effectively/effectively/workflows"
 )
@@ -140,5 +141,27 @@ func TestRedriveOnlyWhenNoChargeMayExist(t *testing.T) {
 	// Completed: never run again.
 	if code, _, _ := runStarter(t, "redrive", "evt_rd"); code != exitRefused {
 		t.Fatalf("redrive of a completed run: exit %d", code)
+	}
+}
+
+// TestRunMayBeOpenAfterItsClose: a run that has just completed may still
+// act for resolve's purposes (an attempt outlives its run until its own
+// deadline); a workflow Temporal does not know may not.
+func TestRunMayBeOpenAfterItsClose(t *testing.T) {
+	s := operatorStack(t)
+	placeOrder(t, s, "evt_closed_now", 9101, "pm_card_visa")
+	if _, err := workflowResult(t, s, "evt_closed_now"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if !runMayBeOpen(ctx, cfg, "order-placed/evt_closed_now", testenv.Logger(t)) {
+		t.Error("a run closed a moment ago: may act = false, want true until its last attempt's deadline has passed")
+	}
+	if runMayBeOpen(ctx, cfg, "order-placed/evt_never_started", testenv.Logger(t)) {
+		t.Error("a workflow Temporal does not know: may act = true, want false")
 	}
 }

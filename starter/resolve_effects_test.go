@@ -6,11 +6,16 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/workflows"
 )
 
 // TestResolveSettlesRefundsAndReceipts: `starter resolve` settles a refund
@@ -166,6 +171,36 @@ func TestResolveLeavesARefundWaitingForItsRun(t *testing.T) {
 	} {
 		if got := refundRunMayCreate(tc.st, tc.open); got != tc.want {
 			t.Errorf("%s: a run may create the refund = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRunMayAct: a run may still act while it runs and, once closed, until
+// its last attempt's deadline may have passed: a terminated run's attempt
+// keeps going (its effect ignores the cancellation) and may still refund.
+func TestRunMayAct(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	bound := attemptBound(workflows.Config{})
+	if bound != 3*time.Minute {
+		t.Fatalf("attemptBound of the defaults = %s, want 3m (2m start-to-close and a minute)", bound)
+	}
+	closedAgo := func(status enumspb.WorkflowExecutionStatus, ago time.Duration) *workflowpb.WorkflowExecutionInfo {
+		return &workflowpb.WorkflowExecutionInfo{Status: status, CloseTime: timestamppb.New(now.Add(-ago))}
+	}
+	for _, tc := range []struct {
+		name string
+		info *workflowpb.WorkflowExecutionInfo
+		want bool
+	}{
+		{"running", &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}, true},
+		{"terminated a moment ago", closedAgo(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, 5*time.Second), true},
+		{"failed 2m ago", closedAgo(enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, 2*time.Minute), true},
+		{"terminated 3m ago", closedAgo(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, 3*time.Minute), false},
+		{"completed an hour ago", closedAgo(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, time.Hour), false},
+		{"closed at a time not known", &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED}, true},
+	} {
+		if got := runMayAct(tc.info, now, bound); got != tc.want {
+			t.Errorf("%s: may act = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -35,14 +35,16 @@ const Source = "http"
 const (
 	DefaultTokenRate = 100
 	DefaultMaxWait   = 30 * time.Second
-	// recordTimeout bounds the inbox commit and the start of one request:
-	// past it the answer is 503 and the client retries with the same key.
-	recordTimeout = 10 * time.Second
 	// startTimeout bounds the workflow start after the commit: with
 	// Temporal unreachable the answer is still 202, and the dispatcher
 	// starts the recorded row once Temporal answers.
 	startTimeout = 3 * time.Second
 )
+
+// recordTimeout bounds the inbox commit and the start of one request (past
+// it the answer is 503 and the client retries with the same key), and the
+// outcome's read after a wait. A variable for the tests.
+var recordTimeout = 10 * time.Second
 
 // Config configures the API.
 type Config struct {
@@ -293,8 +295,14 @@ func (a *API) post(w http.ResponseWriter, r *http.Request) {
 		replay = true // the outcome is read below
 	}
 	if replay {
-		if o, err := a.st.OutcomeOf(ctx, m.Consumer, m.ID); err == nil {
+		// A context of its own: a wait may have outlasted the record's.
+		octx, ocancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
+		o, err := a.st.OutcomeOf(octx, m.Consumer, m.ID)
+		ocancel()
+		if err == nil {
 			res.Outcome = o
+		} else if res.Terminal != nil && *res.Terminal {
+			a.cfg.Logger.Warn("api: the closed workflow's outcome could not be read; the answer has none", "message_id", m.ID, "consumer", m.Consumer, "error", err.Error())
 		}
 	}
 	if !rec.New {

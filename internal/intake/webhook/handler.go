@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,8 +14,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/sendgrid/sendgrid-go/helpers/eventwebhook"
 
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/identity"
@@ -134,7 +134,7 @@ func New(st *store.Store, sig Signaler, m *Metrics, cfg Config) (*Handler, error
 	}
 	h := &Handler{store: st, signal: sig, metrics: m, cfg: cfg, mux: http.NewServeMux()}
 	if cfg.SendGridPublicKey != "" {
-		key, err := eventwebhook.ConvertPublicKeyBase64ToECDSA(cfg.SendGridPublicKey)
+		key, err := sendGridKey(cfg.SendGridPublicKey)
 		if err != nil {
 			return nil, fmt.Errorf("webhook: SendGrid public key is not a base64 DER ECDSA key: %w", err)
 		}
@@ -229,9 +229,28 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("SENDGRID_WEBHOOK_TOLERANCE=%s: must not be negative", c.SendGridTolerance))
 	}
 	if c.SendGridPublicKey != "" {
-		if _, err := eventwebhook.ConvertPublicKeyBase64ToECDSA(c.SendGridPublicKey); err != nil {
+		if _, err := sendGridKey(c.SendGridPublicKey); err != nil {
 			errs = append(errs, errors.New("SENDGRID_WEBHOOK_PUBLIC_KEY: not the base64 ECDSA public key SendGrid's Event Webhook settings show"))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sendGridKey reads the Event Webhook's verification key: base64 of a DER
+// (PKIX) public key, which must be ECDSA. sendgrid-go's own reader panics
+// on another kind of key (an unchecked type assertion).
+func sendGridKey(b64 string) (*ecdsa.PublicKey, error) {
+	der, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("not base64: %w", err)
+	}
+	pub, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := pub.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("a %T, not an ECDSA key", pub)
+	}
+	return key, nil
 }
