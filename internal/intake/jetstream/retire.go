@@ -30,12 +30,11 @@ func Leftovers(ctx context.Context, js natsjs.JetStream, shared Config) ([]Confi
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", shared.Stream, err)
 	}
-	prefix := shared.Durable + "-"
 	var out []Config
 	list := st.ListConsumers(ctx)
 	for ci := range list.Info() {
-		suffix, ok := strings.CutPrefix(ci.Name, prefix)
-		if !ok || suffix == "" || ci.Config.Description != consumerDescription {
+		suffix, ok := routeOf(shared.Durable, ci)
+		if !ok {
 			continue
 		}
 		rc := shared
@@ -47,6 +46,14 @@ func Leftovers(ctx context.Context, js natsjs.JetStream, shared Config) ([]Confi
 		return nil, fmt.Errorf("consumers of stream %s: %w", shared.Stream, err)
 	}
 	return out, nil
+}
+
+// routeOf reports whether ci is a route durable NewConsumer made beside
+// the shared durable (named shared-<route>, with consumerDescription), and
+// the route's part of its name.
+func routeOf(shared string, ci *natsjs.ConsumerInfo) (route string, ok bool) {
+	route, ok = strings.CutPrefix(ci.Name, shared+"-")
+	return route, ok && route != "" && ci.Config.Description == consumerDescription
 }
 
 // retireEvery spaces a Retiring's checks; retireQuiet is how many checks in

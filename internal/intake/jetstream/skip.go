@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -80,7 +79,7 @@ func (c *Consumer) routesPulled(ctx context.Context) (pulled, exists map[string]
 	pulled, exists = map[string]bool{}, map[string]bool{}
 	list := st.ListConsumers(ctx)
 	for ci := range list.Info() {
-		if suffix, ok := strings.CutPrefix(ci.Name, c.cfg.Durable+"-"); !ok || suffix == "" || ci.Config.Description != consumerDescription {
+		if _, ok := routeOf(c.cfg.Durable, ci); !ok {
 			continue
 		}
 		exists[ci.Config.FilterSubject] = true
