@@ -13,6 +13,7 @@ import (
 	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/leaf/identity"
+	"github.com/effectively/effectively/sim/sendgridsim"
 )
 
 // The audit against the simulators: each finding kind is made to happen
@@ -346,4 +347,79 @@ func TestAuditCost(t *testing.T) {
 	}
 	t.Logf("audit of %d messages, %d refunded: %d Stripe requests %v = %.0f per 10,000 messages (10%% refunded); %d per 10,000 without refunds",
 		n, refunded, total, ops, float64(total)*10000/n, 10000/100)
+}
+
+// scheduledAudits is the hourly schedule of `name`, run at each of ats (a
+// clock of its own: what it passes is what Resume would by then).
+func (e *auditEnv) scheduledAudits(cfg audit.Config, name string, ats ...time.Time) {
+	e.t.Helper()
+	for _, at := range ats {
+		cfg.Now = func() time.Time { return at }
+		cfg.Lookback = time.Hour
+		a, err := audit.New(e.db, e.paymentClient(confStripeKey), cfg)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := a.Resume(context.Background(), name); err != nil {
+			e.t.Fatalf("audit at %s: %v", at, err)
+		}
+	}
+}
+
+// TestScheduledAuditComparesAReceiptSentAfterItsSlice: a receipt whose
+// first send met SendGrid's 500 is still claimed when the scheduled audit
+// passes the slice it was claimed in; its retry sends it later, and
+// SendGrid never reports it. The run covering the send reports
+// receipt_without_event (before, no run ever compared it).
+func TestScheduledAuditComparesAReceiptSentAfterItsSlice(t *testing.T) {
+	e := newAuditEnv(t, audit.Config{})
+	ctx := context.Background()
+	const id = "evt_late_receipt"
+	e.pay(id, 1)
+	e.sendgrid.StopWebhooks()
+	e.sendgrid.AddFault(sendgridsim.Fault{Match: sendgridsim.Match{MessageID: id}, Kind: sendgridsim.FaultErrorBefore, Status: 500, Times: 1})
+	if r, err := confExecute(ctx, e.confEnv, e.acts.SendReceipt, confReceiptInput(e.confEnv, confMsg{ID: id, Order: 1})); err == nil {
+		t.Fatalf("first send: %+v, want SendGrid's 500", r)
+	}
+	start := time.Now()
+	cfg := audit.Config{Receipts: true}
+	e.scheduledAudits(cfg, "late-receipt", start.Add(20*time.Minute)) // the receipt is still claimed
+	// The retry, half an hour later on the schedule's clock.
+	e.receipt(id, 1)
+	e.exec(`UPDATE effects SET updated_at = $2 WHERE key = $1`, identity.MustKey(identity.EffectEmail, id), start.Add(30*time.Minute))
+	e.scheduledAudits(cfg, "late-receipt", start.Add(80*time.Minute), start.Add(140*time.Minute))
+	if n := e.rows(`SELECT count(*) FROM audit_findings WHERE kind = 'receipt_without_event' AND object = $1`,
+		identity.MustKey(identity.EffectEmail, id)); n != 1 {
+		t.Fatalf("receipt_without_event findings = %d, want 1: the schedule never compared the receipt sent after its slice", n)
+	}
+}
+
+// TestScheduledAuditComparesAPaymentSettledAfterItsSlice: a payment is
+// still processing when the scheduled audit passes its slice; it settles
+// later, and the ledger's amount differs from the charge (made here as
+// TestAuditAmountMismatch makes it). The run covering the settlement
+// reports amount_mismatch.
+func TestScheduledAuditComparesAPaymentSettledAfterItsSlice(t *testing.T) {
+	e := newAuditEnv(t, audit.Config{})
+	ctx := context.Background()
+	const id = "evt_processing"
+	r, err := confExecute(ctx, e.confEnv, e.acts.ChargeOrder, activities.ChargeInput{
+		Consumer: "order-placed", MessageID: id, OrderID: 9, Amount: 1999, Currency: "usd", PaymentMethod: "pm_card_processing",
+	})
+	if err != nil || r.Outcome != activities.PaymentProcessing {
+		t.Fatalf("charge: %+v, %v; want processing", r, err)
+	}
+	start := time.Now()
+	e.scheduledAudits(audit.Config{}, "late-payment", start.Add(20*time.Minute))
+	if err := e.stripe.SettleProcessing(r.PaymentIntentID, true); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := confExecute(ctx, e.confEnv, e.acts.SettlePayment, activities.SettleInput{Consumer: "order-placed", MessageID: id, OrderID: 9}); err != nil || s.Outcome != activities.PaymentPaid {
+		t.Fatalf("settle: %+v, %v", s, err)
+	}
+	e.exec(`UPDATE payments SET amount = 2999, updated_at = $2 WHERE message_id = $1`, id, start.Add(30*time.Minute))
+	e.scheduledAudits(audit.Config{}, "late-payment", start.Add(80*time.Minute), start.Add(140*time.Minute))
+	if n := e.rows(`SELECT count(*) FROM audit_findings WHERE kind = $1`, string(store.FindingAmountMismatch)); n != 1 {
+		t.Fatalf("amount_mismatch findings = %d, want 1: the schedule never compared the payment settled after its slice", n)
+	}
 }

@@ -401,3 +401,54 @@ func TestChargeAuthErrorIsRetriedAndAlerts(t *testing.T) {
 		t.Fatalf("charges = %d, want 1", n)
 	}
 }
+
+// TestOrderReceiptBesideALegacyRefundReceipt: a refund receipt the previous
+// release recorded under "email:<message id>" holds the key an order.placed
+// of the same message ID would take for its receipt. The order's receipt is
+// then sent under "orderemail:<message id>", once, and stays there when the
+// legacy row is gone (retention): a retry never moves to the other key.
+func TestOrderReceiptBesideALegacyRefundReceipt(t *testing.T) {
+	f := newFixture(t, store.AtLeastOnce)
+	ctx := context.Background()
+
+	// The previous release's refund receipt of message evt_lx, settled.
+	in := refundedAndReceipt(t, f, "evt_lx_p", "evt_lx", 81)
+	_, hash := activities.LegacyRefundMail("ada@example.com", in)
+	_, e, err := f.db.ClaimEmail(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, Key: "email:evt_lx", RequestHash: hash, Policy: store.AtLeastOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.RecordEmailSent(ctx, "email:evt_lx", e.Claim, 0, "x_legacy_refund"); err != nil {
+		t.Fatal(err)
+	}
+
+	// An order.placed with the same message ID: its charge records the
+	// payment (its statement cannot claim the receipt), then SendReceipt.
+	c := charge("evt_lx", 82, "pm_card_visa")
+	c.ReceiptTo, c.ReceiptBudget = "ada@example.com", time.Second
+	if r, err := run(t, f, f.acts.ChargeOrder, c); err != nil || r.Outcome != activities.PaymentPaid || r.Receipt != nil {
+		t.Fatalf("charge = %+v, %v; want paid, no receipt claimed with it", r, err)
+	}
+	rec := activities.ReceiptInput{Consumer: "order-placed", MessageID: "evt_lx", OrderID: 82, Amount: 1999, Currency: "usd", To: "ada@example.com"}
+	r, err := run(t, f, f.acts.SendReceipt, rec)
+	if err != nil || r.Outcome != activities.ReceiptSent || r.Recorded {
+		t.Fatalf("order receipt beside a legacy refund receipt = %+v, %v; want sent", r, err)
+	}
+	if e, err := f.db.Effect(ctx, "orderemail:evt_lx"); err != nil || e.State != store.StateSucceeded || e.Consumer != "order-placed" {
+		t.Fatalf("order receipt's row = %+v, %v; want succeeded under orderemail:evt_lx", e, err)
+	}
+	if e, err := f.db.Effect(ctx, "email:evt_lx"); err != nil || e.Consumer != "order-refund" || e.ProviderRef != "x_legacy_refund" {
+		t.Fatalf("legacy refund receipt's row = %+v, %v; want it untouched", e, err)
+	}
+
+	// Retention deletes the legacy row; a retry stays on its own key.
+	if _, err := f.db.Pool().Exec(ctx, `DELETE FROM effects WHERE key = 'email:evt_lx'`); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := run(t, f, f.acts.SendReceipt, rec); err != nil || !r.Recorded || r.Outcome != activities.ReceiptSent {
+		t.Fatalf("order receipt retry = %+v, %v; want recorded", r, err)
+	}
+	if n := mailsWithSubject(f, "Your receipt for order 82"); n != 1 {
+		t.Fatalf("order receipts delivered = %d, want 1", n)
+	}
+}

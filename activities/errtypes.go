@@ -35,7 +35,8 @@ const (
 	// as the effect's outcome.
 	ErrTypeProviderAuth = "ProviderAuth"
 	// ErrTypePaymentPending: RefundOrder found the order's payment not yet
-	// final. Retryable: the refund waits for the payment.
+	// final. Non-retryable: OrderRefund waits and runs it again, so that the
+	// run that claims the refund has its whole schedule for its retries.
 	ErrTypePaymentPending = "PaymentPending"
 	// ErrTypePaymentMissing: RefundOrder, asked to wait (AwaitPayment),
 	// found no payment of the order at all: its order may not have arrived.

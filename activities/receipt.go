@@ -80,7 +80,11 @@ func (a *Activities) SendReceipt(ctx context.Context, in ReceiptInput) (ReceiptR
 	count := func(r ReceiptResult, err error) { a.countReceipt(metrics.EffectReceipt, r, err) }
 	return attempt(ctx, a, identity.EffectEmail, in.Consumer, in.MessageID, count, func(ctx context.Context, key string) (ReceiptResult, error) {
 		m := &mailing{a: a, kind: metrics.EffectReceipt, what: fmt.Sprintf("receipt of order %d", in.OrderID), orderID: in.OrderID, statusOrder: in.OrderID}
-		return m.send(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key},
+		alt, err := identity.Key(identity.EffectOrderEmail, in.MessageID)
+		if err != nil {
+			return ReceiptResult{}, err
+		}
+		return m.send(ctx, store.EmailClaim{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.OrderID, Key: key, AltKey: alt},
 			func(key string) email.Mail { return receiptMail(key, in) }, "")
 	})
 }
@@ -99,8 +103,8 @@ type mailing struct {
 	mail                 email.Mail
 }
 
-// send claims c (its Key, and c.LegacyKey when set, built into mails by
-// build) and runs the protocol: a recorded outcome is returned without a
+// send claims c (its Key, and c.LegacyKey or c.AltKey when set, built
+// into mails by build) and runs the protocol: a recorded outcome is returned without a
 // send; an unsendable reason is recorded as failed without a send.
 func (m *mailing) send(ctx context.Context, c store.EmailClaim, build func(key string) email.Mail, unsendable string) (ReceiptResult, error) {
 	a := m.a
@@ -108,6 +112,9 @@ func (m *mailing) send(ctx context.Context, c store.EmailClaim, build func(key s
 	c.RequestHash = requestHash(build(c.Key))
 	if c.LegacyKey != "" {
 		c.LegacyRequestHash = requestHash(build(c.LegacyKey))
+	}
+	if c.AltKey != "" {
+		c.AltRequestHash = requestHash(build(c.AltKey))
 	}
 	decision, e, err := a.Store.ClaimEmail(ctx, c)
 	if err != nil {

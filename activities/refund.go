@@ -193,8 +193,8 @@ func (a *Activities) refundOrder(ctx context.Context, key string, in RefundInput
 		return RefundResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("order %d has no payment yet: the refund waits for it", in.OrderID), ErrTypePaymentMissing, nil)
 	case store.RefundPaymentPending:
-		return RefundResult{}, temporal.NewApplicationError(
-			fmt.Sprintf("payment of order %d is %s: the refund waits for its outcome", in.OrderID, claim.PaymentState), ErrTypePaymentPending)
+		return RefundResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("payment of order %d is %s: the refund waits for its outcome", in.OrderID, claim.PaymentState), ErrTypePaymentPending, nil)
 	case store.RefundDone:
 		return recordedRefund(claim.Refund)
 	case store.RefundOwned:

@@ -150,8 +150,9 @@ func TestRefundWaitsForAPaymentInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := run(t, f, f.acts.RefundOrder, refundOf("evt_w", 53, 100))
-	if !isType(err, activities.ErrTypePaymentPending) {
-		t.Fatalf("refund of a claimed payment = %v, want a retryable %s", err, activities.ErrTypePaymentPending)
+	var app *temporal.ApplicationError
+	if !isType(err, activities.ErrTypePaymentPending) || !errors.As(err, &app) || !app.NonRetryable() {
+		t.Fatalf("refund of a claimed payment = %v, want a non-retryable %s (the workflow waits)", err, activities.ErrTypePaymentPending)
 	}
 	if o := outcomeOf(t, f, "order-refund", "evt_w"); o != "" {
 		t.Errorf("a pending refund was recorded as %q", o)

@@ -212,13 +212,15 @@ func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlace
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d is processing at Stripe (%s): waiting for it to settle.", in.Order.OrderID, charge.PaymentIntentID))
 	logger := workflow.GetLogger(ctx)
 	signals := workflow.GetSignalChannel(ctx, PaymentSettledSignal)
-	deadline := workflow.Now(ctx).Add(w.cfg.PaymentProcessingMaxWait)
+	var recorded *waitBounds
+	maxWait := w.bounds(ctx, &recorded).PaymentProcessingMaxWait
+	deadline := workflow.Now(ctx).Add(maxWait)
 	for {
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
 			st.Outcome = OutcomePaymentProcessingTimeout
 			return charge, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("payment of order %d still processing after %s: operator action needed", in.Order.OrderID, w.cfg.PaymentProcessingMaxWait),
+				fmt.Sprintf("payment of order %d still processing after %s: operator action needed", in.Order.OrderID, maxWait),
 				ErrTypePaymentProcessingTimeout, nil)
 		}
 		timerCtx, cancelTimer := workflow.WithCancel(ctx)

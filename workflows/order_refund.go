@@ -76,9 +76,10 @@ type RefundStatus struct {
 
 // refundOptions bound one run of the refund activity. Like a charge, every
 // retry after the key was sent must fall inside Stripe's key window, so the
-// payment's timeouts apply; a refund waiting for its order's payment to
-// settle (PaymentPending) backs off meanwhile, and OrderRefund runs it again
-// while the payment may still settle (refundPaymentWait).
+// payment's timeouts apply. A refund waiting for its order's payment to
+// settle (PaymentPending) ends its run, and OrderRefund runs it again after
+// a timer while the payment may still settle (refundPaymentWait): a run
+// that claims the refund has its whole schedule for the refund's retries.
 func (c Config) refundOptions(consumer, summary string) workflow.ActivityOptions {
 	return c.paymentOptions(consumer, summary)
 }
@@ -86,9 +87,21 @@ func (c Config) refundOptions(consumer, summary string) workflow.ActivityOptions
 // refundPaymentWait is how long a refund waits for its order's payment to
 // settle: as long as the payment itself may stay open, the payment
 // activity's schedule-to-close and then the wait of a processing payment.
-func (c Config) refundPaymentWait() time.Duration {
-	return c.PaymentScheduleToClose + c.PaymentProcessingMaxWait
+func (b waitBounds) refundPaymentWait() time.Duration {
+	return b.PaymentScheduleToClose + b.PaymentProcessingMaxWait
 }
+
+// refundPendingChange is the GetVersion change ID of a refund whose local
+// attempt found the payment pending: it waits in the workflow, as a
+// regular run's PaymentPending does, instead of falling back to the
+// regular activity. Asked only there.
+const refundPendingChange = "refund-pending-waits-in-workflow"
+
+// refundPendingFromChange is the GetVersion change ID of a refund that
+// waited for a missing payment and then found it pending: it waits
+// refundPaymentWait from that moment, not from its own start. Asked only
+// where the old code gave up.
+const refundPendingFromChange = "refund-pending-bound-from-its-payment"
 
 // refundWaitChange is the GetVersion change ID of the refund's wait past
 // one run of RefundOrder. It is asked only where the old code failed (a run
@@ -157,14 +170,22 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	refundSummary := fmt.Sprintf("refund order %d (%s)", in.Refund.OrderID, refundKey)
 	actx := workflow.WithActivityOptions(ctx, w.cfg.refundOptions(in.Consumer, refundSummary))
 	start := workflow.Now(ctx)
-	deadline := start.Add(w.cfg.refundPaymentWait())
+	// The bounds of the waits below, as this run first decided by them
+	// (Workflows.bounds).
+	var recorded *waitBounds
 	// A refund that came before its order's payment waits for it, up to
 	// RefundAwaitPayment; then it ends order_not_paid.
-	awaitUntil := start.Add(w.cfg.RefundAwaitPayment)
 	missingPoll := min(time.Second, w.cfg.PaymentProcessingPoll)
+	pendingPoll := missingPoll
+	// pendingFrom is when a refund that waited for its missing payment
+	// first found it pending.
+	var waitedMissing bool
+	var pendingFrom time.Time
 	for first := local; ; first = false {
 		req := in.Request()
-		req.AwaitPayment = workflow.Now(ctx).Before(awaitUntil)
+		// An activity's input decides no command: the bounds are not
+		// recorded for it.
+		req.AwaitPayment = workflow.Now(ctx).Before(start.Add(w.peekBounds(recorded).RefundAwaitPayment))
 		if first {
 			// The first attempt runs inside the workflow task, as a
 			// charge's does: no task queue between the message and its
@@ -192,7 +213,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 				}
 				err = attempt.Err()
 			}
-			if !paymentMissing(err) {
+			if !paymentMissing(err) && (!paymentPending(err) || workflow.GetVersion(ctx, refundPendingChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
 				if err = fallBack(ctx, &st.Fallbacks, "refund", err, nil); err != nil {
 					break
 				}
@@ -202,6 +223,7 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 			err = workflow.ExecuteActivity(actx, activities.RefundOrderName, req).Get(ctx, &refund)
 		}
 		if paymentMissing(err) && workflow.GetVersion(ctx, refundAwaitChange, workflow.DefaultVersion, 1) == 1 {
+			awaitUntil := start.Add(w.bounds(ctx, &recorded).RefundAwaitPayment)
 			wait := min(missingPoll, max(awaitUntil.Sub(workflow.Now(ctx)), 0))
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refund of order %d waits for the order's payment to arrive (until %s).",
 				in.Refund.OrderID, awaitUntil.UTC().Format(time.RFC3339)))
@@ -209,17 +231,28 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 				return st, err
 			}
 			missingPoll = min(2*missingPoll, w.cfg.PaymentProcessingPoll)
+			waitedMissing = true
 			continue
 		}
-		if err == nil || !paymentPending(err) || !workflow.Now(ctx).Before(deadline) ||
-			workflow.GetVersion(ctx, refundWaitChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		if err == nil || !paymentPending(err) {
+			break
+		}
+		if waitedMissing && pendingFrom.IsZero() {
+			pendingFrom = workflow.Now(ctx)
+		}
+		until, ok := w.pendingUntil(ctx, &recorded, start, pendingFrom)
+		if !ok || workflow.GetVersion(ctx, refundWaitChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 			break
 		}
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refund of order %d waits for its payment to settle (until %s).",
-			in.Refund.OrderID, deadline.UTC().Format(time.RFC3339)))
-		if err := workflow.Sleep(ctx, w.cfg.PaymentProcessingPoll); err != nil {
+			in.Refund.OrderID, until.UTC().Format(time.RFC3339)))
+		// From a second, doubling up to PaymentProcessingPoll, as the wait
+		// for a missing payment: the run's own retries did that before
+		// PaymentPending ended the run.
+		if err := workflow.Sleep(ctx, pendingPoll); err != nil {
 			return st, err
 		}
+		pendingPoll = min(2*pendingPoll, w.cfg.PaymentProcessingPoll)
 	}
 	if err != nil {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Refunding order %d failed: %s", in.Refund.OrderID, rootMessage(err)))

@@ -235,6 +235,9 @@ func TestOrderRefundWaitsAsLongAsThePaymentMayProcess(t *testing.T) {
 func TestOrderRefundWaitBehindItsVersion(t *testing.T) {
 	env, wfs := newEnv(t)
 	env.OnGetVersion(refundWaitChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	// Its local attempt came before refundPendingChange too (a history
+	// with refundWaitChange unmarked has no later marker).
+	env.OnGetVersion(refundPendingChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	var rec attempts
 	onRefund(env, &rec, func(activities.RefundInput) (activities.RefundResult, error) {
 		return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending)
@@ -419,5 +422,131 @@ func TestRefundIntakeClaimOnlyInTheFirstTask(t *testing.T) {
 		if len(got) != 2 || (got[0] != want && (got[0] == nil || want == nil || *got[0] != *want)) || got[1] != nil {
 			t.Errorf("history length %d: the attempts' claims = %+v, want %+v then none (attempts %s)", length, got, want, &rec)
 		}
+	}
+}
+
+// pending is RefundOrder finding the order's payment not yet final, as
+// this release's activity answers (non-retryable: the workflow waits).
+func pending() (activities.RefundResult, error) {
+	return activities.RefundResult{}, temporal.NewNonRetryableApplicationError("payment of order 42 is processing", activities.ErrTypePaymentPending, nil)
+}
+
+// TestOrderRefundBeforeItsPaymentThenProcessing: the refund arrives 40 h
+// before its order, whose payment is a bank debit that then processes for
+// 60 h, inside the payment's own bound (20 h + 72 h). The refund waits as
+// long as the payment may stay open from when it found it, not from its
+// own start, and refunds once when it settles at 100 h.
+func TestOrderRefundBeforeItsPaymentThenProcessing(t *testing.T) {
+	env, wfs := newEnv(t)
+	start := env.Now()
+	refunded := 0
+	onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
+		switch at := env.Now().Sub(start); {
+		case at < 40*time.Hour:
+			return missing()
+		case at < 100*time.Hour:
+			return pending()
+		}
+		refunded++
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_late", Currency: "usd"}, nil
+	})
+	onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r_late", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil || st.Outcome != OutcomeRefunded || refunded != 1 {
+		t.Fatalf("after %s: outcome %q, %d refunds, err %v; want refunded once",
+			env.Now().Sub(start).Round(time.Minute), st.Outcome, refunded, err)
+	}
+}
+
+// TestOrderRefundPendingGivesUpAtItsPaymentsBound: a refund that waited for
+// its missing payment, then found it pending for good, gives up once the
+// payment's own bound from that moment has passed, and not before.
+func TestOrderRefundPendingGivesUpAtItsPaymentsBound(t *testing.T) {
+	cfg := DefaultConfig()
+	env, wfs := newEnv(t)
+	start := env.Now()
+	var found time.Duration
+	onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
+		if at := env.Now().Sub(start); at < 40*time.Hour {
+			return missing()
+		} else if found == 0 {
+			found = at
+		}
+		return pending()
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r_never", 100))
+	err := env.GetWorkflowError()
+	waited := env.Now().Sub(start)
+	if err == nil || !strings.Contains(err.Error(), "processing") {
+		t.Fatalf("err %v, want the PaymentPending failure", err)
+	}
+	if least := found + cfg.refundPaymentWait(); waited < least || waited > least+cfg.PaymentProcessingPoll+time.Minute {
+		t.Fatalf("gave up after %s, want about %s (found pending at %s)", waited.Round(time.Minute), least, found.Round(time.Minute))
+	}
+}
+
+// TestOrderRefundSettledLateInARunIsRetried: the refund waits for a pending
+// payment for most of what one run of RefundOrder may take; the payment
+// settles, and the attempt that claims the refund meets a transient
+// failure (Stripe's 503). The refund is retried and made: PaymentPending
+// ends each run, so the run that claims has its whole schedule. Short
+// timeouts stand for the default 20 h run.
+func TestOrderRefundSettledLateInARunIsRetried(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PaymentStartToClose = time.Minute
+	cfg.PaymentScheduleToClose = 3 * time.Minute
+	cfg.RetryMaximumInterval = time.Minute
+	env, wfs := newEnvWith(t, cfg)
+	start := env.Now()
+	var calls []time.Duration
+	onRefund(env, nil, func(activities.RefundInput) (activities.RefundResult, error) {
+		at := env.Now().Sub(start)
+		calls = append(calls, at.Round(time.Second))
+		switch {
+		case at < 2*time.Minute:
+			return pending()
+		case at < 150*time.Second:
+			return activities.RefundResult{}, errors.New("refund order 42: stripe: 503 service unavailable")
+		}
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_x", Currency: "usd"}, nil
+	})
+	onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r_edge", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil || st.Outcome != OutcomeRefunded {
+		t.Fatalf("outcome %q, err %v after attempts at %v; want refunded", st.Outcome, err, calls)
+	}
+}
+
+// TestOrderRefundLocalPendingBehindItsVersion: a run whose local attempt
+// found the payment pending before the change (GetVersion answers
+// DefaultVersion, as its history replays) falls back to the regular
+// activity, as it did.
+func TestOrderRefundLocalPendingBehindItsVersion(t *testing.T) {
+	env, wfs := newEnv(t)
+	env.OnGetVersion(refundPendingChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	var rec attempts
+	calls := 0
+	onRefund(env, &rec, func(activities.RefundInput) (activities.RefundResult, error) {
+		if calls++; calls == 1 {
+			return activities.RefundResult{}, temporal.NewApplicationError("payment of order 42 is claimed", activities.ErrTypePaymentPending)
+		}
+		return activities.RefundResult{Outcome: activities.RefundRefunded, RefundID: "re_v", Currency: "usd"}, nil
+	})
+	onRefundReceipt(env, nil, func(activities.RefundReceiptInput) (activities.ReceiptResult, error) {
+		return activities.ReceiptResult{Outcome: activities.ReceiptSent}, nil
+	})
+	env.ExecuteWorkflow(wfs.OrderRefund, refundInput("evt_r_lv", 100))
+	var st RefundStatus
+	if err := env.GetWorkflowResult(&st); err != nil || st.Outcome != OutcomeRefunded || len(st.Fallbacks) != 1 {
+		t.Fatalf("status %+v, err %v; want refunded after one fallback", st, err)
+	}
+	if want := "refund:local refund:regular"; !strings.HasPrefix(rec.String(), want) {
+		t.Fatalf("attempts %s, want %s", &rec, want)
 	}
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/worker"
 )
@@ -31,5 +32,26 @@ func TestReplayRecordedHistories(t *testing.T) {
 				t.Fatalf("replay %s: %v", f, err)
 			}
 		})
+	}
+}
+
+// TestReplayWithLoweredBounds: a run records its wait bounds where it first
+// waits, so that a deploy that lowers PAYMENT_PROCESSING_MAX_WAIT below what
+// an open run has already waited replays it as it ran. The recorded run
+// (order_placed_processing_bounds.json) waited about 3 s for its processing
+// payment under a bound of 1 h; replayed with a bound of 1 s, code that read
+// the config would take the timeout where the history holds a timer.
+func TestReplayWithLoweredBounds(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PaymentProcessingPoll = time.Second
+	cfg.PaymentProcessingMaxWait = time.Second
+	wfs, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := worker.NewWorkflowReplayer()
+	wfs.Register(r)
+	if err := r.ReplayWorkflowHistoryFromJSONFile(nil, filepath.Join("testdata", "order_placed_processing_bounds.json")); err != nil {
+		t.Fatalf("replay with PaymentProcessingMaxWait lowered to 1s: %v", err)
 	}
 }

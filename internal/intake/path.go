@@ -226,7 +226,11 @@ func (p *Path) Handle(ctx context.Context, d Delivery) Verdict {
 	if d.AckWait > 0 {
 		timeout = max(d.AckWait*3/4, time.Second)
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	until := time.Now().Add(timeout)
+	if !d.Deadline.IsZero() && d.Deadline.Before(until) {
+		until = d.Deadline
+	}
+	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 	defer cancel()
 	if d.Headers != nil {
 		hctx = tracing.Propagator.Extract(hctx, d.Headers)

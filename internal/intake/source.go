@@ -60,6 +60,10 @@ type Delivery struct {
 	// redelivers on its own; 0 for a broker that does not (Kafka, RabbitMQ).
 	// It bounds the handling and the delay of a retry.
 	AckWait time.Duration
+	// Deadline, when set, ends the handling sooner than its own bound: a
+	// source that must settle a whole batch by then (Kafka's rebalances
+	// wait for it). A delivery not recorded by then is not recorded.
+	Deadline time.Time
 	// Position says where the broker keeps the message, for logs and the
 	// quarantine reason: "stream EFFECTIVELY seq 42", "orders/3@1207".
 	Position string

@@ -49,7 +49,9 @@ func TestRecordHistories(t *testing.T) {
 // TestRecordProcessingHistory records a run whose payment Stripe answers
 // with processing: one poll finds it still processing, then Stripe settles
 // it and a payment-settled signal wakes the workflow, which sends the
-// receipt.
+// receipt. It writes order_placed_processing_bounds.json, whose run
+// recorded its wait bounds; order_placed_processing.json was recorded by
+// the release before, which read them from the config.
 //
 //	go test -tags record -run TestRecordProcessingHistory ./lab/e2e/
 func TestRecordProcessingHistory(t *testing.T) {
@@ -74,7 +76,7 @@ func TestRecordProcessingHistory(t *testing.T) {
 	if st := wait(t, s, res.MessageID); st.Outcome != workflows.OutcomeCompleted {
 		t.Fatalf("outcome = %+v", st)
 	}
-	writeHistory(t, s, res.WorkflowID, "order_placed_processing.json")
+	writeHistory(t, s, res.WorkflowID, "order_placed_processing_bounds.json")
 }
 
 // writeHistory writes the history of workflow wfID to workflows/testdata.

@@ -467,11 +467,12 @@ func (r *run) compareAmount(ctx context.Context, p store.AuditPayment, ch *payme
 	})
 }
 
-// payments checks the succeeded payments claimed in [from, to) whose
-// PaymentIntent the listing did not hold: each is retrieved.
+// payments checks the succeeded payments claimed or settled in [from, to)
+// whose PaymentIntent the listing did not hold: each is retrieved.
 func (r *run) payments(ctx context.Context, from, to time.Time, pays []store.AuditPayment, listed map[string]payment.ListedIntent) error {
+	in := func(t time.Time) bool { return !t.Before(from) && t.Before(to) }
 	for _, p := range pays {
-		if p.CreatedAt.Before(from) || !p.CreatedAt.Before(to) {
+		if !in(p.CreatedAt) && !in(p.UpdatedAt) {
 			continue // in the list for a refund of the window
 		}
 		if _, ok := listed[p.PaymentIntentID]; ok {

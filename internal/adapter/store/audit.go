@@ -244,22 +244,30 @@ func (s *Store) AuditPaymentsOf(ctx context.Context, piIDs, messageIDs []string,
 		piIDs, messageIDs, orderIDs)
 }
 
-// AuditSucceededPayments returns the succeeded payments claimed at or
-// after from and before to, and those with a refund claimed then.
+// AuditSucceededPayments returns the succeeded payments claimed or last
+// changed (Payment.UpdatedAt: not by a refund) at or after from and before
+// to, and those with a refund claimed or settled then. A payment that
+// settled after the audit passed the slice it was claimed in (processing
+// for days, say) is picked by the slice it settled in.
 func (s *Store) AuditSucceededPayments(ctx context.Context, from, to time.Time) ([]AuditPayment, error) {
 	return s.auditPayments(ctx, `p.state = 'succeeded' AND ((p.created_at >= $1 AND p.created_at < $2)
-		OR EXISTS (SELECT FROM refunds r WHERE r.order_id = p.order_id AND r.created_at >= $1 AND r.created_at < $2))
+		OR (p.updated_at >= $1 AND p.updated_at < $2)
+		OR EXISTS (SELECT FROM refunds r WHERE r.order_id = p.order_id
+		           AND ((r.created_at >= $1 AND r.created_at < $2) OR (r.updated_at >= $1 AND r.updated_at < $2))))
 		ORDER BY p.created_at`, from, to)
 }
 
 // ReceiptsWithoutEvent returns the keys of the mails recorded sent from
-// from until before to, and last changed before sentBefore, for which SendGrid has sent no event.
+// from until before to, and last changed before sentBefore, for which
+// SendGrid has sent no event. A mail is picked by when it was recorded
+// sent, not claimed: one whose sends were retried past the slice it was
+// claimed in is compared in the slice it was sent in.
 func (s *Store) ReceiptsWithoutEvent(ctx context.Context, from, to, sentBefore time.Time) ([]Effect, error) {
 	return s.auditEffects(ctx, `
 		SELECT key, consumer, message_id, coalesce(provider_ref, '') FROM effects e
-		 WHERE kind = 'email' AND state = 'succeeded' AND created_at >= $1 AND created_at < $2 AND updated_at < $3
+		 WHERE kind = 'email' AND state = 'succeeded' AND updated_at >= $1 AND updated_at < $2 AND updated_at < $3
 		   AND NOT EXISTS (SELECT FROM email_events ev WHERE ev.idempotency_key = e.key)
-		 ORDER BY created_at`, from, to, sentBefore)
+		 ORDER BY updated_at`, from, to, sentBefore)
 }
 
 // EventsWithoutReceipt returns, one per key, the SendGrid events received

@@ -190,7 +190,7 @@ func OpenEffectsRow(e identity.Effect) (string, bool) {
 		return "payment", true // one payments row holds both keys
 	case identity.EffectRefund:
 		return "refund", true
-	case identity.EffectEmail, identity.EffectRefundEmail:
+	case identity.EffectEmail, identity.EffectRefundEmail, identity.EffectOrderEmail:
 		return "receipt", true // both are effects rows of kind email
 	}
 	return "", false

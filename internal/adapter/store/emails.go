@@ -39,23 +39,44 @@ type EmailClaim struct {
 	// claimed instead of Key, with LegacyRequestHash (Effect.Key says which).
 	LegacyKey         string
 	LegacyRequestHash string
+	// AltKey is the key claimed instead of Key, with AltRequestHash, when
+	// Key's row is another consumer's ("orderemail:<id>" for an order
+	// receipt whose "email:<id>" holds a refund receipt an earlier release
+	// recorded there), or when a row of the consumer exists under AltKey:
+	// once claimed, a mail keeps its key whatever becomes of the other row.
+	AltKey         string
+	AltRequestHash string
 }
 
-// legacy resolves c.LegacyKey inside tx: c itself when no row of c's
-// consumer exists under it, else c claiming that row.
-func (c EmailClaim) legacy(ctx context.Context, tx pgx.Tx) (EmailClaim, error) {
-	if c.LegacyKey == "" {
+// resolve picks the key c claims, inside tx (as claimEmailSQL does):
+// LegacyKey, then AltKey, then Key (see EmailClaim).
+func (c EmailClaim) resolve(ctx context.Context, tx pgx.Tx) (EmailClaim, error) {
+	if c.LegacyKey == "" && c.AltKey == "" {
 		return c, nil
 	}
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM effects WHERE key = $1 AND consumer = $2 AND kind = $3`,
-		c.LegacyKey, c.Consumer, KindEmail).Scan(&n); err != nil {
-		return c, fmt.Errorf("look up legacy email %s: %w", c.LegacyKey, translate(err))
+	var key string
+	if err := tx.QueryRow(ctx, `SELECT `+pickEmailKey("$1", "$2", "$3", "$4", "$5"), c.Key, KindEmail, c.Consumer, c.LegacyKey, c.AltKey).Scan(&key); err != nil {
+		return c, fmt.Errorf("pick the key of email %s: %w", c.Key, translate(err))
 	}
-	if n > 0 {
+	switch key {
+	case c.LegacyKey:
 		c.Key, c.RequestHash = c.LegacyKey, c.LegacyRequestHash
+	case c.AltKey:
+		c.Key, c.RequestHash = c.AltKey, c.AltRequestHash
 	}
 	return c, nil
+}
+
+// pickEmailKey is the SQL of the key an email claim takes, from the
+// parameters named (see EmailClaim): the legacy key when the consumer has a
+// row there, the other key when the consumer has a row there or another
+// consumer has one under key, else key.
+func pickEmailKey(key, kind, consumer, legacy, alt string) string {
+	return `CASE
+		WHEN EXISTS (SELECT FROM effects WHERE key = ` + legacy + ` AND consumer = ` + consumer + ` AND kind = ` + kind + `) THEN ` + legacy + `::text
+		WHEN ` + alt + `::text <> '' AND (EXISTS (SELECT FROM effects WHERE key = ` + alt + ` AND consumer = ` + consumer + ` AND kind = ` + kind + `)
+		        OR EXISTS (SELECT FROM effects WHERE key = ` + key + ` AND consumer <> ` + consumer + `)) THEN ` + alt + `::text
+		ELSE ` + key + `::text END`
 }
 
 // EmailDecision says what the email activity should do next.
@@ -86,7 +107,7 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 		// receipt marked sending. A row it cannot take (already settled,
 		// or claimed for another request) is sorted out below.
 		e, err := scanEffect(s.pool.QueryRow(ctx, claimEmailSQL, c.Key, KindEmail, c.Consumer, c.MessageID, c.RequestHash, StateClaimed, c.OrderID,
-			c.LegacyKey, c.LegacyRequestHash))
+			c.LegacyKey, c.LegacyRequestHash, c.AltKey, c.AltRequestHash))
 		if err == nil {
 			return EmailSend, e, nil
 		}
@@ -95,7 +116,7 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 		}
 	}
 	err := WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		c, err := c.legacy(ctx, tx)
+		c, err := c.resolve(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -152,15 +173,15 @@ func (s *Store) ClaimEmail(ctx context.Context, c EmailClaim) (EmailDecision, Ef
 }
 
 // claimEmailSQL is claimEffectSQL and, when it took the row, the order's
-// ($7) receipt marked sending, in one statement. A row of the same consumer
-// under the legacy key $8 is claimed instead, with the request hash $9 (see
-// EmailClaim.LegacyKey).
-var claimEmailSQL = `WITH legacy AS (
-		SELECT key FROM effects WHERE key = $8 AND consumer = $3 AND kind = $2
+// ($7) receipt marked sending, in one statement. The key claimed is
+// pickEmailKey's: the legacy key $8 with the request hash $9, or the other
+// key $10 with $11, or $1 with $5 (see EmailClaim).
+var claimEmailSQL = `WITH pick AS (
+		SELECT ` + pickEmailKey("$1", "$2", "$3", "$8", "$10") + ` AS key
 	), claimed AS (
 		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
-		SELECT coalesce((SELECT key FROM legacy), $1::text), $2, $3, $4,
-		       CASE WHEN EXISTS (SELECT FROM legacy) THEN $9::text ELSE $5::text END, $6, 1` + takeOverEffect + ` RETURNING *
+		SELECT pick.key, $2, $3, $4,
+		       CASE pick.key WHEN $8::text THEN $9::text WHEN $10::text THEN $11::text ELSE $5::text END, $6, 1 FROM pick` + takeOverEffect + ` RETURNING *
 	), mark AS (
 		UPDATE orders SET receipt_status = ` + keepEventReceipt("'sending'") + `, updated_at = now() WHERE id = $7 AND EXISTS (SELECT FROM claimed)
 	)

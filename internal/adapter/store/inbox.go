@@ -113,7 +113,9 @@ func (s *Store) InsertInbox(ctx context.Context, e InboxEntry) (InboxResult, err
 	}
 	g.mu.Unlock()
 	if lead {
-		s.flushInbox(true)
+		// On a goroutine of its own: the caller waits for its answer or
+		// its ctx, never for a transaction it cannot cut short.
+		go s.flushInbox()
 	}
 	select {
 	case <-c.done:
@@ -152,12 +154,12 @@ type inboxCall struct {
 }
 
 // flushInbox records queued calls, one transaction per group, until the
-// queue is empty. Called by a caller that found fewer than
-// maxInboxFlushers running (lead): it records one group, its own call
-// normally among it, and hands any calls that gathered meanwhile to a
-// goroutine, which keeps its place among the flushers, so that the caller
-// returns as soon as its row is in.
-func (s *Store) flushInbox(lead bool) {
+// queue is empty. A call that found fewer than maxInboxFlushers running
+// starts it on a goroutine; the calls themselves only wait for their
+// answers, so each returns as soon as its own row is in (or its ctx ends),
+// whatever the flusher goes on to record for the calls that gathered
+// meanwhile.
+func (s *Store) flushInbox() {
 	g := &s.inbox
 	for {
 		g.mu.Lock()
@@ -169,13 +171,8 @@ func (s *Store) flushInbox(lead bool) {
 		}
 		group := slices.Clone(g.queue[:n])
 		g.queue = slices.Delete(g.queue, 0, n)
-		more := len(g.queue) > 0
 		g.mu.Unlock()
 		s.insertInboxGroup(group)
-		if lead && more {
-			go s.flushInbox(false)
-			return
-		}
 	}
 }
 
@@ -382,7 +379,7 @@ const inboxGroupRefunds = `, rclaims AS (
 			 ORDER BY p.order_id
 			   FOR UPDATE
 		), reserved AS (
-			UPDATE payments p SET refunded_amount = p.refunded_amount + c.amount, updated_at = now()
+			UPDATE payments p SET refunded_amount = p.refunded_amount + c.amount
 			  FROM rclaims c
 			 WHERE p.order_id = c.order_id AND p.order_id IN (SELECT order_id FROM rlocked) AND p.state = '` + string(PaymentSucceeded) + `' AND p.refunded_amount + c.amount <= p.amount
 			RETURNING c.consumer, c.message_id, c.order_id, c.key, c.amount, c.reason, c.request_sha256,

@@ -542,3 +542,92 @@ func TestInboxCallGivenUpBeforeItsGroup(t *testing.T) {
 		t.Fatalf("insert after = %+v, %v; want inserted", r, err)
 	}
 }
+
+// TestInboxLeadReturnsOnceItsGroupIsIn: a caller that leads a flush
+// returns once its own group is recorded, though calls gathered while it
+// flushed are still waiting (Postgres slow for them): it hands them to a
+// goroutine rather than record them on its caller's time. Each message's
+// insert here waits for an advisory lock the test holds on its ID.
+func TestInboxLeadReturnsOnceItsGroupIsIn(t *testing.T) {
+	url := storetest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	if _, err := pool.Exec(ctx, `
+		CREATE FUNCTION held() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(NEW.message_id)); RETURN NEW; END $$;
+		CREATE TRIGGER held BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION held();`); err != nil {
+		t.Fatal(err)
+	}
+	locks, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locks.Close(ctx) })
+	hold := func(id string, on bool) {
+		t.Helper()
+		fn := "pg_advisory_unlock"
+		if on {
+			fn = "pg_advisory_lock"
+		}
+		if _, err := locks.Exec(ctx, `SELECT `+fn+`(hashtext($1))`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"m1", "m2", "m3"} {
+		hold(id, true)
+	}
+	t.Cleanup(func() {
+		for _, id := range []string{"m2", "m3"} {
+			hold(id, false)
+		}
+	})
+	insert := func(id string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := st.InsertInbox(ctx, store.InboxEntry{Consumer: "c", MessageID: id, Payload: []byte("{}"), PayloadHash: "h", Source: "test"})
+			done <- err
+		}()
+		return done
+	}
+	waiting := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var got int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d inserts wait for their lock, want %d", got, n)
+			}
+		}
+	}
+	// m1 and m2 lead a flush each (maxInboxFlushers); m3 queues behind.
+	first := insert("m1")
+	waiting(1)
+	_ = insert("m2")
+	waiting(2)
+	third := insert("m3")
+	time.Sleep(200 * time.Millisecond) // m3 is queued
+	hold("m1", false)
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("m1's caller did not return once m1 was in: it is recording m3's group, which Postgres holds")
+	}
+	select {
+	case err := <-third:
+		t.Fatalf("m3 answered (%v) while its insert is held", err)
+	default:
+	}
+}

@@ -11,7 +11,7 @@ import (
 // the guard's query, so a route whose effects it lists is really counted.
 func TestOpenEffectsRowIsCounted(t *testing.T) {
 	for _, e := range []identity.Effect{identity.EffectPayment, identity.EffectPaymentIntent,
-		identity.EffectEmail, identity.EffectRefundEmail, identity.EffectRefund} {
+		identity.EffectEmail, identity.EffectRefundEmail, identity.EffectOrderEmail, identity.EffectRefund} {
 		row, ok := OpenEffectsRow(e)
 		if !ok {
 			t.Errorf("effect %q is not counted by the key-namespace guard", e)

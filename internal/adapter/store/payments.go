@@ -89,7 +89,10 @@ type Payment struct {
 	// StripeStatus is the PaymentIntent's last status seen at Stripe.
 	StripeStatus string    `json:"stripe_status,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	// UpdatedAt is when the payment itself last changed (its state, its
+	// PaymentIntent). Its refunds, rows of their own, do not move it: the
+	// audit finds a payment that settled late by it.
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // ClaimResult is what ClaimPayment found or did.

@@ -217,7 +217,7 @@ func (s *Store) ClaimRefund(ctx context.Context, c RefundClaim) (RefundClaimResu
 // refund exceeds what remains. A NULL claim: the ledger row was not taken.
 const reserveRefundSQL = `
 	WITH reserved AS (
-		UPDATE payments SET refunded_amount = refunded_amount + $5, updated_at = now()
+		UPDATE payments SET refunded_amount = refunded_amount + $5
 		 WHERE order_id = $3 AND refunded_amount + $5 <= amount
 		RETURNING currency, coalesce(payment_intent_id, '') AS payment_intent_id
 	), inserted AS (
@@ -421,7 +421,7 @@ const refundFailedSQL = `, failed AS (
 		 WHERE consumer = $7 AND message_id = $8 AND state = 'claimed' AND EXISTS (SELECT FROM settled)
 		RETURNING order_id, amount
 	), released AS (
-		UPDATE payments p SET refunded_amount = p.refunded_amount - failed.amount, updated_at = now()
+		UPDATE payments p SET refunded_amount = p.refunded_amount - failed.amount
 		  FROM failed WHERE p.order_id = failed.order_id
 	), processed AS (
 		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)

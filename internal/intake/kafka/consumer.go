@@ -46,6 +46,10 @@ const (
 	// DefaultName is the source's name: its metrics label, health check
 	// and the source of its inbox and quarantine rows.
 	DefaultName = "kafka"
+	// DefaultBatchBound bounds the handling of one batch. Rebalances wait
+	// for it (BlockRebalanceOnPoll), and a member that holds a rebalance
+	// past the group's rebalance timeout (kgo's default, 60 s) is expelled.
+	DefaultBatchBound = 40 * time.Second
 )
 
 // Config configures a Consumer. Zero values take the defaults noted per
@@ -74,6 +78,10 @@ type Config struct {
 	// UnknownTypeStalls is how many stalls a record of an unknown type gets
 	// before it is quarantined. Default DefaultUnknownTypeStalls.
 	UnknownTypeStalls int
+	// BatchBound bounds the handling of one batch: a record not recorded
+	// by then (Postgres hanging) stalls its partition, read again after
+	// the pause. Default DefaultBatchBound.
+	BatchBound time.Duration
 	// Starters bounds the workflow starts in flight on the fast path.
 	// Default intake.DefaultStarters.
 	Starters int
@@ -95,6 +103,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.UnknownTypeStalls <= 0 {
 		c.UnknownTypeStalls = DefaultUnknownTypeStalls
+	}
+	if c.BatchBound <= 0 {
+		c.BatchBound = DefaultBatchBound
 	}
 	if c.Topic == "" {
 		c.Topic = DefaultTopic
@@ -429,6 +440,12 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 		err    error
 	}
 	results := make([]result, len(records))
+	// One bound for the whole batch: each partition whose record failed
+	// costs a handling timeout, and a record still handled or not begun
+	// when the bound passes is not recorded (its partition stalls), so a
+	// Postgres that hangs holds a rebalance for BatchBound at most.
+	bctx, cancel := context.WithTimeout(ctx, c.cfg.BatchBound)
+	defer cancel()
 	work := make(chan int)
 	var (
 		wg       sync.WaitGroup
@@ -452,8 +469,12 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 					results[i] = result{p, r.Offset, errSkipped}
 					continue
 				}
+				if bctx.Err() != nil {
+					results[i] = result{p, r.Offset, errPastBound}
+					continue
+				}
 				from, ok := last[p]
-				err := c.handle(ctx, r, ok && from == r.Offset)
+				err := c.handle(bctx, r, ok && from == r.Offset)
 				if err != nil {
 					failedMu.Lock()
 					failedNow[p] = true
@@ -474,7 +495,7 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 	failed := make(map[partition]error)
 	for _, res := range results {
 		if res.err != nil {
-			if prev, seen := failed[res.p]; !seen || errors.Is(prev, errSkipped) {
+			if prev, seen := failed[res.p]; !seen || errors.Is(prev, errSkipped) || errors.Is(prev, errPastBound) {
 				failed[res.p] = res.err
 			}
 			continue
@@ -501,6 +522,10 @@ func (c *Consumer) settle(ctx context.Context, records []*kgo.Record) {
 // errSkipped marks a record not handled because an earlier one of its
 // partition failed in the same batch.
 var errSkipped = errors.New("not handled: an earlier record of its partition was not recorded")
+
+// errPastBound marks a record not handled because its batch's bound
+// (Config.BatchBound) had passed.
+var errPastBound = errors.New("not handled: the batch's bound passed")
 
 // stallPartition rewinds p to its first unrecorded record and pauses it for
 // a growing while: the record is neither skipped nor retried at once. The
@@ -541,7 +566,9 @@ func (c *Consumer) stallPartition(p partition, cause error) {
 // The verdict is carried out by the poll loop once the batch is handled
 // (marks, stalls), so the Delivery has no Settle of its own.
 func (c *Consumer) handle(ctx context.Context, r *kgo.Record, last bool) error {
+	deadline, _ := ctx.Deadline()
 	v := c.path.Handle(ctx, intake.Delivery{
+		Deadline: deadline,
 		Raw:      r.Value,
 		Source:   c.cfg.Name,
 		Attempt:  0, // Kafka keeps no delivery count

@@ -510,3 +510,35 @@ func TestBrokerRestart(t *testing.T) {
 		t.Fatalf("%d inbox rows, want %d", n, want)
 	}
 }
+
+// TestBatchBoundWhenPostgresHangs: every inbox insert hangs (8 s, past the
+// batch's bound of 3 s here). The batch (70
+// records on each of 3 partitions) still ends within its bound, every
+// partition stalled, so the rebalances it holds back wait no longer than
+// that (without it, each partition cost a handling timeout of 30 s, one
+// after the other: 2 minutes, past the group's 60 s rebalance timeout).
+func TestBatchBoundWhenPostgresHangs(t *testing.T) {
+	_, addr := kafkatest.NewCluster(t)
+	e := newEnv(t, addr, 3)
+	cfg := e.config(t)
+	cfg.BatchBound = 3 * time.Second
+	var rs []*kgo.Record
+	for p := range int32(3) {
+		for i := range 70 {
+			rs = append(rs, &kgo.Record{Partition: p, Value: orderMsg(fmt.Sprintf("evt_hang_%d_%03d", p, i), int(p)*1000+i+1)})
+		}
+	}
+	e.produceWith(t, []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}, rs...)
+	if _, err := e.st.Pool().Exec(context.Background(), `
+		CREATE FUNCTION hang() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(8); RETURN NEW; END $$;
+		CREATE TRIGGER hang BEFORE INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION hang();`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := e.run(t, cfg)
+	if !waitFor(25*time.Second, func() bool { return r.c.Stalls() >= 3 }) {
+		t.Fatalf("after %s: %d partitions stalled, want 3 within the batch's bound (3 s) and a handling timeout at most", time.Since(start).Round(time.Second), r.c.Stalls())
+	}
+	t.Logf("the batch ended, 3 partitions stalled, after %s", time.Since(start).Round(100*time.Millisecond))
+}

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,9 @@ func (l TopicLife) Horizon() (time.Duration, error) {
 	if l.Retention == 0 || l.Segment <= 0 {
 		return 0, fmt.Errorf("%w: retention.ms=%d, segment.ms=%d: both must be positive", retention.ErrNoHorizon, l.Retention.Milliseconds(), l.Segment.Milliseconds())
 	}
+	if l.Retention > math.MaxInt64-l.Segment {
+		return 0, fmt.Errorf("%w: retention.ms=%d and segment.ms=%d add up to more than 292 years, as good as forever; set a finite retention.ms", retention.ErrNoHorizon, l.Retention.Milliseconds(), l.Segment.Milliseconds())
+	}
 	return l.Retention + l.Segment, nil
 }
 
@@ -77,6 +81,11 @@ func ReadTopicLife(ctx context.Context, adm *kadm.Client, topic string) (TopicLi
 			d := time.Duration(ms) * time.Millisecond
 			if ms < 0 {
 				d = -1
+			}
+			if ms > math.MaxInt64/int64(time.Millisecond) {
+				// More than a Duration holds (292 years): as good as
+				// forever, and never wrapped around to a short horizon.
+				return TopicLife{}, fmt.Errorf("%w: topic %s: %s=%d is more than 292 years, as good as forever; set a finite %s", retention.ErrNoHorizon, topic, c.Key, ms, c.Key)
 			}
 			if c.Key == "retention.ms" {
 				l.Retention = d

@@ -26,6 +26,10 @@ func TestHorizonFromTheTopicsConfiguration(t *testing.T) {
 		{"forever", map[string]string{"retention.ms": "-1"}, 0, "retention.ms=-1"},
 		{"compacted", map[string]string{"cleanup.policy": "compact"}, 0, "cleanup.policy=compact"},
 		{"compact-delete", map[string]string{"cleanup.policy": "compact,delete"}, 0, "cleanup.policy=compact,delete"},
+		// Past what a time.Duration holds (292 years): as good as forever,
+		// never wrapped around to a short horizon.
+		{"centuries", map[string]string{"retention.ms": "18446744073710"}, 0, "retention.ms=18446744073710"},
+		{"overflowing-sum", map[string]string{"retention.ms": "9223372036854", "segment.ms": "604800000"}, 0, "retention.ms=9223372036854"},
 	}
 	for _, c := range cases {
 		t.Run(c.topic, func(t *testing.T) {

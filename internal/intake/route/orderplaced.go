@@ -25,7 +25,7 @@ func OrderPlaced() Route {
 		Consumer: message.ConsumerOrderPlaced,
 		Schema:   message.OrderPlacedSchema,
 		Workflow: workflows.OrderPlacedName,
-		Effects:  []identity.Effect{identity.EffectPaymentIntent, identity.EffectPayment, identity.EffectEmail},
+		Effects:  []identity.Effect{identity.EffectPaymentIntent, identity.EffectPayment, identity.EffectEmail, identity.EffectOrderEmail},
 		// ChargeOrder's claim marks the inbox row (store.ClaimPayment), or,
 		// for a payment the intake claimed, its record.
 		WorkflowMarksDispatched: true,

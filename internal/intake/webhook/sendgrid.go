@@ -32,10 +32,16 @@ type sendgridEvent struct {
 }
 
 // ourMailKey reports whether key is the key of a mail effectively sends:
-// an order receipt ("email:…", identity.EffectEmail) or a refund receipt
-// ("refundemail:…", identity.EffectRefundEmail).
+// an order receipt ("email:…", identity.EffectEmail, or "orderemail:…",
+// identity.EffectOrderEmail) or a refund receipt ("refundemail:…",
+// identity.EffectRefundEmail).
 func ourMailKey(key string) bool {
-	return strings.HasPrefix(key, string(identity.EffectEmail)+":") || strings.HasPrefix(key, string(identity.EffectRefundEmail)+":")
+	for _, e := range []identity.Effect{identity.EffectEmail, identity.EffectRefundEmail, identity.EffectOrderEmail} {
+		if strings.HasPrefix(key, string(e)+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // foreign reports whether ev is about a mail effectively sent under another

@@ -74,6 +74,11 @@ const (
 	// may carry the same message ID. Refund receipts claimed before it
 	// existed keep their row under EffectEmail (see activities).
 	EffectRefundEmail Effect = "refundemail"
+	// EffectOrderEmail keys an order receipt's ledger row when
+	// "email:<message id>" is held by another consumer's row: a refund
+	// receipt of the same message ID that a release before
+	// EffectRefundEmail recorded there (see store.EmailClaim.AltKey).
+	EffectOrderEmail Effect = "orderemail"
 	// EffectRefund is a Stripe Refund: "refund:<message id>" is its
 	// Idempotency-Key.
 	EffectRefund Effect = "refund"

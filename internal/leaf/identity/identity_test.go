@@ -51,6 +51,9 @@ func TestKey(t *testing.T) {
 	if k := MustKey(EffectRefundEmail, "evt_91c2"); k != "refundemail:evt_91c2" {
 		t.Fatalf("refund receipt key = %q", k)
 	}
+	if k := MustKey(EffectOrderEmail, "evt_91c2"); k != "orderemail:evt_91c2" {
+		t.Fatalf("order receipt's other key = %q", k)
+	}
 	long := strings.Repeat("x", 255)
 	k, err := Key(EffectPayment, long)
 	if err != nil {
@@ -116,6 +119,9 @@ func FuzzIdentity(f *testing.F) {
 		if re1 := MustKey(EffectRefundEmail, id1); re1 == MustKey(EffectEmail, id1) || re1 == MustKey(EffectRefund, id1) {
 			t.Fatalf("refund receipt shares key %q", re1)
 		}
+		if oe1 := MustKey(EffectOrderEmail, id1); oe1 == MustKey(EffectEmail, id1) || oe1 == MustKey(EffectRefundEmail, id1) {
+			t.Fatalf("order receipt's other key shares key %q", oe1)
+		}
 		if ValidateMessageID(id2) != nil || id1 == id2 {
 			return
 		}
@@ -176,7 +182,7 @@ func TestScope(t *testing.T) {
 func TestScopeFitsStripe(t *testing.T) {
 	ns := strings.Repeat("n", MaxNamespaceLen)
 	for _, id := range []string{strings.Repeat("m", 249), strings.Repeat("m", 255), strings.Repeat("m", 200)} {
-		for _, e := range []Effect{EffectPayment, EffectPaymentIntent, EffectEmail, EffectRefund, EffectRefundEmail} {
+		for _, e := range []Effect{EffectPayment, EffectPaymentIntent, EffectEmail, EffectRefund, EffectRefundEmail, EffectOrderEmail} {
 			key := MustKey(e, id)
 			scoped, err := Scope(ns, key)
 			if err != nil {
