@@ -39,6 +39,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -162,7 +163,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 
-	effectsTimeout, stopTimeout := cfg.ShutdownTimeouts()
+	_, stopTimeout := cfg.ShutdownTimeouts()
 	w := worker.New(d.tc, cfg.TaskQueue, worker.Options{WorkerStopTimeout: stopTimeout})
 	d.workflows.Register(w)
 	activities.Register(w, d.activities)
@@ -173,7 +174,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
-	defer stopWorkers(workers)
+	stopped := false // by shutdown, within the drain timeout
+	defer func() {
+		if !stopped {
+			stopWorkers(workers)
+		}
+	}()
 	logger.Info("worker polling", "task_queue", cfg.TaskQueue, "route_queues", cfg.Workflows.RouteQueues != "")
 	// Without the schedule nothing is pruned, and the tables grow; that is
 	// no reason to stop taking messages. The next worker start tries again.
@@ -193,9 +199,15 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		ctx, stopHealth = runHealth(ctx, cfg.HealthAddr, d, &draining, logger)
 		defer stopHealth()
 	}
-	// From SIGTERM on, /readyz says the worker is going away.
-	defer context.AfterFunc(ctx, func() { draining.Store(true) })()
 	g, gctx := errgroup.WithContext(ctx)
+	// From SIGTERM on, or from the failure of any part (gctx ends with
+	// either, and when Wait returns), /readyz says the worker is going
+	// away; EFFECTIVELY_DRAIN_TIMEOUT runs from then.
+	var stopping atomic.Int64
+	defer context.AfterFunc(gctx, func() {
+		stopping.CompareAndSwap(0, time.Now().UnixNano())
+		draining.Store(true)
+	})()
 	g.Go(func() error { return d.dispatcher.Run(gctx) })
 	for _, src := range d.sources {
 		g.Go(func() error { return src.Run(gctx) })
@@ -226,7 +238,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if d.relay != nil {
 		logger.Info("outbox relay stopped", "outbox", d.relay.Stats())
 	}
-	shutdown(workers, d.activities.Drain, effectsTimeout, logger)
+	stopping.CompareAndSwap(0, time.Now().UnixNano())
+	stopped = true
+	shutdown(workers, d.activities.Drain, time.Unix(0, stopping.Load()).Add(cfg.DrainTimeout), stopTimeout, logger)
 	return err
 }
 
@@ -295,26 +309,45 @@ func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool,
 	}
 }
 
-// shutdown stops the Temporal worker without cutting an effect in half. The
-// SDK cancels in-flight local activities the moment the worker stops, so
-// the effects are drained first: drain is closed (an effect that starts now
+// shutdown stops the Temporal workers without cutting an effect in half,
+// by deadline (EFFECTIVELY_DRAIN_TIMEOUT from the shutdown's start). The
+// SDK cancels in-flight local activities the moment a worker stops, so the
+// effects are drained first: drain is closed (an effect that starts now
 // fails retryably before it claims anything, and runs elsewhere), the ones
-// in flight get up to wait to finish their provider call and their record,
-// and only then is the worker stopped. An effect still running then keeps
-// going on its own context until the process exits; if it has not recorded
-// by then, its retry replays it from the ledger or the provider's key.
-func shutdown(workers []worker.Worker, drain *activities.Drainer, wait time.Duration, logger *slog.Logger) {
+// in flight get until stopShare before deadline to finish their provider
+// call and their record, and only then are the workers stopped, all at
+// once (each waits up to stopShare for its tasks; the SDK stops a worker's
+// parts one after the other). Past deadline shutdown returns, stops or no
+// stops: an effect still running keeps going on its own context until the
+// process exits, and if it has not recorded by then, its retry replays it
+// from the ledger or the provider's key.
+func shutdown(workers []worker.Worker, drain *activities.Drainer, deadline time.Time, stopShare time.Duration, logger *slog.Logger) {
 	start := time.Now()
 	inFlight := drain.InFlight()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-stopShare))
 	defer cancel()
 	if left, err := drain.Wait(ctx); err != nil {
-		logger.Warn("drain timed out: effects still in flight go to the retry path", "in_flight", left, "drain_timeout", wait.String())
+		logger.Warn("drain timed out: effects still in flight go to the retry path", "in_flight", left, "left_for_the_workers", time.Until(deadline).Round(time.Millisecond).String())
 	} else {
 		logger.Info("effects drained", "in_flight_at_start", inFlight, "took", time.Since(start).Round(time.Millisecond).String())
 	}
-	stopWorkers(workers)
-	logger.Info("temporal workers stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	done := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, w := range workers {
+			wg.Go(w.Stop)
+		}
+		wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(max(time.Until(deadline), 0))
+	defer timer.Stop()
+	select {
+	case <-done:
+		logger.Info("temporal workers stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	case <-timer.C:
+		logger.Warn("temporal workers still stopping at the drain timeout: exiting; their tasks go to the retry path", "took", time.Since(start).Round(time.Millisecond).String())
+	}
 }
 
 // serveHealth answers GET /livez, /healthz (alias of /livez), /readyz and

@@ -65,6 +65,11 @@ var kafkaVariables = []variable{
 	{name: "OUTBOX_BROKER", field: "OutboxBroker", docDefault: "`nats`; with `NATS_URL=off`, `kafka` when `KAFKA_BROKERS` is set, else `rabbitmq` when `EFFECTIVELY_SOURCES` lists it",
 		load: func(c *Config, v string, _ bool) error {
 			c.OutboxBroker = v
+			if v == OutboxNATS && !c.NATS.Enabled() {
+				// Asked for by name: no relay would run, and no event
+				// would ever be published.
+				return errors.New("nats: NATS_URL is off; use kafka or rabbitmq")
+			}
 			if v == "" {
 				switch {
 				case c.NATS.Enabled():

@@ -96,10 +96,22 @@ func (c Config) validateListeners() []error {
 				EnvPublicListeners, name, ListenerHealth, ListenerWebhook, ListenerCodec, ListenerAPI))
 		}
 	}
+	ports := map[string]Listener{} // by port: two listeners on one port
 	for _, l := range c.listeners() {
-		if _, _, err := net.SplitHostPort(l.Addr); err != nil {
+		host, port, err := net.SplitHostPort(l.Addr)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: not host:port: %w", l.Variable, l.Addr, err))
 			continue
+		}
+		// One port, the same host or a wildcard on either side: only one
+		// can bind, and the other would fail after the worker started.
+		if o, ok := ports[port]; ok && port != "0" {
+			if oh, _, _ := net.SplitHostPort(o.Addr); oh == host || wildcardHost(oh) || wildcardHost(host) {
+				errs = append(errs, fmt.Errorf("%s=%q: the %s would share its address with the %s (%s=%q); give each listener a port of its own",
+					l.Variable, l.Addr, l.Name, o.Name, o.Variable, o.Addr))
+			}
+		} else {
+			ports[port] = l
 		}
 		switch {
 		case loopbackAddr(l.Addr):
@@ -172,4 +184,9 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// wildcardHost reports whether host binds every interface ("", 0.0.0.0, ::).
+func wildcardHost(host string) bool {
+	return host == "" || host == "0.0.0.0" || host == "::"
 }

@@ -41,8 +41,10 @@ var rabbitmqVariables = []variable{
 	str("RABBITMQ_URL", rabbitmq.DefaultURL, "RabbitMQ.Source.URL",
 		"the RabbitMQ broker (`amqp://user:password@host:5672/vhost`) of the `rabbitmq` source and of `starter publish --broker rabbitmq`; with `NATS_URL=off` the outbox relay publishes there too. See [intake](intake.md)",
 		func(c *Config) *string { return &c.RabbitMQ.Source.URL }).checked(ifRabbitMQ(func(c Config) error {
-		if !strings.HasPrefix(c.RabbitMQ.Source.URL, "amqp://") && !strings.HasPrefix(c.RabbitMQ.Source.URL, "amqps://") {
-			return fmt.Errorf("%q: want amqp:// or amqps://", c.RabbitMQ.Source.URL)
+		// The scheme in any case, as amqp091-go takes it; the value is
+		// never echoed whole (it carries the password).
+		if u := strings.ToLower(c.RabbitMQ.Source.URL); !strings.HasPrefix(u, "amqp://") && !strings.HasPrefix(u, "amqps://") {
+			return fmt.Errorf("%s: want amqp:// or amqps://", redactURL(c.RabbitMQ.Source.URL))
 		}
 		return nil
 	})),

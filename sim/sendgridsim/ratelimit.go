@@ -27,7 +27,7 @@ func (s *Server) RateLimit() simlimit.Rate {
 }
 
 // checkRate takes the request's token from its API key's bucket, or
-// answers 429 with SendGrid's X-RateLimit-* headers and Retry-After, before
+// answers 429 with SendGrid's X-RateLimit-* headers (no Retry-After), before
 // anything is delivered, and returns false.
 func (s *Server) checkRate(w http.ResponseWriter, r *http.Request) bool {
 	s.mu.Lock()
@@ -48,8 +48,9 @@ func (s *Server) checkRate(w http.ResponseWriter, r *http.Request) bool {
 	h := w.Header()
 	h.Set("X-RateLimit-Limit", strconv.Itoa(int(rate.PerSecond)))
 	h.Set("X-RateLimit-Remaining", "0")
+	// SendGrid sends no Retry-After: a client has only the reset time,
+	// in whole seconds.
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Duration(secs)*time.Second).Unix(), 10))
-	h.Set("Retry-After", strconv.Itoa(secs))
 	s.reject(r.Context(), w, http.StatusTooManyRequests, apiError{Message: "too many requests"})
 	return false
 }

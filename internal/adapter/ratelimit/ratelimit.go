@@ -347,8 +347,8 @@ func (l *Limiter) Throttled(ctx context.Context, endpoint string, h http.Header)
 }
 
 // pauseOf reads a 429's pause: Retry-After (seconds or an HTTP date), else
-// SendGrid's X-RateLimit-Reset (a Unix time), else DefaultPause; at most
-// MaxPause. reason is Stripe-Rate-Limited-Reason, or "429".
+// SendGrid's X-RateLimit-Reset (a Unix time; DefaultPause when it has
+// passed), else DefaultPause; at most MaxPause. reason is Stripe-Rate-Limited-Reason, or "429".
 func (l *Limiter) pauseOf(h http.Header, now time.Time) (time.Duration, string) {
 	reason := h.Get("Stripe-Rate-Limited-Reason")
 	if reason == "" {
@@ -363,8 +363,13 @@ func (l *Limiter) pauseOf(h http.Header, now time.Time) (time.Duration, string) 
 			d = t.Sub(now)
 		}
 	} else if v := h.Get("X-RateLimit-Reset"); v != "" {
+		// Whole seconds, by the provider's clock: a reset that has come
+		// by ours (that second begun, or the clocks apart) while the
+		// provider still refused pauses DefaultPause, never nothing.
 		if u, err := strconv.ParseInt(v, 10, 64); err == nil {
-			d = time.Unix(u, 0).Sub(now)
+			if r := time.Unix(u, 0).Sub(now); r > 0 {
+				d = r
+			}
 		}
 	}
 	return min(max(d, 0), l.cfg.MaxPause), reason

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -562,6 +563,30 @@ func TestFallbackHonoursAPauseWithABurst(t *testing.T) {
 	}
 	if w := time.Since(start); w < 900*time.Millisecond {
 		t.Fatalf("a request went %s after a 429 of Retry-After 1s (the fallback bucket)", w.Round(time.Millisecond))
+	}
+}
+
+// TestPassedResetPausesDefaultPause: SendGrid's 429 carries no Retry-After,
+// only X-RateLimit-Reset in whole seconds by its clock. A reset that has
+// come by ours (its second begun, or the clocks apart) pauses DefaultPause,
+// not nothing (which would spend the retries at once); one ahead pauses
+// until it.
+func TestPassedResetPausesDefaultPause(t *testing.T) {
+	l := newLimiter(t, downBackend{}, ratelimit.Config{Provider: "sendgrid", Global: ratelimit.Rate{PerSecond: 80, Burst: 80}})
+	const ep = "POST /v3/mail/send"
+	now := time.Now()
+	for _, tc := range []struct {
+		reset    time.Time
+		min, max time.Duration
+	}{
+		{now.Add(-2 * time.Second), time.Second, time.Second},
+		{now.Truncate(time.Second), time.Second, time.Second},
+		{now.Add(3 * time.Second), 2 * time.Second, 3 * time.Second},
+	} {
+		h := http.Header{"X-Ratelimit-Reset": {strconv.FormatInt(tc.reset.Unix(), 10)}}
+		if d := l.Throttled(context.Background(), ep, h); d < tc.min || d > tc.max {
+			t.Errorf("reset %s from now: pause %s, want %s to %s", tc.reset.Sub(now).Round(time.Millisecond), d, tc.min, tc.max)
+		}
 	}
 }
 
