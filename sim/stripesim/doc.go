@@ -26,8 +26,8 @@
 // pm_card_mastercard, pm_card_amex and pm_card_visa_debit succeed;
 // pm_card_chargeDeclined and pm_card_chargeDeclinedInsufficientFunds are
 // declined with a 402 card_error that embeds the PaymentIntent, as Stripe
-// does. Unlike Stripe, the PaymentIntent keeps the test payment method ID
-// given in the request instead of a freshly minted pm_ ID. Further test
+// does. As on Stripe, the PaymentIntent shows a freshly minted pm_ ID, not
+// the test payment method given in the request. Further test
 // methods answer 200 with the other statuses a confirmation can end in
 // (processing, requires_action, requires_payment_method, requires_capture,
 // canceled); see statuses.go.
