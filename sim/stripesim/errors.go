@@ -20,6 +20,7 @@ const (
 	codeAmountTooLarge          = "amount_too_large"
 	codeAmountTooSmall          = "amount_too_small"
 	codeCardDeclined            = "card_declined"
+	codeAuthenticationRequired  = "authentication_required"
 	codeIdempotencyKeyInUse     = "idempotency_key_in_use"
 	codeParameterInvalidEmpty   = "parameter_invalid_empty"
 	codeParameterInvalidInteger = "parameter_invalid_integer"

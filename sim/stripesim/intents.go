@@ -201,6 +201,7 @@ type createRequest struct {
 	currency      string
 	paymentMethod string
 	confirm       bool
+	offSession    bool
 	captureMethod string
 	confirmMethod string
 	customer      string
@@ -228,7 +229,7 @@ func (s *Server) create(form url.Values) (operation, *apiError) {
 	if req.confirm, e = parseBool(form, "confirm"); e != nil {
 		return nil, e
 	}
-	if _, e = parseOffSession(form); e != nil {
+	if req.offSession, e = parseOffSession(form); e != nil {
 		return nil, e
 	}
 	if req.metadata, e = parseMetadata(form); e != nil {
@@ -293,7 +294,7 @@ func (s *Server) create(form url.Values) (operation, *apiError) {
 		s.order = append(s.order, pi)
 		s.evictIntentsLocked()
 		if req.confirm {
-			return s.attemptLocked(pi, requestID)
+			return s.attemptLocked(pi, req.offSession, requestID)
 		}
 		return jsonResponse(http.StatusOK, pi)
 	}, nil
@@ -307,7 +308,8 @@ func (s *Server) confirm(id string, form url.Values) (operation, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if _, e := parseOffSession(form); e != nil {
+	offSession, e := parseOffSession(form)
+	if e != nil {
 		return nil, e
 	}
 	return func(requestID string) response {
@@ -333,7 +335,7 @@ func (s *Server) confirm(id string, form url.Values) (operation, *apiError) {
 			e.PaymentIntent = pi
 			return errorResponse(e, requestID)
 		}
-		return s.attemptLocked(pi, requestID)
+		return s.attemptLocked(pi, offSession, requestID)
 	}, nil
 }
 
@@ -359,9 +361,15 @@ func noSuchIntent(id string) *apiError {
 
 // attemptLocked charges pi's payment method: the PaymentIntent either
 // succeeds, counting a charge, or is declined. s.mu must be held.
-func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
+func (s *Server) attemptLocked(pi *paymentIntent, offSession bool, requestID string) response {
 	outcome := testPaymentMethods[pi.cardAlias]
-	if outcome.status != "" {
+	if outcome.status == statusRequiresAction && offSession {
+		// Off-session, no customer is there to authenticate: Stripe
+		// fails the confirmation with a 402 authentication_required, and
+		// the PaymentIntent goes back to requires_payment_method.
+		outcome = cardOutcome{declineCode: codeAuthenticationRequired,
+			message: "Your card was declined. This transaction requires authentication."}
+	} else if outcome.status != "" {
 		return s.enterStatusLocked(pi, outcome)
 	}
 	chargeID := s.nextIDLocked("ch")
@@ -373,12 +381,16 @@ func (s *Server) attemptLocked(pi *paymentIntent, requestID string) response {
 
 	s.stats.Declines++
 	decline := func() *apiError {
+		code, doc := codeCardDeclined, "https://stripe.com/docs/error-codes/card-declined"
+		if outcome.declineCode == codeAuthenticationRequired {
+			code, doc = codeAuthenticationRequired, "https://stripe.com/docs/error-codes/authentication-required"
+		}
 		return &apiError{
 			status:      http.StatusPaymentRequired,
 			Type:        typeCard,
-			Code:        codeCardDeclined,
+			Code:        code,
 			DeclineCode: outcome.declineCode,
-			DocURL:      "https://stripe.com/docs/error-codes/card-declined",
+			DocURL:      doc,
 			Message:     outcome.message,
 			Charge:      chargeID,
 		}

@@ -16,7 +16,9 @@ import (
 //
 //	pm_card_processing              processing; succeeds when it settles
 //	pm_card_processingDeclined      processing; fails (card_declined) when it settles
-//	pm_card_authenticationRequired  requires_action (3-D Secure needed)
+//	pm_card_authenticationRequired  requires_action (3-D Secure needed); off-session
+//	                                (off_session=true), as Stripe, a 402 card_error
+//	                                authentication_required and requires_payment_method
 //	pm_card_requiresPaymentMethod   requires_payment_method, answered 200 with
 //	                                last_payment_error card_declined/generic_decline
 //	pm_card_requiresCapture         requires_capture (a manual-capture authorisation)

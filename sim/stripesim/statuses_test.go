@@ -18,7 +18,6 @@ func TestStatusesOnDemand(t *testing.T) {
 	}{
 		{"pm_card_visa", "succeeded", ""},
 		{"pm_card_processing", "processing", ""},
-		{"pm_card_authenticationRequired", "requires_action", ""},
 		{"pm_card_requiresPaymentMethod", "requires_payment_method", "card_declined"},
 		{"pm_card_requiresCapture", "requires_capture", ""},
 		{"pm_card_canceled", "canceled", ""},
@@ -42,6 +41,27 @@ func TestStatusesOnDemand(t *testing.T) {
 	}
 	if st := sim.Stats(); st.Charges != 1 || st.Processing != 1 {
 		t.Fatalf("charges = %d processing = %d, want 1 and 1", st.Charges, st.Processing)
+	}
+}
+
+// TestAuthenticationRequired: a card that needs authentication answers
+// requires_action with next_action on-session, and off-session, where no
+// customer can authenticate, Stripe's 402 card_error authentication_required
+// with the PaymentIntent back in requires_payment_method.
+func TestAuthenticationRequired(t *testing.T) {
+	_, ts := newSim(t, Options{})
+	c := newClient(t, ts, 0)
+	on := chargeParams("k_on", "evt_on", 1000, "pm_card_authenticationRequired")
+	on.OffSession = nil
+	pi, err := c.New(on)
+	if err != nil || pi.Status != "requires_action" || pi.NextAction == nil {
+		t.Fatalf("on-session: %+v, %v; want requires_action with next_action", pi, err)
+	}
+	_, err = c.New(chargeParams("k_off", "evt_off", 1000, "pm_card_authenticationRequired"))
+	se := stripeErr(t, err)
+	if se.HTTPStatusCode != 402 || se.Type != "card_error" || se.Code != "authentication_required" ||
+		se.PaymentIntent == nil || se.PaymentIntent.Status != "requires_payment_method" {
+		t.Fatalf("off-session: %+v; want a 402 card_error authentication_required, the PaymentIntent requires_payment_method", se)
 	}
 }
 
