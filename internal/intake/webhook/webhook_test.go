@@ -573,3 +573,25 @@ func TestSendGridRefusesUnverifiedRequests(t *testing.T) {
 		t.Fatalf("receipt %s, want sending", got)
 	}
 }
+
+// TestSendGridEventOfAnOrderReceiptsOtherKey: an order's receipt claimed
+// under "orderemail:<id>" (its "email:<id>" held by a refund receipt of an
+// earlier release) is ours: SendGrid's events for it are applied and prove
+// its send, as for "email:<id>".
+func TestSendGridEventOfAnOrderReceiptsOtherKey(t *testing.T) {
+	e, post := sendgridEnv(t, 0, 0)
+	ctx := context.Background()
+	e.claim("r8", 28)
+	if _, _, err := e.st.ClaimEmail(ctx, store.EmailClaim{
+		Consumer: message.ConsumerOrderPlaced, MessageID: "r8", OrderID: 28, Key: "orderemail:r8", RequestHash: "r-r8", Policy: store.AtLeastOnce,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, post(sgBatch(sgEvent("sg81", "delivered", "orderemail:r8")), time.Now()), http.StatusOK)
+	if got := e.receipt(28); got != store.ReceiptDelivered {
+		t.Fatalf("receipt %s, want delivered by the event naming orderemail:r8", got)
+	}
+	if _, ok, err := e.st.EmailAccepted(ctx, "orderemail:r8"); err != nil || !ok {
+		t.Fatalf("EmailAccepted(orderemail:r8) = %v, %v; want the event to prove the send", ok, err)
+	}
+}
