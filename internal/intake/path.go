@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -599,7 +600,10 @@ func (p *Path) countMaxDelivered(first bool) {
 // not a failure to reach it (a network error, a closed connection, a
 // timeout) nor a transient answer: SQLSTATE class 08 (connection), 40
 // (serialization, deadlock), 53 (resources: too many connections) or 57
-// (a shutdown, a cancelled statement).
+// (a shutdown, a cancelled statement); 55P03 (a lock not available), 25006
+// (a read-only server: a failover not yet seen), and 0A000's "cached plan
+// must not change result type" (a migration under a prepared statement;
+// pgx drops its cache and the next try goes through).
 func refused(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -608,6 +612,12 @@ func refused(err error) bool {
 	switch pgErr.Code[:min(2, len(pgErr.Code))] {
 	case "08", "40", "53", "57":
 		return false
+	}
+	switch pgErr.Code {
+	case "55P03", "25006":
+		return false
+	case "0A000":
+		return !strings.Contains(pgErr.Message, "cached plan must not change result type")
 	}
 	return true
 }

@@ -35,6 +35,10 @@ func TestRefusedTellsARefusalFromAnOutage(t *testing.T) {
 		"too many connections":             {&pgconn.PgError{Code: "53300"}, false},
 		"an admin shutdown":                {&pgconn.PgError{Code: "57P01"}, false},
 		"a statement timeout":              {&pgconn.PgError{Code: "57014"}, false},
+		"a lock not available":             {&pgconn.PgError{Code: "55P03"}, false},
+		"a read-only server (failover)":    {&pgconn.PgError{Code: "25006"}, false},
+		"a stale cached plan (migration)":  {&pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type"}, false},
+		"a feature not supported":          {&pgconn.PgError{Code: "0A000", Message: "unsupported"}, true},
 		"a plain error":                    {errors.New("context deadline exceeded"), false},
 	}
 	for name, tt := range tests {
