@@ -26,7 +26,7 @@ compose-env: ## write .env for docker-compose.yml with fresh local secrets (kept
 	./deploy/compose-env.sh
 
 .PHONY: test-deps
-test-deps: ## install (as root, apt-get) or name what the tests need: nats-server, prometheus, chromium, Postgres, NATS
+test-deps: ## install (as root, apt-get) or name what the tests need: nats-server, prometheus, chromium, rabbitmq-server, linux-perf; Postgres, NATS, RabbitMQ running
 	./tools/test-deps.sh
 
 .PHONY: test
