@@ -1,7 +1,8 @@
 #!/bin/sh
 # Writes the .env that docker-compose.yml reads: fresh random local secrets
 # (Postgres, the two NATS users, the payload codec key and the codec server's
-# token, Grafana's admin password, RabbitMQ's user) and the simulators' fake provider keys.
+# token, Grafana's admin password, RabbitMQ's user), the simulators' fake provider keys and
+# the host ports of Postgres, NATS and RabbitMQ.
 #
 #   deploy/compose-env.sh [FILE]     (make compose-env; FILE defaults to .env
 #                                     next to docker-compose.yml)
@@ -52,6 +53,11 @@ trap 'rm -f "$tmp"' EXIT
 	echo "# Not secrets: the simulators accept any test-shaped key."
 	echo "LOCAL_STRIPE_API_KEY=sk_test_local_simulator"
 	echo "LOCAL_SENDGRID_API_KEY=SG.local-simulator"
+	echo "# Not secrets: the host ports (on 127.0.0.1) of the stack's Postgres, NATS and RabbitMQ;"
+	echo "# change them where those already run on the host (the shell's environment wins)."
+	echo "COMPOSE_POSTGRES_PORT=5432"
+	echo "COMPOSE_NATS_PORT=4222"
+	echo "COMPOSE_RABBITMQ_PORT=5672"
 } >"$tmp"
 chmod 600 "$tmp"
 mv "$tmp" "$out"
