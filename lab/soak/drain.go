@@ -76,6 +76,8 @@ type DrainConfig struct {
 // order.placed message) and the refund route's publisher.
 type DrainStack struct {
 	Stack
+	// watch, set by RunDrain, times the probes to their commits.
+	watch *commitWatch
 	// SendRefund publishes an order.refund_requested message.
 	SendRefund func(ctx context.Context, raw []byte) error
 	// ServerMetrics is the URL of the Temporal server's own metrics
@@ -170,11 +172,19 @@ type DrainReport struct {
 	// Temporal that costs its server and the workers.
 	AttemptsPerCharge float64 `json:"attempts_per_charge"`
 	// IdleP99 and BusyP99 are the other route's (refunds') p99 latency,
-	// publication to record, without and with the backlog; BusyMax its
+	// publication to done (the commit of the refund's record and of its
+	// receipt's, commitWatch), without and with the backlog; BusyMax its
 	// longest wait behind the backlog.
 	IdleP99 time.Duration `json:"idle_p99"`
 	BusyP99 time.Duration `json:"busy_p99"`
-	BusyMax time.Duration `json:"busy_max"`
+	// IdleToRefundP99, IdleDrainToRefundP99, BurstToRefundP99 and
+	// BusyToRefundP99 are the same probes' p99 to their refund's committed
+	// record alone, without the receipt that the p99s above wait for too.
+	IdleToRefundP99      time.Duration `json:"idle_to_refund_p99,omitempty"`
+	IdleDrainToRefundP99 time.Duration `json:"idle_drain_to_refund_p99,omitempty"`
+	BurstToRefundP99     time.Duration `json:"burst_to_refund_p99,omitempty"`
+	BusyToRefundP99      time.Duration `json:"busy_to_refund_p99,omitempty"`
+	BusyMax              time.Duration `json:"busy_max"`
 	// BusyMaxAt is when the longest busy probe was sent, from the first.
 	BusyMaxAt time.Duration `json:"busy_max_at"`
 	// Burst, BurstP99, BurstP50 and BurstMax are the fairness phase's:
@@ -310,6 +320,10 @@ func (r DrainReport) String() string {
 			r.Burst, arrival, r.BurstDrained.Round(time.Millisecond), r.BurstProbes, r.BurstP99.Round(time.Millisecond), r.IdleP99.Round(time.Millisecond), r.BurstRatio(),
 			r.BurstP50.Round(time.Millisecond), r.BurstMax.Round(time.Millisecond))
 		fmt.Fprintf(&b, "  the longest wait %s against the bound of %s\n", r.BurstMax.Round(time.Millisecond), WaitBound)
+		if r.BurstToRefundP99 > 0 {
+			fmt.Fprintf(&b, "  to the refund's committed record alone (without the receipt): p99 %s against %s idle (%.1f×)\n",
+				r.BurstToRefundP99.Round(time.Millisecond), r.IdleToRefundP99.Round(time.Millisecond), ratio(r.BurstToRefundP99, r.IdleToRefundP99))
+		}
 		fmt.Fprintf(&b, "  to the refund's claim p99 %s, the refund p99 %s, to the receipt's record p99 %s\n",
 			r.BurstStartP99.Round(time.Millisecond), r.BurstRefundP99.Round(time.Millisecond), r.BurstReceiptP99.Round(time.Millisecond))
 		fmt.Fprintf(&b, "  from the inbox row: the first task p99 %s; %s\n", r.BurstTaskP99.Round(time.Millisecond), regularLine(r.BurstRegular, r.Probes, r.BurstScheduledP99, r.BurstDispatchP99))
@@ -322,6 +336,10 @@ func (r DrainReport) String() string {
 	}
 	fmt.Fprintf(&b, "after the outage, other route (refunds), %d sent one every %s while the backlog lasted: p99 idle %s (as many, as far apart), during the drain %s (%.1f×, target ≤ 2×), longest %s (sent %s into the probes); the first, sent as the workers answered /readyz, %s\n",
 		r.BusyProbes, r.BusyEvery.Round(time.Millisecond), r.DrainBaseline().Round(time.Millisecond), r.BusyP99.Round(time.Millisecond), r.Ratio(), r.BusyMax.Round(time.Millisecond), r.BusyMaxAt.Round(time.Millisecond), r.BusyFirst.Round(time.Millisecond))
+	if r.BusyToRefundP99 > 0 {
+		fmt.Fprintf(&b, "  to the refund's committed record alone (without the receipt): p99 idle %s, during the drain %s (%.1f×)\n",
+			r.IdleDrainToRefundP99.Round(time.Millisecond), r.BusyToRefundP99.Round(time.Millisecond), ratio(r.BusyToRefundP99, r.IdleDrainToRefundP99))
+	}
 	fmt.Fprintf(&b, "  median idle %s, during the drain %s; against the %d idle probes of the burst's spacing (p99 %s) the ratio would be %.1f×\n",
 		cmp.Or(r.IdleDrainP50, r.IdleP50).Round(time.Millisecond), r.BusyP50.Round(time.Millisecond), r.Probes, r.IdleP99.Round(time.Millisecond), ratio(r.BusyP99, r.IdleP99))
 	if r.BusySettledProbes > 0 {
@@ -569,6 +587,12 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	if err != nil {
 		return rep, err
 	}
+	watch, stopWatch, err := watchCommits(ctx, st.Pool)
+	if err != nil {
+		return rep, fmt.Errorf("drain: the probes' commit watch: %w", err)
+	}
+	defer stopWatch()
+	st.watch = watch
 	defer func() {
 		if err := stopCommits(); err != nil {
 			cfg.Logf("drain: %v", err)
@@ -590,6 +614,7 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	rep.IdleServer = window(before, after)
 	commits.markStalls(&idle)
 	rep.IdleP99, rep.IdleFive = p99(idle.total), idle.five()
+	rep.IdleToRefundP99 = p99(idle.toRefund)
 	cfg.Logf("drain: idle refund p99 %s", rep.IdleP99)
 	// The drain's baseline: as many probes as it sends, as far apart.
 	idleDrain := idle
@@ -657,8 +682,8 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 		return rep, fmt.Errorf("drain: %w", err)
 	}
 	var last time.Time
-	if err := st.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages WHERE consumer = 'order-placed' AND message_id LIKE $1`,
-		stem+"\\_0%").Scan(&last); err != nil {
+	if err := st.Pool.QueryRow(ctx, `SELECT max(processed_at) FROM processed_messages WHERE consumer = 'order-placed' AND message_id = ANY($1)`,
+		backlog).Scan(&last); err != nil {
 		return rep, err
 	}
 	// Only the probes sent while the backlog lasted were behind it.
@@ -683,6 +708,8 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	// Against the idle probes sent first, as many as counted here.
 	base := idleDrain.first(len(busy.total))
 	rep.IdleDrainP99, rep.IdleDrainP50 = p99(base), p50(base)
+	rep.IdleDrainToRefundP99 = p99(idleDrain.firstProbes(len(busy.total)).toRefund)
+	rep.BusyToRefundP99 = p99(busy.toRefund)
 	rep.IdleDrainFive = idleDrain.firstProbes(len(busy.total)).five()
 	rep.BusySlow, rep.BusySlowStalled = busy.stalled(2 * rep.DrainBaseline())
 	rep.Drained = last.Sub(back)
@@ -699,8 +726,8 @@ func RunDrain(ctx context.Context, cfg DrainConfig, st DrainStack) (DrainReport,
 	var oldestKey float64
 	if err := st.Pool.QueryRow(ctx, `
 		SELECT coalesce(max(extract(epoch FROM e.updated_at - e.created_at)), 0)
-		  FROM effects e WHERE e.consumer = 'order-placed' AND e.message_id LIKE $1 AND e.state = 'succeeded'`,
-		stem+"\\_0%").Scan(&oldestKey); err != nil {
+		  FROM effects e WHERE e.consumer = 'order-placed' AND e.message_id = ANY($1) AND e.state = 'succeeded'`,
+		backlog).Scan(&oldestKey); err != nil {
 		return rep, err
 	}
 	rep.OldestKey = time.Duration(oldestKey * float64(time.Second))
@@ -781,12 +808,16 @@ func burst(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 	rep.BurstCommits = commits.stats(at, last)
 	commits.markStalls(&lat)
 	// Only the probes sent while the burst lasted show its effect.
-	var beside []time.Duration
+	var beside, besideToRefund []time.Duration
 	for i, t := range lat.total {
 		if lat.sent[i].Before(last) {
 			beside = append(beside, t)
+			if len(lat.toRefund) == len(lat.total) {
+				besideToRefund = append(besideToRefund, lat.toRefund[i])
+			}
 		}
 	}
+	rep.BurstToRefundP99 = p99(besideToRefund)
 	if len(beside) == 0 {
 		return fmt.Errorf("the burst of %d was processed before the first refund probe was sent: no probe ran beside it", cfg.Burst)
 	}
@@ -808,6 +839,9 @@ func orderMsg(id string, orderID int64) []byte {
 // the inbox row (intake), and inbox row to record (work).
 type latencies struct {
 	total, intake, work, start, created, task, refund, receipt []time.Duration
+	// toRefund is publication to the refund's record's commit, without the
+	// receipt (total goes on to the receipt's).
+	toRefund []time.Duration
 	// toTask, toStripe and atStripe split refund (DrainStack.RefundCall):
 	// from the claim to the workflow's first task (0 when the refund was
 	// claimed in that task; a claim at intake precedes the workflow), from
@@ -877,7 +911,7 @@ func (l latencies) keep(idx []int) latencies {
 	}
 	kept := latencies{total: pick(l.total), intake: pick(l.intake), work: pick(l.work), start: pick(l.start), created: pick(l.created),
 		task: pick(l.task), refund: pick(l.refund), receipt: pick(l.receipt), sentAt: pick(l.sentAt), commit: pick(l.commit),
-		toTask: pick(l.toTask), toStripe: pick(l.toStripe), atStripe: pick(l.atStripe)}
+		toTask: pick(l.toTask), toStripe: pick(l.toStripe), atStripe: pick(l.atStripe), toRefund: pick(l.toRefund)}
 	if len(l.sent) == len(l.total) {
 		for _, i := range idx {
 			kept.sent = append(kept.sent, l.sent[i])
@@ -983,6 +1017,11 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 	if err := awaitProcessed(ctx, st, "order-refund", ids); err != nil {
 		return out, err
 	}
+	if st.watch != nil {
+		if err := st.watch.await(ctx, ids, 30*time.Second); err != nil {
+			return out, err
+		}
+	}
 	rows, err := st.Pool.Query(ctx, `SELECT p.message_id, i.received_at, p.processed_at, r.created_at, r.updated_at, coalesce(m.updated_at, r.updated_at)
 		  FROM processed_messages p JOIN inbox i USING (consumer, message_id)
 		  JOIN effects r ON r.consumer = p.consumer AND r.message_id = p.message_id AND r.key LIKE 'refund:%'
@@ -998,18 +1037,32 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 		if err := rows.Scan(&id, &in, &at, &claimed, &refunded, &mailed); err != nil {
 			return out, err
 		}
-		out.total = append(out.total, at.Sub(sent[id]))
+		// The probe ends when its route is done and others can see it:
+		// the later commit of its refund's record and its receipt's
+		// (commitWatch); processed_at, its record's statement start,
+		// without the watch.
+		end, refundEnd := at, at
+		if st.watch != nil {
+			if p, r, ok := st.watch.committed(id); ok {
+				end, refundEnd = p, p
+				if r.After(p) {
+					end = r
+				}
+			}
+		}
+		out.total = append(out.total, end.Sub(sent[id]))
+		out.toRefund = append(out.toRefund, refundEnd.Sub(sent[id]))
 		out.sentAt = append(out.sentAt, sent[id].Sub(sent[ids[0]]))
 		out.sent = append(out.sent, sent[id])
 		out.intake = append(out.intake, in.Sub(sent[id]))
-		out.work = append(out.work, at.Sub(in))
+		out.work = append(out.work, end.Sub(in))
 		out.start = append(out.start, claimed.Sub(in))
 		wf, err := identity.WorkflowID("order-refund", id)
 		if err != nil {
 			return out, err
 		}
 		var created, task, scheduled, started time.Time
-		stamps := []stamp{{"inbox row", in}, {"refund claimed", claimed}, {"refund recorded", refunded}, {"receipt recorded", mailed}, {"processed", at}}
+		stamps := []stamp{{"inbox row", in}, {"refund claimed", claimed}, {"refund recorded", refunded}, {"receipt recorded", mailed}, {"processed", at}, {"done (committed)", end}}
 		var got, answered time.Time
 		var called bool
 		if st.RefundCall != nil {
@@ -1038,7 +1091,7 @@ func probe(ctx context.Context, cfg DrainConfig, st DrainStack, stem string, ord
 			default:
 			}
 		}
-		if t := at.Sub(sent[id]); t >= slices.Max(out.total) {
+		if t := end.Sub(sent[id]); t >= slices.Max(out.total) {
 			out.slowest = fmt.Sprintf("%s, sent %s into the probes: %s", id, sent[id].Sub(sent[ids[0]]).Round(time.Millisecond), timeline(sent[id], stamps))
 			out.slowestSent = sent[id]
 		}
