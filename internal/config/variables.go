@@ -163,7 +163,7 @@ var variables = []variable{
 	addr("EFFECTIVELY_HEALTH_ADDR", "127.0.0.1:8081", "HealthAddr",
 		"the worker's `/livez`, `/readyz` and `/metrics` (Prometheus) listener, see docs/operations.md; `off` disables it", func(c *Config) *string { return &c.HealthAddr }),
 	dur("EFFECTIVELY_DRAIN_TIMEOUT", DefaultDrainTimeout, "DrainTimeout",
-		"on SIGTERM, how long the worker lets effects in flight finish their provider call and record (three quarters) and the Temporal worker stop (the last quarter); keep it under the orchestrator's grace period",
+		"the whole shutdown, from SIGTERM (or a part's failure): the intake settles what it fetched and the effects in flight finish their provider call and record until the last quarter, in which the Temporal workers stop, all at once; at its end the worker exits whatever is still stopping. Keep it under the orchestrator's grace period",
 		func(c *Config) *time.Duration { return &c.DrainTimeout }).checked(func(c Config) error { return positive(c.DrainTimeout) }),
 	addr("EFFECTIVELY_WEBHOOK_ADDR", "127.0.0.1:8082", "WebhookAddr",
 		"where the routes are served; `off` disables. The listener runs only when a Stripe secret or a SendGrid key is set.", func(c *Config) *string { return &c.WebhookAddr }),
