@@ -161,11 +161,19 @@ func confRetryable(err error) bool {
 // receipt reads the address from there). Safe to repeat.
 func (e *confEnv) pay(id string, order int64) {
 	e.t.Helper()
-	raw := fmt.Appendf(nil, `{"id":%q,"type":"order.placed","data":{"order_id":%d,"amount":1999,"currency":"usd","customer_email":"ada@example.com","payment_method":"pm_card_visa"}}`, id, order)
+	e.payWith(id, order, "pm_card_visa")
+}
+
+// payWith is pay with the payment method pm.
+func (e *confEnv) payWith(id string, order int64, pm string) {
+	e.t.Helper()
+	raw := fmt.Appendf(nil, `{"id":%q,"type":"order.placed","data":{"order_id":%d,"amount":1999,"currency":"usd","customer_email":"ada@example.com","payment_method":%q}}`, id, order, pm)
 	if _, err := e.db.InsertInbox(context.Background(), store.InboxEntry{Consumer: "order-placed", MessageID: id, Payload: raw, PayloadHash: "h-" + id, Source: "test"}); err != nil {
 		e.t.Fatal(err)
 	}
-	r, err := confExecute(context.Background(), e, e.acts.ChargeOrder, confChargeInput(id, order))
+	in := confChargeInput(id, order)
+	in.PaymentMethod = pm
+	r, err := confExecute(context.Background(), e, e.acts.ChargeOrder, in)
 	if err != nil || r.Outcome != activities.PaymentPaid {
 		e.t.Fatalf("pay order %d with %s: %+v, %v", order, id, r, err)
 	}

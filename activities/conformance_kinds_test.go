@@ -109,13 +109,16 @@ type confEffect struct {
 	// ID; twinFirst runs the twin before this kind.
 	twin      string
 	twinFirst bool
+	// done is the ledger's state of the effect performed and recorded;
+	// "" is succeeded.
+	done string
 	// notApplicable names the cases that do not apply to this kind, with
 	// the reason the suite prints.
 	notApplicable map[string]string
 }
 
 func confKinds() []*confEffect {
-	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldReceiptKind(), confHeldRefundReceiptKind(), confIntakeRefundKind()}
+	return []*confEffect{confChargeKind(), confRefundKind(), confReceiptKind(), confRefundReceiptKind(), confHeldReceiptKind(), confHeldRefundReceiptKind(), confIntakeRefundKind(), confPendingRefundKind()}
 }
 
 func confChargeInput(id string, order int64) activities.ChargeInput {
@@ -266,10 +269,12 @@ func confRefundKind() *confEffect {
 			})
 		},
 		contradict: func(e *confEnv, m confMsg) {
-			// Stripe tells that the recorded refund failed after all.
+			// An event tells that the recorded refund is pending again: a
+			// move back, which no refund makes. (One that fails after it
+			// succeeded is a move forward, and is recorded:
+			// TestRefundFailingAfterItSucceeded.)
 			rf := e.stripeObject("/v1/refunds/" + ledger(e, m).Ref)
-			rf["status"] = "failed"
-			rf["failure_reason"] = "lost_or_stolen_card"
+			rf["status"] = "pending"
 			e.stripeEvent("charge.refund.updated", rf)
 		},
 		contradictionKept: confStripeEventKept,
@@ -620,4 +625,26 @@ func confJSON(answer *httptest.ResponseRecorder, v any) error {
 		return fmt.Errorf("status %d", answer.Code)
 	}
 	return json.Unmarshal(answer.Body.Bytes(), v)
+}
+
+// doneState is the ledger's state of k's effect performed and recorded.
+func (k *confEffect) doneState() string {
+	if k.done != "" {
+		return k.done
+	}
+	return "succeeded"
+}
+
+// confPendingRefundKind is a refund Stripe answers pending (the order paid
+// with pm_card_pendingRefund): done once it is recorded pending, its amount
+// reserved and no receipt sent, whatever happened to the call.
+func confPendingRefundKind() *confEffect {
+	k := confRefundKind()
+	k.name = "pending refund"
+	k.success, k.done = string(activities.RefundPending), string(store.RefundPending)
+	k.prepare = func(e *confEnv, m confMsg) { e.payWith(m.PaymentID, m.Order, "pm_card_pendingRefund") }
+	k.notApplicable = map[string]string{
+		caseHookContra: "every later status of a pending refund is a move forward, and is recorded (TestPendingRefundSettles…)",
+	}
+	return k
 }

@@ -139,8 +139,8 @@ func confWantDoneOnce(t *testing.T, e *confEnv, k *confEffect, m confMsg, when, 
 	if n := k.performed(e, m); n != 1 {
 		t.Errorf("%s: %s %s: the provider performed it %d times, want exactly 1", k.name, m.ID, when, n)
 	}
-	if row := k.ledger(e, m); row.State != "succeeded" {
-		t.Errorf("%s: %s %s: ledger %q, want succeeded", k.name, m.ID, when, row)
+	if row := k.ledger(e, m); row.State != k.doneState() {
+		t.Errorf("%s: %s %s: ledger %q, want %s", k.name, m.ID, when, row, k.doneState())
 	}
 }
 
@@ -154,7 +154,7 @@ func confWantOpen(t *testing.T, e *confEnv, k *confEffect, m confMsg, when, out 
 	if n := k.performed(e, m); n != 0 {
 		t.Errorf("%s: %s %s: the provider performed it %d times, want 0", k.name, m.ID, when, n)
 	}
-	if row := k.ledger(e, m); row.State == "succeeded" || row.State == "failed" {
+	if row := k.ledger(e, m); row.State == k.doneState() || row.State == "failed" {
 		t.Errorf("%s: %s %s: ledger %q, want no final state", k.name, m.ID, when, row)
 	}
 }
@@ -350,7 +350,7 @@ func confSecondMessage(t *testing.T, e *confEnv, k *confEffect, m confMsg) {
 		t.Errorf("%s: the provider performed the second message %d times, want %d", k.name, n, effects)
 	}
 	if effects == 0 {
-		if row := k.ledger(e, m2); row.State == "succeeded" {
+		if row := k.ledger(e, m2); row.State == k.doneState() {
 			t.Errorf("%s: the second message's ledger is %q, want no effect", k.name, row)
 		}
 	}
@@ -387,7 +387,7 @@ func confPostgresRestart(t *testing.T, e *confEnv, k *confEffect, m confMsg) {
 		t.Errorf("%s: an attempt while Postgres was down made %d provider requests, want none", k.name, n)
 	}
 	e.databaseUp()
-	if row := k.ledger(e, m); row.State == "succeeded" || row.State == "failed" {
+	if row := k.ledger(e, m); row.State == k.doneState() || row.State == "failed" {
 		t.Errorf("%s: the record cut by the restart is %q, want no final state", k.name, row)
 	}
 	out, err = confSettle(e, k, m, 3)
@@ -441,7 +441,7 @@ func confLookupFindsAnotherAmount(t *testing.T, e *confEnv, k *confEffect, m con
 	out, err := confSettle(e, k, m, 3)
 	row := k.ledger(e, m)
 	t.Logf("%s: after the lookup: outcome %q, error %v, ledger %q", k.name, out, err, row)
-	if row.State == "succeeded" || out == k.success {
+	if row.State == k.doneState() || out == k.success {
 		t.Errorf("%s: the lookup adopted an object of another amount: outcome %q, ledger %q", k.name, out, row)
 	}
 	if n := k.performed(e, m); n != performed {
@@ -449,7 +449,7 @@ func confLookupFindsAnotherAmount(t *testing.T, e *confEnv, k *confEffect, m con
 	}
 	if k.afterDecoy != nil {
 		k.afterDecoy(e, m)
-		if after := k.ledger(e, m); after.State == "succeeded" {
+		if after := k.ledger(e, m); after.State == k.doneState() {
 			t.Errorf("%s: the webhook of the object of another amount settled the record: %q → %q", k.name, row, after)
 		}
 	}

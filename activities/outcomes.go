@@ -86,6 +86,8 @@ func (a *Activities) countRefund(r RefundResult, err error) {
 		res = metrics.ResultReplayed
 	case r.Outcome == RefundRefunded:
 		res = metrics.ResultRefunded
+	case r.Outcome == RefundPending:
+		res = metrics.ResultProcessing
 	case r.Outcome == RefundFailed:
 		res = metrics.ResultFailed
 	}

@@ -66,8 +66,13 @@ type RefundOutcome string
 
 // Refund outcomes returned by RefundOrder.
 const (
-	// RefundRefunded: Stripe created the refund (once, under the key).
+	// RefundRefunded: Stripe created the refund (once, under the key), and
+	// it succeeded.
 	RefundRefunded RefundOutcome = "refunded"
+	// RefundPending: Stripe created the refund but has not moved the money
+	// yet (pending, requires_action); its amount stays reserved, and no
+	// receipt is sent until CheckRefund finds it succeeded.
+	RefundPending RefundOutcome = "refund_pending"
 	// RefundFailed: Stripe refused the refund; its amount is free again.
 	RefundFailed RefundOutcome = "refund_failed"
 	// RefundExceedsPayment: more than what remains of the payment; Stripe
@@ -89,9 +94,11 @@ type RefundResult struct {
 	Refunded int64 `json:"refunded,omitempty"`
 	// FailureCode explains a RefundFailed.
 	FailureCode string `json:"failure_code,omitempty"`
-	Replayed    bool   `json:"replayed,omitempty"`
-	Recorded    bool   `json:"recorded,omitempty"`
-	Reconciled  bool   `json:"reconciled,omitempty"`
+	// Status is the Refund's status at Stripe, when known.
+	Status     string `json:"status,omitempty"`
+	Replayed   bool   `json:"replayed,omitempty"`
+	Recorded   bool   `json:"recorded,omitempty"`
+	Reconciled bool   `json:"reconciled,omitempty"`
 	// Receipt is the refund receipt this attempt sent under the claim its
 	// record took, as recorded; nil when it recorded none (the workflow's
 	// SendRefundReceipt then claims the receipt and sends it).
@@ -340,10 +347,12 @@ func (k *refunding) Unfound(ctx context.Context, cause error) (RefundResult, err
 
 // recordedRefund returns the outcome already in Postgres, without a call.
 func recordedRefund(r store.Refund) (RefundResult, error) {
-	res := RefundResult{RefundID: r.RefundID, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency, Recorded: true}
+	res := RefundResult{RefundID: r.RefundID, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency, Status: r.RefundStatus, Recorded: true}
 	switch r.State {
 	case store.RefundSucceeded:
 		res.Outcome = RefundRefunded
+	case store.RefundPending:
+		res.Outcome = RefundPending
 	case store.RefundFailed:
 		res.Outcome, res.FailureCode = RefundFailed, r.FailureCode
 	case store.RefundClaimed:
@@ -370,9 +379,16 @@ func (a *Activities) recordRefund(ctx context.Context, in RefundInput, key strin
 	}
 	res := RefundResult{
 		Outcome: RefundRefunded, RefundID: rf.ID, PaymentIntentID: r.PaymentIntentID, Currency: r.Currency,
-		Replayed: rf.Replayed, Reconciled: reconciled,
+		Status: rf.Status, Replayed: rf.Replayed, Reconciled: reconciled,
 	}
-	held := refundReceiptToHold(in, res, receiptBy, to)
+	var held *heldReceipt
+	if rf.Pending() {
+		// No money moved yet: recorded pending, and no receipt until it
+		// succeeds (CheckRefund).
+		res.Outcome = RefundPending
+	} else {
+		held = refundReceiptToHold(in, res, receiptBy, to)
+	}
 	if held != nil {
 		rec.Receipt = &store.EmailClaim{Key: held.key, RequestHash: requestHash(refundMail(held.key, held.to, held.refund)), Policy: a.emailPolicy()}
 	}

@@ -204,3 +204,44 @@ func TestRunMayAct(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveSettlesAPendingRefund: `starter resolve` of a refund recorded
+// pending retrieves it: still pending at Stripe, it stays pending (exit 7);
+// once Stripe moved it, it is recorded succeeded.
+func TestResolveSettlesAPendingRefund(t *testing.T) {
+	f := newOpsFixture(t)
+	ctx := context.Background()
+	if _, err := f.charge(t, "evt_o9", 509, "pm_card_pendingRefund"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.db.PaymentOf(ctx, "order-placed", "evt_o9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := f.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: "evt_rf9", OrderID: 509, Amount: 300, Reason: "requested_by_customer", Key: "refund:evt_rf9", RequestHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := f.acts.Payments.Refund(ctx, payment.RefundRequest{IdempotencyKey: "refund:evt_rf9", MessageID: "evt_rf9", OrderID: 509, PaymentIntentID: p.PaymentIntentID, Amount: 300, Reason: "requested_by_customer"})
+	if err != nil || made.Status != "pending" {
+		t.Fatalf("refund %+v, %v; want pending", made, err)
+	}
+	if _, err := f.db.RecordRefundSucceeded(ctx, store.RefundSuccess{Consumer: "order-refund", MessageID: "evt_rf9", OrderID: 509, Key: "refund:evt_rf9", Claim: claim.Claim, RefundID: made.ID, Status: made.Status}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitStillOpen || !strings.Contains(out, "pending at Stripe") {
+		t.Fatalf("resolve of a refund still pending: exit %d, %s; want %d", code, out, exitStillOpen)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundPending {
+		t.Fatalf("refund %+v, want pending", rf)
+	}
+	if err := f.sims.Stripe.SettleRefund(made.ID); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf9"); code != exitOK {
+		t.Fatalf("resolve of a refund Stripe settled: exit %d, %s %s", code, out, stderr)
+	}
+	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundSucceeded {
+		t.Fatalf("refund %+v, want succeeded", rf)
+	}
+}

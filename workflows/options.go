@@ -58,6 +58,12 @@ type Config struct {
 	// order_not_paid. Default: the payment's own bound
 	// (PaymentScheduleToClose + PaymentProcessingMaxWait) plus 5m.
 	RefundAwaitPayment time.Duration
+	// RefundPendingMaxWait bounds the wait for a refund Stripe answered
+	// pending: past it, still pending, the workflow fails
+	// (refund_pending_timeout) for an operator, its receipt unsent; the
+	// webhook still settles the ledger when Stripe ends it. Default 30
+	// days: some refunds take weeks to reach the customer's bank.
+	RefundPendingMaxWait time.Duration
 	// HeartbeatTimeout is how long a regular effect attempt may go without
 	// a heartbeat (sent every 2s) before Temporal retries it elsewhere.
 	// Default 10s.
@@ -100,6 +106,7 @@ func DefaultConfig() Config {
 		PaymentProcessingMaxWait: 72 * time.Hour,
 		HeartbeatTimeout:         10 * time.Second,
 		RefundAwaitPayment:       20*time.Hour + 72*time.Hour + refundAwaitMargin,
+		RefundPendingMaxWait:     30 * 24 * time.Hour,
 	}
 }
 
@@ -125,6 +132,7 @@ func (c Config) withDefaults() Config {
 	set(&c.PaymentProcessingPoll, d.PaymentProcessingPoll)
 	set(&c.PaymentProcessingMaxWait, d.PaymentProcessingMaxWait)
 	set(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	set(&c.RefundPendingMaxWait, d.RefundPendingMaxWait)
 	set(&c.RefundAwaitPayment, c.refundPaymentWait()+refundAwaitMargin)
 	return c
 }
@@ -152,6 +160,7 @@ func (c Config) Validate() error {
 		"LocalStartToClose":     c.LocalStartToClose,
 		"PaymentProcessingPoll": c.PaymentProcessingPoll, "PaymentProcessingMaxWait": c.PaymentProcessingMaxWait,
 		"HeartbeatTimeout": c.HeartbeatTimeout, "RefundAwaitPayment": c.RefundAwaitPayment,
+		"RefundPendingMaxWait": c.RefundPendingMaxWait,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s is negative (%s)", name, d)

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -210,47 +211,28 @@ func (w *Workflows) OrderPlaced(ctx workflow.Context, in OrderPlacedInput) (Stat
 func (w *Workflows) awaitPayment(ctx workflow.Context, st *Status, in OrderPlacedInput, charge activities.ChargeResult) (activities.ChargeResult, error) {
 	st.Stage = StagePaymentProcessing
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Payment of order %d is processing at Stripe (%s): waiting for it to settle.", in.Order.OrderID, charge.PaymentIntentID))
-	logger := workflow.GetLogger(ctx)
-	signals := workflow.GetSignalChannel(ctx, PaymentSettledSignal)
 	var recorded *waitBounds
 	maxWait := w.bounds(ctx, &recorded).PaymentProcessingMaxWait
-	deadline := workflow.Now(ctx).Add(maxWait)
-	for {
-		remaining := deadline.Sub(workflow.Now(ctx))
-		if remaining <= 0 {
-			st.Outcome = OutcomePaymentProcessingTimeout
-			return charge, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("payment of order %d still processing after %s: operator action needed", in.Order.OrderID, maxWait),
-				ErrTypePaymentProcessingTimeout, nil)
-		}
-		timerCtx, cancelTimer := workflow.WithCancel(ctx)
-		timer := workflow.NewTimer(timerCtx, min(w.cfg.PaymentProcessingPoll, remaining))
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(signals, func(c workflow.ReceiveChannel, _ bool) {
-			var s PaymentSettled
-			c.Receive(ctx, &s)
-			logger.Info("payment settled signal", "payment_intent_id", s.PaymentIntentID, "status", s.Status)
+	opts := workflow.WithActivityOptions(ctx, w.cfg.settleOptions(in.Consumer, fmt.Sprintf("settle payment of order %d", in.Order.OrderID)))
+	timedOut, err := settleWait(ctx, PaymentSettledSignal, workflow.Now(ctx).Add(maxWait),
+		func() time.Duration { return w.cfg.PaymentProcessingPoll },
+		func() (bool, error) {
+			var out activities.ChargeResult
+			err := workflow.ExecuteActivity(opts, activities.SettlePaymentName,
+				activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
+			if err == nil && out.Outcome != activities.PaymentProcessing {
+				charge = out
+				return true, nil
+			}
+			return false, err
 		})
-		sel.AddFuture(timer, func(workflow.Future) {})
-		sel.Select(ctx)
-		cancelTimer()
-
-		var out activities.ChargeResult
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, w.cfg.settleOptions(in.Consumer, fmt.Sprintf("settle payment of order %d", in.Order.OrderID))),
-			activities.SettlePaymentName, activities.SettleInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Order.OrderID}).Get(ctx, &out)
-		var appErr *temporal.ApplicationError
-		switch {
-		case errors.As(err, &appErr) && appErr.NonRetryable():
-			return charge, err
-		case err != nil:
-			// Stripe or Postgres unreachable for the activity's whole
-			// schedule: keep waiting, the next wake-up tries again.
-			logger.Warn("settling the processing payment failed; waiting for the next poll", "error", err)
-			continue
-		case out.Outcome != activities.PaymentProcessing:
-			return out, nil
-		}
+	if timedOut {
+		st.Outcome = OutcomePaymentProcessingTimeout
+		return charge, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("payment of order %d still processing after %s: operator action needed", in.Order.OrderID, maxWait),
+			ErrTypePaymentProcessingTimeout, nil)
 	}
+	return charge, err
 }
 
 // localOutcome is the result of a local variant of an activity: the

@@ -56,7 +56,28 @@ const (
 	OutcomeRefundExceedsPayment Outcome = "refund_exceeds_payment"
 	// OutcomeOrderNotPaid: the order was never paid; Stripe was not called.
 	OutcomeOrderNotPaid Outcome = "order_not_paid"
+	// OutcomeRefundPendingTimeout: Stripe still reported the refund
+	// pending after RefundPendingMaxWait; no receipt was sent.
+	OutcomeRefundPendingTimeout Outcome = "refund_pending_timeout"
 )
+
+// StageRefundPending is the stage of a refund Stripe created but has not
+// moved the money of yet; the workflow waits for it (awaitRefund).
+const StageRefundPending Stage = "refund_pending"
+
+// ErrTypeRefundPendingTimeout is the type of the non-retryable error an
+// OrderRefund fails with when its refund is still pending after
+// Config.RefundPendingMaxWait: an operator follows it up at Stripe.
+const ErrTypeRefundPendingTimeout = "refund_pending_timeout"
+
+// refundSettleChange is the GetVersion change ID of the wait for a refund
+// Stripe answered pending. Only this release records a refund pending, so
+// it is asked only there and no earlier history meets it.
+const refundSettleChange = "refund-pending-settles"
+
+// refundPendingPollMax caps the poll of a pending refund: the webhook's
+// RefundSettledSignal wakes the wait at once, the poll only backs it up.
+const refundPendingPollMax = time.Hour
 
 // RefundStatus is what the status query of an OrderRefund returns, and its
 // result.
@@ -259,6 +280,12 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 		return st, fmt.Errorf("refund order %d: %w", in.Refund.OrderID, err)
 	}
 	st.Refund = &refund
+	if refund.Outcome == activities.RefundPending && workflow.GetVersion(ctx, refundSettleChange, workflow.DefaultVersion, 1) == 1 {
+		if refund, err = w.awaitRefund(ctx, &st, in, refund); err != nil {
+			return st, err
+		}
+		st.Refund = &refund
+	}
 	switch refund.Outcome {
 	case activities.RefundOrderNotPaid:
 		st.Stage, st.Outcome = StageCompleted, OutcomeOrderNotPaid
@@ -273,7 +300,9 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 		st.Stage, st.Outcome = StageCompleted, OutcomeRefundFailed
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Stripe refused the refund of order %d (%s); no receipt sent.", in.Refund.OrderID, refund.FailureCode))
 		return st, nil
-	case activities.RefundRefunded:
+	case activities.RefundRefunded, activities.RefundPending:
+		// Pending does not reach here: awaitRefund returns it only with
+		// an error, and no run recorded it without the version marker.
 	}
 
 	st.Stage = StageSendingReceipt
@@ -308,4 +337,50 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Order %d refunded (%s); refund receipt %s.", in.Refund.OrderID, refund.RefundID, receipt.Outcome))
 	return st, nil
+}
+
+// awaitRefund waits for a refund Stripe answered pending: each time
+// RefundSettledSignal arrives or the poll timer fires (1 s, doubling to
+// refundPendingPollMax), CheckRefund reads the ledger and, unless the
+// webhook settled it already, retrieves the Refund. It returns the settled
+// outcome (refunded or failed), or past RefundPendingMaxWait, as this run
+// first recorded it, a non-retryable error of type
+// ErrTypeRefundPendingTimeout. A receipt is never sent from here: the
+// caller sends one only for a refund that succeeded.
+func (w *Workflows) awaitRefund(ctx workflow.Context, st *RefundStatus, in OrderRefundInput, refund activities.RefundResult) (activities.RefundResult, error) {
+	st.Stage = StageRefundPending
+	var maxWait time.Duration
+	// Recorded, so that a deploy that lowers the bound changes no running wait.
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return w.cfg.RefundPendingMaxWait }).Get(&maxWait); err != nil {
+		return refund, err
+	}
+	deadline := workflow.Now(ctx).Add(maxWait)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Stripe has not moved the money of refund %s of order %d yet (%s): waiting for it until %s; no receipt before.",
+		refund.RefundID, in.Refund.OrderID, refund.Status, deadline.UTC().Format(time.RFC3339)))
+	opts := workflow.WithActivityOptions(ctx, w.cfg.settleOptions(in.Consumer, fmt.Sprintf("check refund of order %d (%s)", in.Refund.OrderID, refund.RefundID)))
+	poll := min(time.Second, refundPendingPollMax)
+	timedOut, err := settleWait(ctx, RefundSettledSignal, deadline,
+		func() time.Duration {
+			p := poll
+			poll = min(2*poll, refundPendingPollMax)
+			return p
+		},
+		func() (bool, error) {
+			var out activities.RefundResult
+			err := workflow.ExecuteActivity(opts, activities.CheckRefundName,
+				activities.CheckRefundInput{Consumer: in.Consumer, MessageID: in.MessageID, OrderID: in.Refund.OrderID}).Get(ctx, &out)
+			if err == nil && out.Outcome != activities.RefundPending {
+				out.Replayed = refund.Replayed
+				refund = out
+				return true, nil
+			}
+			return false, err
+		})
+	if timedOut {
+		st.Stage, st.Outcome = StageCompleted, OutcomeRefundPendingTimeout
+		return refund, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("refund %s of order %d still pending at Stripe after %s: operator action needed; no receipt sent", refund.RefundID, in.Refund.OrderID, maxWait),
+			ErrTypeRefundPendingTimeout, nil)
+	}
+	return refund, err
 }

@@ -55,3 +55,21 @@ func TestReplayWithLoweredBounds(t *testing.T) {
 		t.Fatalf("replay with PaymentProcessingMaxWait lowered to 1s: %v", err)
 	}
 }
+
+// TestReplayPendingRefundWithLoweredBound: a refund waiting for Stripe
+// records RefundPendingMaxWait where its wait begins, so a deploy that
+// lowers it replays the recorded run (order_refund_pending.json waited
+// about 4 s under 30 days) as it ran.
+func TestReplayPendingRefundWithLoweredBound(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RefundPendingMaxWait = time.Second
+	wfs, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := worker.NewWorkflowReplayer()
+	wfs.Register(r)
+	if err := r.ReplayWorkflowHistoryFromJSONFile(nil, filepath.Join("testdata", "order_refund_pending.json")); err != nil {
+		t.Fatalf("replay with RefundPendingMaxWait lowered to 1s: %v", err)
+	}
+}

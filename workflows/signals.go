@@ -15,3 +15,16 @@ type PaymentSettled struct {
 	FailureCode     string `json:"failure_code,omitempty"`
 	DeclineCode     string `json:"decline_code,omitempty"`
 }
+
+// RefundSettledSignal tells an OrderRefund waiting for a pending refund
+// that Stripe moved it (charge.refund.updated). The Stripe webhook sends it
+// to identity.WorkflowID(consumer, message ID) of the refunds row, after
+// the ledger recorded the update. Like PaymentSettledSignal it only wakes
+// the wait: CheckRefund reads the outcome from the ledger.
+const RefundSettledSignal = "refund-settled"
+
+// RefundSettled is the payload of RefundSettledSignal.
+type RefundSettled struct {
+	RefundID string `json:"refund_id"`
+	Status   string `json:"status"`
+}

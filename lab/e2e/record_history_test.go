@@ -104,3 +104,36 @@ func writeHistory(t *testing.T, s *testenv.Stack, wfID, file string) {
 	}
 	t.Logf("wrote %s (%d events)", path, len(h.Events))
 }
+
+// TestRecordPendingRefundHistory records a refund Stripe answers pending:
+// the workflow checks it a few times, Stripe settles it, and a
+// refund-settled signal wakes the workflow, which sends the receipt. It
+// writes order_refund_pending.json.
+//
+//	go test -tags record -run TestRecordPendingRefundHistory ./lab/e2e/
+func TestRecordPendingRefundHistory(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{})
+	ctx := context.Background()
+	accept(t, s, order("evt_rec_rp_o", 5, "pm_card_pendingRefund"))
+	wait(t, s, "evt_rec_rp_o")
+	res := accept(t, s, refundMsg("evt_rec_rp", 5, 700))
+	var rf store.Refund
+	for deadline := time.Now().Add(30 * time.Second); rf.State != store.RefundPending; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("refund = %+v; want pending", rf)
+		}
+		rf, _ = s.Store.RefundOf(ctx, message.ConsumerRefundRequested, "evt_rec_rp")
+	}
+	time.Sleep(4 * time.Second) // checks at 1, 2 (3 s in): still pending
+	if err := s.Sims.Stripe.SettleRefund(rf.RefundID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client.SignalWorkflow(ctx, res.WorkflowID, "", workflows.RefundSettledSignal,
+		workflows.RefundSettled{RefundID: rf.RefundID, Status: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitRefund(t, s, "evt_rec_rp"); st.Outcome != workflows.OutcomeRefunded {
+		t.Fatalf("outcome = %+v", st)
+	}
+	writeHistory(t, s, res.WorkflowID, "order_refund_pending.json")
+}

@@ -227,3 +227,40 @@ func TestRefundBeforeItsOrder(t *testing.T) {
 		t.Errorf("refund receipts = %d, want 1", n)
 	}
 }
+
+// TestPendingRefund runs a refund Stripe answers pending through the real
+// stack: the workflow records it pending, sends no receipt and waits; once
+// Stripe moves it, the workflow's next check records it succeeded and the
+// receipt goes out, once.
+func TestPendingRefund(t *testing.T) {
+	s := testenv.NewStack(t, testenv.StackOptions{})
+	ctx := context.Background()
+	accept(t, s, order("evt_rp_o", 71, "pm_card_pendingRefund"))
+	if st := wait(t, s, "evt_rp_o"); st.Outcome != workflows.OutcomeCompleted {
+		t.Fatalf("order outcome = %+v", st)
+	}
+	accept(t, s, refundMsg("evt_rp_1", 71, 700))
+	var rf store.Refund
+	testenv.Eventually(t, 30*time.Second, "the refund recorded pending", func() bool {
+		rf, _ = s.Store.RefundOf(ctx, message.ConsumerRefundRequested, "evt_rp_1")
+		return rf.State == store.RefundPending
+	})
+	time.Sleep(2 * time.Second) // a check or two finds it still pending
+	if n := s.Sims.SendGrid.Stats().DeliveriesByKey["refundemail:evt_rp_1"]; n != 0 {
+		t.Fatalf("%d receipts for a refund still pending", n)
+	}
+	if err := s.Sims.Stripe.SettleRefund(rf.RefundID); err != nil {
+		t.Fatal(err)
+	}
+	st := waitRefund(t, s, "evt_rp_1")
+	if st.Outcome != workflows.OutcomeRefunded || st.Refund.RefundID != rf.RefundID {
+		t.Fatalf("refund outcome = %+v", st)
+	}
+	if n := s.Sims.SendGrid.Stats().DeliveriesByKey["refundemail:evt_rp_1"]; n != 1 {
+		t.Errorf("refund receipts = %d, want 1", n)
+	}
+	ms, err := s.Store.Status(ctx, message.ConsumerRefundRequested, "evt_rp_1")
+	if err != nil || ms.Refund.State != store.RefundSucceeded || ms.Processed.Outcome != store.OutcomeRefunded {
+		t.Errorf("postgres: refund %+v processed %+v, %v", ms.Refund, ms.Processed, err)
+	}
+}

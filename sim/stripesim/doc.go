@@ -14,6 +14,8 @@
 //	POST /v1/payment_intents/{id}/confirm  confirm
 //	GET  /v1/payment_intents/{id}          retrieve
 //	GET  /v1/payment_intents               list, newest first: created[gte|gt|lte|lt], limit, starting_after
+//	POST /v1/refunds                       refund a succeeded PaymentIntent: payment_intent, amount, reason, metadata
+//	GET  /v1/refunds/{id}                  retrieve a refund
 //	GET  /v1/refunds                       list refunds, newest first: payment_intent, created[gte|gt|lte|lt], limit, starting_after
 //	GET  /v1/payment_intents/search        search, e.g. query=metadata['message_id']:'evt_1'
 //
@@ -30,7 +32,9 @@
 // the test payment method given in the request. Further test
 // methods answer 200 with the other statuses a confirmation can end in
 // (processing, requires_action, requires_payment_method, requires_capture,
-// canceled); see statuses.go.
+// canceled), and pm_card_pendingRefund and pm_card_refundFail succeed but
+// make their refunds pending, or failed after they succeeded, delivering
+// charge.refund.updated; see statuses.go.
 //
 // # Idempotency
 //
@@ -107,6 +111,7 @@
 //	GET    /_sim/rate_limits  the rate limits: {"global":{"per_second":25,"burst":25},"endpoint":{…}}
 //	POST   /_sim/rate_limits  set them (per_second 0: no limit)
 //	POST   /_sim/payment_intents/settle  end a processing PaymentIntent: {"id":"pi_…","succeed":true}
+//	POST   /_sim/refunds/settle  make a refund's status change now (SettleRefund): id=re_… or {"id":"re_…"}
 //
 // A fault's JSON form has the fields match (message_id, idempotency_key,
 // path), kind, status, times and either delay_ms (milliseconds) or delay (a Go

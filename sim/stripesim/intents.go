@@ -46,6 +46,8 @@ type cardOutcome struct {
 	// settlesDeclined, for status processing, makes the payment fail when
 	// it settles instead of succeeding.
 	settlesDeclined bool
+	// refund is what becomes of a refund of the charge (see statuses.go).
+	refund refundBehavior
 }
 
 // testPaymentMethods are the test payment methods the simulator knows.
@@ -69,6 +71,10 @@ var testPaymentMethods = map[string]cardOutcome{
 	"pm_card_requiresPaymentMethod":  {status: statusRequiresPaymentMethod, declineCode: "generic_decline", message: "Your card was declined."},
 	"pm_card_requiresCapture":        {status: statusRequiresCapture},
 	"pm_card_canceled":               {status: statusCanceled},
+	// Methods whose charge succeeds but whose refunds change status later:
+	// see statuses.go.
+	"pm_card_pendingRefund": {refund: refundStartsPending},
+	"pm_card_refundFail":    {refund: refundFailsLater},
 }
 
 // paymentIntent is the simulator's PaymentIntent, in Stripe's JSON shape.
@@ -108,6 +114,9 @@ type paymentIntent struct {
 	// (pm_card_visa): like Stripe, the simulator shows a new PaymentMethod
 	// ID in PaymentMethod instead, and charges by the alias's outcome.
 	cardAlias string
+	// refundBehavior is what becomes of refunds of its charge, set by the
+	// test payment method it succeeded with.
+	refundBehavior refundBehavior
 }
 
 // setPaymentMethodLocked attaches the test payment method alias to pi the

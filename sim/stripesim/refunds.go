@@ -1,15 +1,40 @@
 package stripesim
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // Refund statuses.
-const refundSucceeded = "succeeded"
+const (
+	refundSucceeded = "succeeded"
+	refundPending   = "pending"
+	refundFailed    = "failed"
+)
+
+// refundFailureReason is the failure_reason of a refund of a
+// pm_card_refundFail charge, as in Stripe's test mode.
+const refundFailureReason = "expired_or_canceled_card"
+
+// refundBehavior is what becomes of the refunds of a charge, by the test
+// payment method it was paid with (see statuses.go).
+type refundBehavior uint8
+
+const (
+	// refundNormal: created succeeded, and stays so.
+	refundNormal refundBehavior = iota
+	// refundStartsPending (pm_card_pendingRefund): created pending, later
+	// succeeded.
+	refundStartsPending
+	// refundFailsLater (pm_card_refundFail): created succeeded, later
+	// failed, its amount refundable again.
+	refundFailsLater
+)
 
 // Stripe's error codes for refunds.
 const (
@@ -32,6 +57,14 @@ type refund struct {
 	PaymentIntent string            `json:"payment_intent"`
 	Reason        *string           `json:"reason"`
 	Status        string            `json:"status"`
+	// FailureReason is set when Status is failed, and omitted otherwise.
+	FailureReason string `json:"failure_reason,omitempty"`
+
+	// next is the status the refund will move to (pending → succeeded,
+	// succeeded → failed), or "" when it will not move again; since is
+	// when it entered its present status.
+	next  string
+	since time.Time
 }
 
 var (
@@ -101,6 +134,7 @@ func (s *Server) createRefund(form url.Values) (operation, *apiError) {
 			return errorResponse(invalidRequest("payment_intent", codeChargeNotRefundable,
 				"This PaymentIntent (%s) does not have a successful charge to refund.", pi.ID), requestID)
 		}
+		s.advanceRefundsOfLocked(pi.ID) // a refund that failed meanwhile gives its amount back
 		remaining := pi.AmountReceived - s.refunded[pi.ID]
 		if amount == 0 {
 			amount = remaining
@@ -119,9 +153,19 @@ func (s *Server) createRefund(form url.Values) (operation, *apiError) {
 		r := &refund{
 			ID: s.nextIDLocked("re"), Object: "refund", Amount: amount, Charge: pi.LatestCharge,
 			Created: s.now().Unix(), Currency: pi.Currency, Metadata: md, PaymentIntent: pi.ID,
-			Reason: optional(reason), Status: refundSucceeded,
+			Reason: optional(reason), Status: refundSucceeded, since: s.now(),
+		}
+		switch pi.refundBehavior {
+		case refundStartsPending:
+			r.Status, r.next = refundPending, refundSucceeded
+		case refundFailsLater:
+			r.next = refundFailed
+		case refundNormal:
 		}
 		s.refunds[r.ID] = r
+		if r.next != "" {
+			s.moving[r.ID] = r
+		}
 		s.refundOrder = append(s.refundOrder, r)
 		s.refunded[pi.ID] += amount
 		s.evictRefundsLocked()
@@ -145,6 +189,7 @@ func (s *Server) retrieveRefund(id string, form url.Values) (operation, *apiErro
 			e.status = http.StatusNotFound
 			return errorResponse(e, requestID)
 		}
+		s.advanceRefundLocked(r)
 		return jsonResponse(http.StatusOK, r)
 	}, nil
 }
@@ -206,10 +251,69 @@ func (s *Server) listRefunds(form url.Values) (operation, *apiError) {
 				res.HasMore = true
 				break
 			}
+			s.advanceRefundLocked(r)
 			res.Data = append(res.Data, r)
 		}
 		return jsonResponse(http.StatusOK, res)
 	}, nil
+}
+
+// advanceRefundLocked moves r to its next status if it has been in its
+// present one for Options.RefundSettleDelay. s.mu must be held.
+func (s *Server) advanceRefundLocked(r *refund) {
+	if r.next == "" || s.refundSettleDelay <= 0 || s.now().Sub(r.since) < s.refundSettleDelay {
+		return
+	}
+	s.moveRefundLocked(r)
+}
+
+// advanceRefundsOfLocked advances every refund of PaymentIntent piID that
+// is still to move. s.mu must be held.
+func (s *Server) advanceRefundsOfLocked(piID string) {
+	for _, r := range s.moving {
+		if r.PaymentIntent == piID {
+			s.advanceRefundLocked(r)
+		}
+	}
+}
+
+// moveRefundLocked moves r to its next status and delivers
+// charge.refund.updated with it. A refund that fails gives its amount back
+// to what remains refundable of its charge. s.mu must be held.
+func (s *Server) moveRefundLocked(r *refund) {
+	r.Status, r.next, r.since = r.next, "", s.now()
+	delete(s.moving, r.ID)
+	if r.Status == refundFailed {
+		r.FailureReason = refundFailureReason
+		if _, ok := s.refunded[r.PaymentIntent]; ok {
+			s.refunded[r.PaymentIntent] -= r.Amount
+		}
+		s.stats.RefundsFailed++
+		s.stats.RefundedAmount -= r.Amount
+	}
+	s.emitLocked(EventChargeRefundUpdated, r)
+}
+
+// ErrNoRefundToSettle is returned by SettleRefund for a refund that does
+// not exist or has no status change to make.
+var ErrNoRefundToSettle = errors.New("stripesim: no such refund with a status change to make")
+
+// SettleRefund makes refund id's status change now, as Stripe's test mode
+// does some time after the refund: a pending refund (of a
+// pm_card_pendingRefund charge) succeeds; a succeeded refund of a
+// pm_card_refundFail charge fails (failure_reason expired_or_canceled_card)
+// and its amount is refundable again. Either delivers
+// charge.refund.updated. Any other refund is refused with
+// ErrNoRefundToSettle.
+func (s *Server) SettleRefund(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.moving[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrNoRefundToSettle, id)
+	}
+	s.moveRefundLocked(r)
+	return nil
 }
 
 // refundCreatedIn reports whether r's created time satisfies every clause.

@@ -71,6 +71,13 @@ type Options struct {
 	// before it settles by itself, seen at the next read of it. Zero means
 	// it stays processing until SettleProcessing.
 	ProcessingDelay time.Duration
+	// RefundSettleDelay is how long a refund of a pm_card_pendingRefund
+	// charge stays pending before it succeeds, and a refund of a
+	// pm_card_refundFail charge stays succeeded before it fails, by
+	// itself, seen at the next read of it (retrieve, list, or a new refund
+	// of the same PaymentIntent). Zero means it changes only at
+	// SettleRefund.
+	RefundSettleDelay time.Duration
 	// RateLimits are answered with 429 past them, per account (see
 	// RateLimits); SetRateLimits changes them. Zero: no limit.
 	RateLimits RateLimits
@@ -98,9 +105,13 @@ type Stats struct {
 	Conflicts int `json:"conflicts"`
 	// Declines counts confirmations that were declined.
 	Declines int `json:"declines"`
-	// Refunds counts refunds created, and RefundedAmount their sum.
+	// Refunds counts refunds created (pending ones included), and
+	// RefundedAmount their sum less that of the ones that failed since.
 	Refunds        int   `json:"refunds"`
 	RefundedAmount int64 `json:"refunded_amount"`
+	// RefundsFailed counts refunds that failed after they were created
+	// (pm_card_refundFail); they stay counted in Refunds.
+	RefundsFailed int `json:"refunds_failed"`
 	// RefundsByMessage counts refunds by their metadata[message_id].
 	RefundsByMessage map[string]int `json:"refunds_by_message"`
 	// RefundsRefused counts refunds refused for asking more than what
@@ -124,10 +135,12 @@ type Server struct {
 	now    func() time.Time
 	log    *slog.Logger
 	keyTTL time.Duration
-	// processingDelay is Options.ProcessingDelay.
-	processingDelay time.Duration
-	idStem          string
-	control         *http.ServeMux
+	// processingDelay is Options.ProcessingDelay, refundSettleDelay
+	// Options.RefundSettleDelay.
+	processingDelay   time.Duration
+	refundSettleDelay time.Duration
+	idStem            string
+	control           *http.ServeMux
 
 	mu        sync.Mutex
 	latency   time.Duration
@@ -142,11 +155,13 @@ type Server struct {
 	// maxObjects and maxKeys are the bounds of Options.
 	maxObjects int
 	maxKeys    int
-	// Refunds: by ID, in creation order, and the amount refunded per
-	// PaymentIntent.
+	// Refunds: by ID, in creation order, the amount refunded per
+	// PaymentIntent (pending refunds included, failed ones not), and the
+	// refunds whose status is still to change, by ID.
 	refunds     map[string]*refund
 	refundOrder []*refund
 	refunded    map[string]int64
+	moving      map[string]*refund
 	stats       Stats
 	// rateLimits are Options.RateLimits; limiter holds their buckets.
 	rateLimits RateLimits
@@ -180,11 +195,12 @@ func New(opts Options) *Server {
 		idStem:  randomStem(),
 		latency: opts.Latency,
 
-		processingDelay: opts.ProcessingDelay,
-		searchLag:       opts.SearchLag,
-		maxObjects:      opts.MaxObjects,
-		maxKeys:         opts.MaxIdempotencyKeys,
-		rateLimits:      opts.RateLimits,
+		processingDelay:   opts.ProcessingDelay,
+		refundSettleDelay: opts.RefundSettleDelay,
+		searchLag:         opts.SearchLag,
+		maxObjects:        opts.MaxObjects,
+		maxKeys:           opts.MaxIdempotencyKeys,
+		rateLimits:        opts.RateLimits,
 	}
 	if s.maxObjects <= 0 {
 		s.maxObjects = DefaultMaxObjects
@@ -251,6 +267,7 @@ func (s *Server) resetLocked() {
 	s.refunds = make(map[string]*refund)
 	s.refundOrder = nil
 	s.refunded = make(map[string]int64)
+	s.moving = make(map[string]*refund)
 	s.stats = Stats{ChargesByMessage: make(map[string]int), RefundsByMessage: make(map[string]int), RequestsByOperation: make(map[string]int),
 		RateLimitedByReason: make(map[string]int), ReplaysByKey: make(map[string]int)}
 	if s.limiter != nil {
@@ -548,6 +565,7 @@ func (s *Server) evictRefundsLocked() {
 		s.refundOrder[0] = nil
 		s.refundOrder = s.refundOrder[1:]
 		delete(s.refunds, r.ID)
+		delete(s.moving, r.ID)
 	}
 }
 

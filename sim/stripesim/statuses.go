@@ -28,6 +28,23 @@ import (
 // /_sim/payment_intents/settle) says so, or by itself Options.ProcessingDelay
 // after it entered processing, seen at the next read of it. Only a
 // PaymentIntent that reaches succeeded counts as a charge.
+//
+// Two more of Stripe's test methods succeed like pm_card_visa, but their
+// refunds change status after they were created, and each change delivers
+// charge.refund.updated with the Refund:
+//
+//	pm_card_pendingRefund  a refund is created pending, and later succeeds
+//	pm_card_refundFail     a refund is created succeeded, and later fails
+//	                       (failure_reason expired_or_canceled_card); its
+//	                       amount is then refundable again
+//
+// A pending refund counts against what remains refundable, as on Stripe.
+// The change happens when SettleRefund (or POST /_sim/refunds/settle) says
+// so, or by itself Options.RefundSettleDelay after the refund was created,
+// seen at the next read of it (retrieve, list, or a new refund of its
+// PaymentIntent). An idempotent replay of the refund's creation answers
+// what the creation answered (pending), as Stripe does; retrieve shows the
+// present status.
 
 // nextAction is a PaymentIntent's next_action.
 type nextAction struct {
@@ -83,6 +100,7 @@ func (s *Server) enterStatusLocked(pi *paymentIntent, outcome cardOutcome) respo
 func (s *Server) succeedLocked(pi *paymentIntent) {
 	pi.Status = statusSucceeded
 	pi.AmountReceived = pi.Amount
+	pi.refundBehavior = testPaymentMethods[pi.cardAlias].refund
 	pi.LastPaymentError = nil
 	s.stats.Charges++
 	if msg := pi.Metadata["message_id"]; msg != "" {

@@ -32,6 +32,10 @@ const (
 	EventIntentFailed     = "payment_intent.payment_failed"
 	EventIntentCanceled   = "payment_intent.canceled"
 	EventChargeRefunded   = "charge.refunded"
+	// EventChargeRefundUpdated is delivered, with the Refund as
+	// data.object, when a refund changes status after it was created
+	// (SettleRefund, Options.RefundSettleDelay).
+	EventChargeRefundUpdated = "charge.refund.updated"
 )
 
 type webhooks struct {
@@ -40,8 +44,8 @@ type webhooks struct {
 }
 
 // StartWebhooks makes every later PaymentIntent transition (succeeded,
-// payment_failed) deliver an event to o.URL; EmitIntentEvent and Refund
-// emit the others. A sender already running is stopped first.
+// payment_failed) and refund status change (charge.refund.updated) deliver
+// an event to o.URL; EmitIntentEvent and Refund emit the others. A sender already running is stopped first.
 func (s *Server) StartWebhooks(o WebhookOptions) error {
 	if o.Secret == "" {
 		return errors.New("stripesim: a webhook secret is required")

@@ -55,6 +55,8 @@ type Refund struct {
 	PaymentIntentID string
 	// MessageID is the Refund's metadata[message_id].
 	MessageID string
+	// FailureReason is Stripe's failure_reason of a failed refund.
+	FailureReason string
 	// Replayed reports that Stripe answered from its idempotency layer.
 	Replayed bool
 }
@@ -62,6 +64,31 @@ type Refund struct {
 // Failed reports whether the refund did not and will not move money back.
 func (r *Refund) Failed() bool {
 	return r.Status == string(stripe.RefundStatusFailed) || r.Status == string(stripe.RefundStatusCanceled)
+}
+
+// Pending reports whether Stripe has not moved the money yet: the refund
+// is pending, or requires_action (the customer must act first).
+func (r *Refund) Pending() bool {
+	return r.Status == string(stripe.RefundStatusPending) || r.Status == string(stripe.RefundStatusRequiresAction)
+}
+
+// RetrieveRefund reads a Refund by its ID: strongly consistent, like any
+// read of one object, so its status is the one Stripe holds now. A refund
+// of another key namespace is refused as not found.
+func (c *Client) RetrieveRefund(ctx context.Context, id string) (*Refund, error) {
+	if !strings.HasPrefix(id, "re_") {
+		return nil, fmt.Errorf("payment: retrieve refund: %w", localError("a refund ID (re_...) is required"))
+	}
+	params := &stripe.RefundParams{}
+	params.Context = ctx
+	r, err := c.api.Refunds.Get(id, params)
+	if err != nil {
+		return nil, fmt.Errorf("payment: retrieve refund %s: %w", id, c.newError(err))
+	}
+	if !c.ours(r.Metadata) {
+		return nil, fmt.Errorf("payment: refund %s is of another key namespace: %w", id, ErrNotFound)
+	}
+	return toRefund(r), nil
 }
 
 // Refund creates a Stripe Refund of req.PaymentIntentID under
@@ -153,7 +180,7 @@ func (c *Client) FindRefund(ctx context.Context, paymentIntentID, messageID stri
 func toRefund(r *stripe.Refund) *Refund {
 	out := &Refund{
 		ID: r.ID, Status: string(r.Status), Amount: r.Amount, Currency: string(r.Currency),
-		MessageID: r.Metadata["message_id"],
+		MessageID: r.Metadata["message_id"], FailureReason: string(r.FailureReason),
 	}
 	if r.PaymentIntent != nil {
 		out.PaymentIntentID = r.PaymentIntent.ID

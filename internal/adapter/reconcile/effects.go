@@ -25,18 +25,20 @@ type RefundResult struct {
 	Before store.Refund    `json:"before"`
 	After  store.Refund    `json:"after"`
 	Stripe *payment.Refund `json:"stripe,omitempty"`
-	// Lookup is "list" (the PaymentIntent's refunds) when Stripe was asked.
+	// Lookup is "list" (the PaymentIntent's refunds) or "retrieve" (a
+	// pending refund) when Stripe was asked.
 	Lookup  string `json:"lookup,omitempty"`
 	Changed bool   `json:"changed"`
 }
 
-// ResolveRefund settles a claimed refund of message (consumer, messageID)
+// ResolveRefund settles a claimed or pending refund of message (consumer, messageID)
 // from Stripe: the refunds of its PaymentIntent are listed (strongly
 // consistent) and the one whose metadata names the message is checked
 // against the request (amount, currency) and recorded, succeeded or
 // failed. None means none was created; that is recorded (failed,
 // not_created, its amount free again) only when noRunOpen says no run of
-// the workflow can still create it, else ErrRunMayCreate. A refund already
+// the workflow can still create it, else ErrRunMayCreate. A pending refund
+// is retrieved and its status recorded (resolvePending). A refund already
 // final is returned as it is, without a call.
 func (r *Resolver) ResolveRefund(ctx context.Context, consumer, messageID string, noRunOpen bool) (RefundResult, error) {
 	rf, err := r.Store.RefundOf(ctx, consumer, messageID)
@@ -44,6 +46,9 @@ func (r *Resolver) ResolveRefund(ctx context.Context, consumer, messageID string
 		return RefundResult{}, err
 	}
 	res := RefundResult{Before: rf, After: rf}
+	if rf.State == store.RefundPending {
+		return r.resolvePending(ctx, res)
+	}
 	if rf.State != store.RefundClaimed {
 		return res, nil
 	}
@@ -78,6 +83,30 @@ func (r *Resolver) ResolveRefund(ctx context.Context, consumer, messageID string
 		return res, err
 	}
 	res.Changed = res.After.State != rf.State
+	return res, nil
+}
+
+// resolvePending retrieves a refund recorded pending and records where
+// Stripe has it now (store.UpdateRefund, as the webhook does); still
+// pending wraps ErrStillOpen.
+func (r *Resolver) resolvePending(ctx context.Context, res RefundResult) (RefundResult, error) {
+	rf := res.Before
+	res.Lookup = "retrieve"
+	found, err := r.Payments.RetrieveRefund(ctx, rf.RefundID)
+	if err != nil {
+		return res, fmt.Errorf("retrieve refund %s: %w: %w", rf.RefundID, ErrStripe, err)
+	}
+	res.Stripe = found
+	u, err := r.Store.UpdateRefund(ctx, store.RefundUpdate{
+		RefundID: found.ID, Key: rf.Key, Status: found.Status, FailureReason: found.FailureReason, Source: "starter resolve",
+	})
+	if err != nil {
+		return res, err
+	}
+	res.After, res.Changed = u.Refund, u.Changed
+	if u.Refund.State == store.RefundPending {
+		return res, fmt.Errorf("refund %s is %s at Stripe: %w", found.ID, found.Status, ErrStillOpen)
+	}
 	return res, nil
 }
 

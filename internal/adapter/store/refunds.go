@@ -11,8 +11,11 @@ import (
 
 // Outcomes of refund messages, recorded in processed_messages.
 const (
-	// OutcomeRefunded: Stripe created the refund.
+	// OutcomeRefunded: Stripe created the refund, and it succeeded.
 	OutcomeRefunded Outcome = "refunded"
+	// OutcomeRefundPending: Stripe created the refund but has not moved
+	// the money yet; UpdateRefund moves it to refunded or refund_failed.
+	OutcomeRefundPending Outcome = "refund_pending"
 	// OutcomeRefundFailed: Stripe refused the refund; its amount was given
 	// back to the payment.
 	OutcomeRefundFailed Outcome = "refund_failed"
@@ -27,10 +30,12 @@ const (
 // RefundState is refunds.state.
 type RefundState string
 
-// Refund states. A claimed or succeeded refund counts against its payment;
-// a failed one does not.
+// Refund states. A claimed, pending or succeeded refund counts against its
+// payment; a failed one does not. Pending: Stripe created the refund but
+// has not moved the money yet (its status pending or requires_action).
 const (
 	RefundClaimed   RefundState = "claimed"
+	RefundPending   RefundState = "pending"
 	RefundSucceeded RefundState = "succeeded"
 	RefundFailed    RefundState = "failed"
 )
@@ -313,7 +318,8 @@ type RefundSuccess struct {
 	Key       string
 	Claim     int32 // the fencing token ClaimRefund returned
 	RefundID  string
-	// Status is the Refund's status at Stripe (succeeded, pending).
+	// Status is the Refund's status at Stripe: succeeded, or pending or
+	// requires_action, which record the refund pending, with no receipt.
 	Status string
 	// Receipt, when set, is the refund's receipt to claim in the record's
 	// own statement (RecordRefundClaimingReceipt): its Key, RequestHash and
@@ -364,7 +370,8 @@ func (s *Store) RecordRefundClaimingReceipt(ctx context.Context, r RefundSuccess
 // claim (0 for none).
 var recordRefundedClaimingReceiptSQL = settleCTE + refundedCTEs + `, mail AS (
 		INSERT INTO effects (key, kind, consumer, message_id, request_sha256, state, claim)
-		SELECT $11::text, $12::text, $7::text, $8::text, $13::text, $14::text, 1 WHERE EXISTS (SELECT FROM settled) AND $11::text <> ''
+		SELECT $11::text, $12::text, $7::text, $8::text, $13::text, $14::text, 1
+		 WHERE EXISTS (SELECT FROM settled) AND $11::text <> '' AND ` + refundStateOf("$10::text") + ` = 'succeeded'
 		ON CONFLICT (key) DO NOTHING
 		RETURNING claim
 	)
@@ -373,17 +380,27 @@ var recordRefundedClaimingReceiptSQL = settleCTE + refundedCTEs + `, mail AS (
 // refundedSQL follows a settle CTE: it marks the refund ($7 consumer, $8
 // message ID) succeeded with its Stripe ID ($4) and status ($10) and
 // inserts the processed row (order $9) when the ledger row was settled.
-const refundedSQL = refundedCTEs + `
+var refundedSQL = refundedCTEs + `
 	SELECT count(*) FROM settled`
 
 // refundedCTEs are refundedSQL's refund update and processed insert.
-const refundedCTEs = `, refunded AS (
-		UPDATE refunds SET state = 'succeeded', refund_id = $4, refund_status = nullif($10::text, ''), updated_at = now()
+// A refund Stripe answers pending or requires_action ($10) is recorded
+// pending, with the outcome refund_pending (UpdateRefund settles it).
+var refundedCTEs = `, refunded AS (
+		UPDATE refunds SET state = ` + refundStateOf("$10::text") + `, refund_id = $4, refund_status = nullif($10::text, ''), updated_at = now()
 		 WHERE consumer = $7 AND message_id = $8 AND EXISTS (SELECT FROM settled)
 	), processed AS (
 		INSERT INTO processed_messages (consumer, message_id, outcome, order_id)
-		SELECT $7::text, $8::text, 'refunded', $9::bigint WHERE EXISTS (SELECT FROM settled)
+		SELECT $7::text, $8::text, CASE WHEN ` + refundStateOf("$10::text") + ` = 'pending' THEN 'refund_pending' ELSE 'refunded' END, $9::bigint
+		 WHERE EXISTS (SELECT FROM settled)
 	)`
+
+// refundStateOf is the refunds.state of a refund Stripe created with the
+// status status (an SQL expression): pending while Stripe has not moved
+// the money, succeeded otherwise.
+func refundStateOf(status string) string {
+	return `CASE WHEN ` + status + ` IN ('pending', 'requires_action') THEN 'pending' ELSE 'succeeded' END`
+}
 
 // RefundFailure records a refund Stripe refused.
 type RefundFailure struct {

@@ -27,6 +27,8 @@ const (
 // Metrics holds the webhook counter. Build it once with NewMetrics.
 type Metrics struct {
 	requests *prometheus.CounterVec
+	// refunds counts the refund state changes Stripe's events made.
+	refunds *prometheus.CounterVec
 }
 
 // NewMetrics creates the counter effectively_webhook_requests_total and
@@ -37,21 +39,49 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "effectively_webhook_requests_total",
 		Help: "Provider webhook requests by provider (stripe, sendgrid) and result (accepted, duplicate, foreign, bad_signature, stale, too_large, bad_request, error).",
 	}, []string{"provider", "result"})
-	if reg != nil {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-			if !ok {
-				return nil, err
-			}
-			c = existing
-		}
+	c, err := register(reg, c)
+	if err != nil {
+		return nil, err
 	}
-	return &Metrics{requests: c}, nil
+	rc, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "effectively_refund_updates_total",
+		Help: "Refund state changes recorded from Stripe's charge.refund.updated events, by state before (pending, succeeded) and after (succeeded, failed). from=succeeded,to=failed is a refund Stripe reversed after its receipt went out: an operator follows it up.",
+	}, []string{"from", "to"}))
+	if err != nil {
+		return nil, err
+	}
+	return &Metrics{requests: c, refunds: rc}, nil
 }
+
+// register registers c with reg (nil: not registered), or returns the
+// counter already registered under its name.
+func register(reg prometheus.Registerer, c *prometheus.CounterVec) (*prometheus.CounterVec, error) {
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, err
+		}
+		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+		if !ok {
+			return nil, err
+		}
+		return existing, nil
+	}
+	return c, nil
+}
+
+// countRefund counts a refund's state change.
+func (m *Metrics) countRefund(from, to string) {
+	if m != nil && m.refunds != nil {
+		m.refunds.WithLabelValues(from, to).Inc()
+	}
+}
+
+// RefundUpdates returns the refund update counter, for tests.
+func (m *Metrics) RefundUpdates() *prometheus.CounterVec { return m.refunds }
 
 func (m *Metrics) count(provider, result string) {
 	if m != nil {

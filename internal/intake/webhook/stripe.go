@@ -33,6 +33,18 @@ var paymentEventTargets = map[string]store.PaymentState{
 // eventRefunded is recorded in stripe_refunds.
 const eventRefunded = "charge.refunded"
 
+// refundUpdateEvents carry a Refund whose status moved: charge.refund.updated
+// (every API version), refund.updated and refund.failed (newer ones).
+var refundUpdateEvents = map[string]bool{"charge.refund.updated": true, "refund.updated": true, "refund.failed": true}
+
+// stripeRefund is the part of a Refund a refund update records.
+type stripeRefund struct {
+	ID            string            `json:"id"`
+	Status        string            `json:"status"`
+	FailureReason string            `json:"failure_reason"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
 // stripeIntent is the part of a PaymentIntent an event settles with.
 type stripeIntent struct {
 	ID                 string            `json:"id"`
@@ -80,6 +92,8 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 	var (
 		pe      *store.PaymentEvent
 		applied store.PaymentEventResult
+		ru      *store.RefundUpdate
+		updated store.RefundUpdateResult
 	)
 	apply := func(context.Context, pgx.Tx) error { return nil }
 	switch {
@@ -115,15 +129,51 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 				AmountRefunded: ch.AmountRefunded, Currency: ch.Currency, Refunded: ch.Refunded,
 			})
 		}
+	case refundUpdateEvents[string(ev.Type)]:
+		var rf stripeRefund
+		if err := json.Unmarshal(ev.Data.Raw, &rf); err != nil || !strings.HasPrefix(rf.ID, "re_") || rf.Status == "" {
+			h.refuse(w, r, ProviderStripe, ResultBadRequest, string(ev.Type)+" event without a Refund")
+			return
+		}
+		if h.foreignStripe(rf.Metadata) {
+			h.ignoreForeign(w, r, ProviderStripe, "refund of key namespace "+strconv.Quote(rf.Metadata[payment.MetadataNamespace]))
+			return
+		}
+		key, _ := identity.Key(identity.EffectRefund, rf.Metadata["message_id"])
+		ru = &store.RefundUpdate{RefundID: rf.ID, Key: key, Status: rf.Status, FailureReason: rf.FailureReason, Source: string(ev.Type) + " " + ev.ID}
+		apply = func(ctx context.Context, tx pgx.Tx) error {
+			var err error
+			updated, err = store.ApplyRefundUpdate(ctx, tx, *ru)
+			return err
+		}
 	}
 	inserted, err := h.store.RecordProviderEvent(ctx, store.ProviderEvent{
 		Consumer: ConsumerStripe, EventID: ev.ID, Payload: body, PayloadHash: sha256Hex(body), Source: "webhook",
 	}, apply)
 	if err != nil {
+		// A refund whose creation is not recorded yet: Stripe sends the
+		// event again later, by when it is.
 		h.refuse(w, r, ProviderStripe, ResultError, "record event: "+err.Error())
 		return
 	}
 	log := h.cfg.Logger.With(slog.String("provider", ProviderStripe), slog.String("event_id", ev.ID), slog.String("type", string(ev.Type)))
+	if ru != nil && updated.Changed {
+		rf := updated.Refund
+		h.metrics.countRefund(string(updated.Before), string(rf.State))
+		if updated.Reversed() {
+			log.Error("refund failed after it succeeded: the money did not reach the customer, and its receipt may have been sent; operator action needed",
+				"refund_id", rf.RefundID, "order_id", rf.OrderID, "message_id", rf.MessageID, "amount", rf.Amount, "failure_code", rf.FailureCode)
+		} else {
+			log.Info("refund updated", "refund_id", rf.RefundID, "order_id", rf.OrderID, "from", updated.Before, "to", rf.State)
+		}
+		if updated.Before == store.RefundPending {
+			// Only a wake-up: a workflow the signal misses finds the
+			// update at its next poll, so the event is acknowledged.
+			if err := h.signalRefund(ctx, rf); err != nil {
+				log.Warn("refund updated; waking its workflow failed, its next poll finds it", "refund_id", rf.RefundID, "error", err)
+			}
+		}
+	}
 	if pe != nil {
 		p := applied.Payment
 		if !inserted {
@@ -248,6 +298,21 @@ func (h *Handler) signalSettled(ctx context.Context, p store.Payment, pe store.P
 	err = h.signal.SignalWorkflow(ctx, wfID, "", workflows.PaymentSettledSignal, workflows.PaymentSettled{
 		PaymentIntentID: pe.PaymentIntentID, Status: pe.Status, FailureCode: pe.FailureCode, DeclineCode: pe.DeclineCode,
 	})
+	var notFound *serviceerror.NotFound
+	if err == nil || errors.As(err, &notFound) {
+		return nil
+	}
+	return fmt.Errorf("signal %s: %w", wfID, err)
+}
+
+// signalRefund wakes the refund workflow waiting for rf, which left
+// pending. A closed workflow is fine: the ledger holds the outcome.
+func (h *Handler) signalRefund(ctx context.Context, rf store.Refund) error {
+	wfID, err := identity.WorkflowID(rf.Consumer, rf.MessageID)
+	if err != nil {
+		return fmt.Errorf("workflow of %s: %w", rf.MessageID, err)
+	}
+	err = h.signal.SignalWorkflow(ctx, wfID, "", workflows.RefundSettledSignal, workflows.RefundSettled{RefundID: rf.RefundID, Status: rf.RefundStatus})
 	var notFound *serviceerror.NotFound
 	if err == nil || errors.As(err, &notFound) {
 		return nil
