@@ -38,6 +38,10 @@ const (
 	// final. Non-retryable: OrderRefund waits and runs it again, so that the
 	// run that claims the refund has its whole schedule for its retries.
 	ErrTypePaymentPending = "PaymentPending"
+	// ErrTypeRefundNotSucceeded: SendRefundReceipt found the refund not
+	// succeeded at Stripe (pending, failed): no receipt is sent for money
+	// that did not move. Non-retryable.
+	ErrTypeRefundNotSucceeded = "RefundNotSucceeded"
 	// ErrTypePaymentMissing: RefundOrder, asked to wait (AwaitPayment),
 	// found no payment of the order at all: its order may not have arrived.
 	// Non-retryable: OrderRefund waits and asks again, up to its bound.

@@ -281,11 +281,20 @@ type refunding struct {
 	receiptTo string
 }
 
-// Call refunds under the key.
+// Call refunds under the key. A replayed answer is Stripe's first one, as
+// it was then: the Refund is read again (strongly consistent), so that a
+// refund that has failed or settled since is recorded as it is now.
 func (k *refunding) Call(ctx context.Context) (*payment.Refund, error) {
 	rf, err := k.a.Payments.Refund(ctx, k.req)
 	if err == nil {
 		failpoint.Hit(failpoint.RefundAfterRefund)
+	}
+	if err == nil && rf.Replayed && rf.ID != "" {
+		if now, rerr := k.a.Payments.RetrieveRefund(ctx, rf.ID); rerr == nil && now.ID == rf.ID {
+			now.Replayed = true
+			return now, nil
+		}
+		// Unread: the replay stands; charge.refund.updated corrects it.
 	}
 	return rf, err
 }
@@ -473,8 +482,19 @@ func (a *Activities) SendRefundReceipt(ctx context.Context, in RefundReceiptInpu
 	})
 }
 
-// sendRefundReceipt is SendRefundReceipt's attempt under key.
+// sendRefundReceipt is SendRefundReceipt's attempt under key. It sends
+// nothing for a refund whose row says Stripe has not moved the money
+// (pending) or took it back (failed): a workflow that reaches the receipt
+// with a pending refund (one an earlier release's workflow code handled)
+// fails there for an operator instead.
 func (a *Activities) sendRefundReceipt(ctx context.Context, key string, in RefundReceiptInput) (ReceiptResult, error) {
+	switch rf, err := a.Store.RefundOf(ctx, in.Consumer, in.MessageID); {
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return ReceiptResult{}, fmt.Errorf("refund receipt of order %d: %w", in.OrderID, err)
+	case err == nil && (rf.State == store.RefundPending || rf.State == store.RefundFailed):
+		return ReceiptResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("refund receipt of order %d: the refund %s is %s at Stripe: no receipt", in.OrderID, rf.RefundID, rf.State), ErrTypeRefundNotSucceeded, nil)
+	}
 	to, err := a.Store.ReceiptAddress(ctx, in.OrderID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return ReceiptResult{}, fmt.Errorf("refund receipt of order %d: %w", in.OrderID, err)

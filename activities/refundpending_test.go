@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/effectively/effectively/activities"
+	"github.com/effectively/effectively/internal/adapter/payment"
 	"github.com/effectively/effectively/internal/adapter/store"
 	"github.com/effectively/effectively/internal/intake/webhook"
 	"github.com/effectively/effectively/sim/stripesim"
@@ -127,6 +129,13 @@ func TestPendingRefundSettlesBeforeItsReceipt(t *testing.T) {
 		t.Fatalf("copy = %+v, %v", again, err)
 	}
 
+	// A receipt asked for while the refund is pending (a workflow of an
+	// earlier release would) is refused, and nothing is sent.
+	rin := activities.RefundReceiptInput{Consumer: "order-refund", MessageID: "evt_rp1", OrderID: 61, Amount: 500, Currency: "usd", RefundID: r.RefundID}
+	if m, err := confExecute(context.Background(), e, e.acts.SendRefundReceipt, rin); !isType(err, activities.ErrTypeRefundNotSucceeded) || len(confMails(e, "evt_rp1", "Your refund")) != 0 {
+		t.Fatalf("receipt of a pending refund = %+v, %v; want %s and no mail", m, err, activities.ErrTypeRefundNotSucceeded)
+	}
+
 	check := activities.CheckRefundInput{Consumer: "order-refund", MessageID: "evt_rp1", OrderID: 61}
 	before := e.stripe.Stats().Requests
 	c1, err := confExecute(context.Background(), e, e.acts.CheckRefund, check)
@@ -159,9 +168,7 @@ func TestPendingRefundSettlesBeforeItsReceipt(t *testing.T) {
 	if n := e.stripe.Stats().Requests - before; n != 0 {
 		t.Errorf("a check of a settled refund made %d requests, want 0", n)
 	}
-	m, err := confExecute(context.Background(), e, e.acts.SendRefundReceipt, activities.RefundReceiptInput{
-		Consumer: "order-refund", MessageID: "evt_rp1", OrderID: 61, Amount: 500, Currency: "usd", RefundID: r.RefundID,
-	})
+	m, err := confExecute(context.Background(), e, e.acts.SendRefundReceipt, rin)
 	if err != nil || m.Outcome != activities.ReceiptSent || len(confMails(e, "evt_rp1", "Your refund")) != 1 {
 		t.Fatalf("receipt after the refund succeeded = %+v, %v", m, err)
 	}
@@ -278,5 +285,111 @@ func TestRefundUpdateBeforeItsRecord(t *testing.T) {
 	}
 	if got := fmt.Sprint(refundedOf(t, e, 64)); got != "500" {
 		t.Errorf("refunded = %s", got)
+	}
+}
+
+// TestPendingRefundKeepsItsAddress: the paying message's inbox row, the
+// only copy of the receipt's address, is not pruned while a refund of the
+// order is pending, so a refund that succeeds after RETENTION still gets
+// its receipt; once it settled, the row is pruned.
+func TestPendingRefundKeepsItsAddress(t *testing.T) {
+	ctx := context.Background()
+	e := newConfEnv(t)
+	e.payWith("evt_rpp", 72, "pm_card_pendingRefund")
+	r, err := confExecute(ctx, e, e.acts.RefundOrder, confRefundInput(confMsg{ID: "evt_rpr", Order: 72, Amount: 500}))
+	if err != nil || r.Outcome != activities.RefundPending {
+		t.Fatalf("refund = %+v, %v", r, err)
+	}
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE inbox SET state = 'dispatched', received_at = now() - interval '31 days', dispatched_at = now() - interval '31 days' WHERE message_id = 'evt_rpp'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.db.Prune(ctx, store.PruneInbox, 30*24*time.Hour, 100); err != nil || n != 0 {
+		t.Fatalf("prune while the refund is pending: %d, %v; want 0", n, err)
+	}
+	if err := e.stripe.SettleRefund(r.RefundID); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := confExecute(ctx, e, e.acts.CheckRefund, activities.CheckRefundInput{Consumer: "order-refund", MessageID: "evt_rpr", OrderID: 72}); err != nil || c.Outcome != activities.RefundRefunded {
+		t.Fatalf("check = %+v, %v", c, err)
+	}
+	m, err := confExecute(ctx, e, e.acts.SendRefundReceipt, activities.RefundReceiptInput{
+		Consumer: "order-refund", MessageID: "evt_rpr", OrderID: 72, Amount: 500, Currency: "usd", RefundID: r.RefundID,
+	})
+	if err != nil || m.Outcome != activities.ReceiptSent {
+		t.Fatalf("receipt of the refund that succeeded past the retention: %+v, %v", m, err)
+	}
+	if n, err := e.db.Prune(ctx, store.PruneInbox, 30*24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("prune once the refund settled: %d, %v; want 1", n, err)
+	}
+}
+
+// TestReplayedRefundIsReadAgain: an attempt whose first call's answer was
+// lost gets Stripe's replay of it (succeeded) after the refund failed at
+// Stripe (pm_card_refundFail). The attempt reads the Refund again and
+// records it failed, its amount free, with no receipt; recording the stale
+// replay would have sent a receipt for money that never came.
+func TestReplayedRefundIsReadAgain(t *testing.T) {
+	ctx := context.Background()
+	e := newConfEnv(t)
+	e.payWith("evt_pst", 73, "pm_card_refundFail")
+	p, err := e.db.PaymentOf(ctx, "order-placed", "evt_pst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt's call, its answer lost.
+	lost, err := e.acts.Payments.Refund(ctx, payment.RefundRequest{IdempotencyKey: "refund:evt_rst", MessageID: "evt_rst", OrderID: 73,
+		PaymentIntentID: p.PaymentIntentID, Amount: 500, Reason: "requested_by_customer"})
+	if err != nil || lost.Status != "succeeded" {
+		t.Fatalf("first call = %+v, %v", lost, err)
+	}
+	if err := e.stripe.SettleRefund(lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	in := confRefundInput(confMsg{ID: "evt_rst", Order: 73, Amount: 500})
+	in.ReceiptBudget = 10 * time.Second
+	lr, err := confExecute(ctx, e, e.acts.RefundOrderLocally, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, attempt := lr.Outcome()
+	if attempt != nil || r.Outcome != activities.RefundFailed || r.Receipt != nil || !strings.Contains(r.FailureCode, "failed") {
+		t.Fatalf("retry = %+v, %v; want refund_failed from the Refund read again, no receipt", r, attempt)
+	}
+	if row := refundRow(t, e, "evt_rst"); row.State != store.RefundFailed || refundedOf(t, e, 73) != 0 || len(confMails(e, "evt_rst", "Your refund")) != 0 {
+		t.Fatalf("row %+v, refunded %d", row, refundedOf(t, e, 73))
+	}
+	if n := e.stripe.Stats().RefundsByMessage["evt_rst"]; n != 1 {
+		t.Errorf("stripe refunds of the message = %d, want 1", n)
+	}
+}
+
+// TestRefundUpdateOfARefundRecordedNotCreated: Stripe reports a refund under
+// a message whose refund the ledger recorded as never created (starter
+// resolve found none, its amount given back). Nothing is changed, the event
+// is acknowledged, and the operator's counter moves: the order may be
+// refunded twice.
+func TestRefundUpdateOfARefundRecordedNotCreated(t *testing.T) {
+	ctx := context.Background()
+	e := newConfEnv(t)
+	hooks := newRefundHooks(t, e)
+	e.pay("evt_pnc", 74)
+	if _, err := e.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: "evt_rnc", OrderID: 74, Amount: 500,
+		Reason: "requested_by_customer", Key: "refund:evt_rnc", RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	rf := refundRow(t, e, "evt_rnc")
+	if _, err := e.db.SettleRefund(ctx, store.RefundSettlement{Refund: rf, State: store.RefundFailed, Code: "not_created", Message: "none at Stripe"}); err != nil {
+		t.Fatal(err)
+	}
+	obj := map[string]any{"id": "re_late", "object": "refund", "status": "succeeded", "amount": 500, "currency": "usd",
+		"metadata": map[string]string{"message_id": "evt_rnc"}}
+	if code := hooks.deliver(t, "evt_late", "charge.refund.updated", obj); code != http.StatusOK {
+		t.Fatalf("webhook answered %d", code)
+	}
+	if row := refundRow(t, e, "evt_rnc"); row.State != store.RefundFailed || row.RefundID != "" || refundedOf(t, e, 74) != 0 {
+		t.Fatalf("row %+v, refunded %d; want it unchanged", row, refundedOf(t, e, 74))
+	}
+	if got := testutil.ToFloat64(hooks.metrics.RefundUpdates().WithLabelValues("not_created", "succeeded")); got != 1 {
+		t.Errorf("effectively_refund_updates_total{from=not_created,to=succeeded} = %v, want 1", got)
 	}
 }

@@ -262,13 +262,15 @@ func routeWorkers(d *deps, queue string, slots int, stopTimeout time.Duration) [
 	return out
 }
 
-// stopWorkers stops the Temporal workers, each stop waiting for its
-// activities up to WorkerStopTimeout; Stop of a worker never started is a
-// no-op.
+// stopWorkers stops the Temporal workers all at once, each stop waiting
+// for its tasks up to WorkerStopTimeout, and returns when every one has
+// stopped; Stop of a worker never started is a no-op.
 func stopWorkers(workers []worker.Worker) {
+	var wg sync.WaitGroup
 	for _, w := range workers {
-		w.Stop()
+		wg.Go(w.Stop)
 	}
+	wg.Wait()
 }
 
 // runHealth serves the health listener (GET /livez, /readyz, /metrics) on
@@ -333,11 +335,7 @@ func shutdown(workers []worker.Worker, drain *activities.Drainer, deadline time.
 	}
 	done := make(chan struct{})
 	go func() {
-		var wg sync.WaitGroup
-		for _, w := range workers {
-			wg.Go(w.Stop)
-		}
-		wg.Wait()
+		stopWorkers(workers)
 		close(done)
 	}()
 	timer := time.NewTimer(max(time.Until(deadline), 0))

@@ -36,6 +36,10 @@ var webhookDelivery = simfault.WebhookConfig{Copies: 2, MaxDelay: 300 * time.Mil
 // the grace keeps the 2 s in which no mail is sent, and 2 s to send it.
 const soakResendGrace, soakEmailStart = "3s", "7s"
 
+// soakEventBatch is how long SendGrid's simulator gathers events into one
+// webhook POST in a soak.
+const soakEventBatch = 250 * time.Millisecond
+
 // hooks is the webhook side of a soak: the simulators deliver to a load
 // balancer in front of every worker's listener, as a provider delivers to
 // a deployment; every worker waits the resend grace.
@@ -67,7 +71,9 @@ func startWebhooks(st Stack) (*hooks, error) {
 		lb.close()
 		return nil, err
 	}
-	if err := st.SendGrid.StartWebhooks(sendgridsim.WebhookOptions{WebhookConfig: sgCfg, Key: key}); err != nil {
+	// SendGrid posts its events in batches, several mails' in one signed
+	// array: a window well inside the resend grace.
+	if err := st.SendGrid.StartWebhooks(sendgridsim.WebhookOptions{WebhookConfig: sgCfg, Key: key, BatchWindow: soakEventBatch}); err != nil {
 		st.Stripe.StopWebhooks()
 		lb.close()
 		return nil, err

@@ -51,7 +51,9 @@
 // million), the oldest forgotten first; Stats count every delivery since the
 // last reset (DeliveriesByKey holds one entry per idempotency key). The
 // Event Webhook queue holds at most WebhookConfig.QueueSize deliveries
-// (default 4096); a delivery that finds it full is dropped and counted.
+// (default 4096); a delivery that finds it full is dropped and counted. A
+// delivery is one event, or with WebhookOptions.BatchWindow one batch of
+// the events queued within the window, of at most MaxBatchBytes.
 //
 // A Server is safe for concurrent use.
 package sendgridsim

@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sendgrid/sendgrid-go/helpers/eventwebhook"
@@ -21,9 +22,10 @@ import (
 )
 
 // WebhookOptions configures the Event Webhook the simulator delivers the way
-// SendGrid does: each batch signed with Key (ECDSA P-256 over timestamp +
-// body), at least once, in no guaranteed order, retried with backoff until
-// a 2xx.
+// SendGrid does: each batch (a JSON array of events) signed with Key (ECDSA
+// P-256 over timestamp + body), at least once, in no guaranteed order,
+// retried whole with backoff until a 2xx. Copies, MaxDelay, retries and the
+// sender's counters apply to batches.
 type WebhookOptions struct {
 	simfault.WebhookConfig
 	// Key signs the batches; its public half is what the receiver verifies
@@ -32,12 +34,37 @@ type WebhookOptions struct {
 	// Events are the events sent for every delivered mail, in order of
 	// occurrence. Default processed, delivered.
 	Events []string
+	// BatchWindow, when positive, batches events as SendGrid does: the
+	// first event queued opens a batch, every event queued within
+	// BatchWindow after it joins it, and the batch is posted as one array
+	// when the window ends, whichever mails its events are of. Default 0:
+	// each event is posted alone, as a batch of one.
+	BatchWindow time.Duration
+	// MaxBatch, with BatchWindow, posts a batch as soon as it holds
+	// MaxBatch events; without BatchWindow it does nothing. Default 0: no
+	// bound on the count. A batch is also posted before it would pass
+	// MaxBatchBytes.
+	MaxBatch int
 }
+
+// MaxBatchBytes bounds the body of a batch when WebhookOptions.BatchWindow
+// is set (an event larger than it goes alone): SendGrid posts a batch
+// "when the batch reaches 768 KB".
+const MaxBatchBytes = 768 << 10
 
 type webhooks struct {
 	sender *simfault.WebhookSender
 	key    *ecdsa.PrivateKey
 	events []string
+	window time.Duration
+	max    int
+
+	mu      sync.Mutex
+	batch   []json.RawMessage // the open batch, oldest first
+	size    int               // its body length: brackets and commas included
+	timer   *time.Timer       // ends the open batch's window
+	gen     int               // counts batches opened, so a late timer spares the next
+	stopped bool
 }
 
 // GenerateWebhookKey returns a new signing key and its public half in the
@@ -90,16 +117,18 @@ func (s *Server) StartWebhooks(o WebhookOptions) error {
 	if err != nil {
 		return err
 	}
-	if old := s.hooks.Swap(&webhooks{sender: sender, key: o.Key, events: o.Events}); old != nil {
-		old.sender.Stop()
+	h := &webhooks{sender: sender, key: o.Key, events: o.Events, window: max(o.BatchWindow, 0), max: max(o.MaxBatch, 0)}
+	if old := s.hooks.Swap(h); old != nil {
+		old.stop()
 	}
 	return nil
 }
 
-// StopWebhooks stops delivering events; what is queued is dropped.
+// StopWebhooks stops delivering events; what is queued, an open batch
+// included, is dropped.
 func (s *Server) StopWebhooks() {
 	if old := s.hooks.Swap(nil); old != nil {
-		old.sender.Stop()
+		old.stop()
 	}
 }
 
@@ -111,8 +140,8 @@ func (s *Server) WebhookStats() simfault.WebhookStats {
 	return simfault.WebhookStats{}
 }
 
-// emitLocked enqueues the configured events of mail m, accepted as
-// xMessageID, each as a batch of one. s.mu must be held.
+// emitLocked queues the configured events of mail m, accepted as
+// xMessageID. s.mu must be held.
 func (s *Server) emitLocked(m Delivered) {
 	h := s.hooks.Load()
 	if h == nil {
@@ -134,13 +163,86 @@ func (s *Server) emitLocked(m Delivered) {
 		ev["sg_event_id"] = newEventID()
 		ev["sg_message_id"] = m.XMessageID + ".sim" + strconv.Itoa(i) + ".0"
 		ev["smtp-id"] = "<" + m.XMessageID + "@sendgridsim>"
-		body, err := json.Marshal([]any{ev})
+		raw, err := json.Marshal(ev)
 		if err != nil {
 			continue
 		}
-		key := h.key
-		h.sender.Enqueue(body, func(body []byte, now time.Time) http.Header { return SignatureHeaders(body, key, now) })
+		h.add(raw)
 	}
+}
+
+// add puts one event in a batch: alone without a window, else in the open
+// batch, which it opens, or posts when full. It never blocks on the network.
+func (h *webhooks) add(ev json.RawMessage) {
+	if h.window <= 0 {
+		h.post([]json.RawMessage{ev})
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	if len(h.batch) > 0 && h.size+1+len(ev) > MaxBatchBytes {
+		h.flushLocked()
+	}
+	if len(h.batch) == 0 {
+		h.size = 2 // []
+		h.gen++
+		gen := h.gen
+		h.timer = time.AfterFunc(h.window, func() { h.flush(gen) })
+	} else {
+		h.size++ // ,
+	}
+	h.batch = append(h.batch, ev)
+	h.size += len(ev)
+	if h.max > 0 && len(h.batch) >= h.max {
+		h.flushLocked()
+	}
+}
+
+// flush posts batch gen when its window ends, unless it was posted full.
+func (h *webhooks) flush(gen int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped && h.gen == gen {
+		h.flushLocked()
+	}
+}
+
+// flushLocked posts the open batch, if any, and closes it. h.mu is held.
+func (h *webhooks) flushLocked() {
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	if len(h.batch) > 0 {
+		h.post(h.batch)
+	}
+	h.batch, h.size = nil, 0
+}
+
+// post enqueues events as one signed array.
+func (h *webhooks) post(events []json.RawMessage) {
+	body, err := json.Marshal(events)
+	if err != nil {
+		return
+	}
+	key := h.key
+	h.sender.Enqueue(body, func(body []byte, now time.Time) http.Header { return SignatureHeaders(body, key, now) })
+}
+
+// stop drops the open batch and stops the sender.
+func (h *webhooks) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	h.batch, h.size = nil, 0
+	h.mu.Unlock()
+	h.sender.Stop()
 }
 
 // newEventID returns a random sg_event_id.

@@ -13,7 +13,7 @@
 //	POST /v1/payment_intents               create (confirm=true confirms at once)
 //	POST /v1/payment_intents/{id}/confirm  confirm
 //	GET  /v1/payment_intents/{id}          retrieve
-//	GET  /v1/payment_intents               list, newest first: created[gte|gt|lte|lt], limit, starting_after
+//	GET  /v1/payment_intents               list, newest first: customer, created[gte|gt|lte|lt], limit, starting_after|ending_before
 //	POST /v1/refunds                       refund a succeeded PaymentIntent: payment_intent, amount, reason, metadata
 //	GET  /v1/refunds/{id}                  retrieve a refund
 //	GET  /v1/refunds                       list refunds, newest first: payment_intent, created[gte|gt|lte|lt], limit, starting_after
@@ -21,7 +21,9 @@
 //
 // Search is eventually consistent, as Stripe documents it: a new
 // PaymentIntent is invisible to it for Options.SearchLag (a minute by
-// default). Retrieve and list see it at once.
+// default). Retrieve and list see it at once. A list cursor (starting_after,
+// ending_before) that names no object is a 404 resource_missing on that
+// parameter, as on Stripe, never the first page again.
 //
 // Requests must carry a test secret or restricted key (Authorization: Bearer
 // sk_test_... or rk_test_...). The test payment methods pm_card_visa,

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -182,8 +181,10 @@ type listResult struct {
 
 // list answers GET /v1/payment_intents: newest first, filtered by created
 // (exact or gt/gte/lt/lte, Unix seconds) and customer, paged with limit
-// and starting_after or ending_before. Unlike Search it is strongly
-// consistent: a PaymentIntent is listed as soon as it exists.
+// and starting_after or ending_before. A cursor that names no
+// PaymentIntent is a 404 resource_missing on its parameter, as on Stripe.
+// Unlike Search it is strongly consistent: a PaymentIntent is listed as
+// soon as it exists.
 func (s *Server) list(form url.Values) (operation, *apiError) {
 	if e := checkKnown(form, intentListParams, readPrefixes); e != nil {
 		return nil, e
@@ -219,30 +220,42 @@ func (s *Server) list(form url.Values) (operation, *apiError) {
 		return nil, invalidRequest("starting_after", "", "You may only specify one of these parameters: starting_after, ending_before.")
 	}
 	return func(requestID string) response {
+		cursor, param := after, "starting_after"
+		if before != "" {
+			cursor, param = before, "ending_before"
+		}
+		if _, ok := s.intents[cursor]; cursor != "" && !ok {
+			// As Stripe, and as listRefunds: an unknown cursor is an
+			// error, never the first page again.
+			e := invalidRequest(param, codeResourceMissing, "No such payment_intent: '%s'", cursor)
+			e.status = http.StatusNotFound
+			return errorResponse(e, requestID)
+		}
+		// at is the cursor's place in matched (how many listed PaymentIntents
+		// are newer), in whether it is listed itself: a cursor outside the
+		// filters pages from its place in the order.
 		var matched []*paymentIntent
+		at, in := -1, false
 		for i := len(s.order) - 1; i >= 0; i-- { // newest first
-			if pi := s.order[i]; matchesAll(pi, created) {
+			pi := s.order[i]
+			if pi.ID == cursor {
+				at = len(matched)
+			}
+			if matchesAll(pi, created) {
+				in = in || pi.ID == cursor
 				s.advanceLocked(pi)
 				matched = append(matched, pi)
 			}
 		}
 		start, end := 0, len(matched)
-		if cursor := after + before; cursor != "" {
-			at := -1
-			for i, pi := range matched {
-				if pi.ID == cursor {
-					at = i
-				}
-			}
-			if at < 0 && !strings.HasPrefix(cursor, "pi_") {
-				return errorResponse(noSuchIntent(cursor), requestID)
-			}
-			if after != "" {
-				start = at + 1
-			} else {
-				end = max(at, 0)
-				start = max(end-limit, 0)
-			}
+		switch {
+		case after != "" && in:
+			start = at + 1
+		case after != "":
+			start = at
+		case before != "":
+			end = at
+			start = max(end-limit, 0)
 		}
 		res := listResult{Object: "list", Data: []*paymentIntent{}, URL: "/v1/payment_intents"}
 		if start < end {

@@ -24,7 +24,7 @@ type backlogCollector struct {
 	timeout time.Duration
 	logger  *slog.Logger
 
-	inboxPending, inboxAge, outboxPending, outboxAge, quarantine, paymentsOpen, findings, up *prometheus.Desc
+	inboxPending, inboxAge, outboxPending, outboxAge, quarantine, paymentsOpen, findings, refundsPending, refundsAge, up *prometheus.Desc
 }
 
 // RegisterBacklog registers a collector that reads src on each scrape, with
@@ -40,19 +40,21 @@ func RegisterBacklog(reg prometheus.Registerer, src BacklogSource, timeout time.
 	}
 	reg.MustRegister(&backlogCollector{
 		src: src, timeout: timeout, logger: logger,
-		inboxPending:  prometheus.NewDesc(NameInboxPending, "Inbox rows whose workflow is not started yet.", nil, nil),
-		inboxAge:      prometheus.NewDesc(NameInboxOldestAge, "Age of the oldest pending inbox row (0 when none).", nil, nil),
-		outboxPending: prometheus.NewDesc(NameOutboxPending, "Outbox events not yet published.", nil, nil),
-		outboxAge:     prometheus.NewDesc(NameOutboxOldestAge, "Age of the oldest unpublished outbox event (0 when none).", nil, nil),
-		quarantine:    prometheus.NewDesc(NameQuarantineRows, "Quarantined messages not retried yet, by reason.", []string{"reason"}, nil),
-		paymentsOpen:  prometheus.NewDesc(NamePaymentsOpen, "Payments waiting for the provider or an operator, by state (unknown, processing, unexpected).", []string{"state"}, nil),
-		findings:      prometheus.NewDesc(NameAuditFindings, "Audit findings not resolved yet, by kind (docs/runbook.md has an entry per kind).", []string{"kind"}, nil),
-		up:            prometheus.NewDesc("effectively_backlog_up", "1 when the backlog gauges could be read from Postgres in this scrape.", nil, nil),
+		inboxPending:   prometheus.NewDesc(NameInboxPending, "Inbox rows whose workflow is not started yet.", nil, nil),
+		inboxAge:       prometheus.NewDesc(NameInboxOldestAge, "Age of the oldest pending inbox row (0 when none).", nil, nil),
+		outboxPending:  prometheus.NewDesc(NameOutboxPending, "Outbox events not yet published.", nil, nil),
+		outboxAge:      prometheus.NewDesc(NameOutboxOldestAge, "Age of the oldest unpublished outbox event (0 when none).", nil, nil),
+		quarantine:     prometheus.NewDesc(NameQuarantineRows, "Quarantined messages not retried yet, by reason.", []string{"reason"}, nil),
+		paymentsOpen:   prometheus.NewDesc(NamePaymentsOpen, "Payments waiting for the provider or an operator, by state (unknown, processing, unexpected).", []string{"state"}, nil),
+		findings:       prometheus.NewDesc(NameAuditFindings, "Audit findings not resolved yet, by kind (docs/runbook.md has an entry per kind).", []string{"kind"}, nil),
+		refundsPending: prometheus.NewDesc(NameRefundsPending, "Refunds Stripe has not finished (pending): their receipts wait.", nil, nil),
+		refundsAge:     prometheus.NewDesc(NameRefundsPendingOldestAge, "Age of the oldest pending refund, from its claim (0 when none).", nil, nil),
+		up:             prometheus.NewDesc("effectively_backlog_up", "1 when the backlog gauges could be read from Postgres in this scrape.", nil, nil),
 	})
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inboxPending, c.inboxAge, c.outboxPending, c.outboxAge, c.quarantine, c.paymentsOpen, c.findings, c.up} {
+	for _, d := range []*prometheus.Desc{c.inboxPending, c.inboxAge, c.outboxPending, c.outboxAge, c.quarantine, c.paymentsOpen, c.findings, c.refundsPending, c.refundsAge, c.up} {
 		ch <- d
 	}
 }
@@ -77,6 +79,8 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range b.PaymentsOpen {
 		ch <- prometheus.MustNewConstMetric(c.paymentsOpen, prometheus.GaugeValue, float64(n), state)
 	}
+	ch <- prometheus.MustNewConstMetric(c.refundsPending, prometheus.GaugeValue, float64(b.RefundsPending))
+	ch <- prometheus.MustNewConstMetric(c.refundsAge, prometheus.GaugeValue, b.RefundsPendingOldestAge)
 	for kind, n := range b.AuditFindingsOpen {
 		ch <- prometheus.MustNewConstMetric(c.findings, prometheus.GaugeValue, float64(n), kind)
 	}

@@ -25,6 +25,11 @@ type Backlog struct {
 	// AuditFindingsOpen counts unresolved audit findings, by kind, every
 	// kind present.
 	AuditFindingsOpen map[string]int64
+	// RefundsPending counts refunds Stripe has not finished (pending);
+	// RefundsPendingOldestAge is the age in seconds of the oldest (0 when
+	// none), from its claim.
+	RefundsPending          int64
+	RefundsPendingOldestAge float64
 }
 
 // Backlog reads the backlog in one round trip per table. Every query uses
@@ -54,6 +59,11 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	}
 	if err := s.countBy(ctx, b.PaymentsOpen, `SELECT state, count(*) FROM payments WHERE state = ANY($1) GROUP BY state`, open); err != nil {
 		return b, fmt.Errorf("open payments: %w", err)
+	}
+	if err := s.pool.QueryRow(ctx, `
+		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		  FROM refunds WHERE state = 'pending'`).Scan(&b.RefundsPending, &b.RefundsPendingOldestAge); err != nil {
+		return b, fmt.Errorf("pending refunds: %w", translate(err))
 	}
 	var err error
 	if b.AuditFindingsOpen, err = s.OpenFindings(ctx); err != nil {

@@ -1,5 +1,11 @@
 package store
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // The inbox statements, for tests that run them in a transaction of their
 // own.
 const (
@@ -17,4 +23,18 @@ func InboxGroupSize(sql string, args []any) int {
 	}
 	ids, _ := args[1].([]string)
 	return len(ids)
+}
+
+// RecordRefundInTx runs RecordRefundClaimingReceipt's statement (no
+// receipt) inside tx, so that a test can hold its commit.
+func RecordRefundInTx(ctx context.Context, tx pgx.Tx, r RefundSuccess) (int, error) {
+	res, err := encodeResult(r.Key, map[string]any{"refund_id": r.RefundID, "status": r.Status})
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var receipt int32
+	err = tx.QueryRow(ctx, recordRefundedClaimingReceiptSQL, r.Key, r.Claim, StateSucceeded, r.RefundID, res, "",
+		r.Consumer, r.MessageID, r.OrderID, r.Status, "", KindEmail, "", StateClaimed).Scan(&n, &receipt)
+	return n, err
 }

@@ -27,12 +27,16 @@ var pruneQueries = map[string]string{
 			SELECT consumer, message_id FROM processed_messages
 			 WHERE processed_at < now() - make_interval(secs => $1)
 			 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+	// An order's paying message is kept while a refund of the order is
+	// pending: its row holds the only copy of the receipt's address.
 	PruneInbox: `
 		DELETE FROM inbox WHERE (consumer, message_id) IN (
-			SELECT consumer, message_id FROM inbox
+			SELECT consumer, message_id FROM inbox i
 			 WHERE state = 'dispatched'
 			   AND dispatched_at < now() - make_interval(secs => $1)
 			   AND received_at < now() - make_interval(secs => $1)
+			   AND NOT EXISTS (SELECT FROM payments p JOIN refunds r ON r.order_id = p.order_id
+			                    WHERE p.consumer = i.consumer AND p.message_id = i.message_id AND r.state = 'pending')
 			 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 	PruneOutbox: `
 		DELETE FROM outbox WHERE event_id IN (

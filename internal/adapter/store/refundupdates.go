@@ -49,6 +49,15 @@ func (r RefundUpdateResult) Reversed() bool {
 	return r.Changed && r.Before == RefundSucceeded && r.Refund.State == RefundFailed
 }
 
+// Unrecorded reports whether Stripe holds, under the message's key, a
+// refund that did not fail while the ledger recorded the message's refund
+// failed with no refund ID (not created, its amount given back): money may
+// have left twice. Nothing is changed; an operator looks.
+func (r RefundUpdateResult) Unrecorded(status string) bool {
+	return r.Found && !r.Changed && r.Refund.State == RefundFailed && r.Refund.RefundID == "" &&
+		status != "failed" && status != "canceled"
+}
+
 // UpdateRefund records what Stripe says a refund became (ApplyRefundUpdate),
 // in a transaction of its own.
 func (s *Store) UpdateRefund(ctx context.Context, u RefundUpdate) (RefundUpdateResult, error) {
@@ -87,6 +96,12 @@ func ApplyRefundUpdate(ctx context.Context, tx pgx.Tx, u RefundUpdate) (RefundUp
 		}
 	}
 	var before, after *string
+	// Lock first, in a statement of its own: under READ COMMITTED the
+	// update's statement then takes a snapshot that sees a record that
+	// committed while this one waited on the row lock.
+	if _, err := tx.Exec(ctx, `SELECT FROM refunds WHERE refund_id = $1 OR (refund_id IS NULL AND idempotency_key = nullif($2::text, '')) FOR UPDATE`, u.RefundID, u.Key); err != nil {
+		return res, fmt.Errorf("lock refund %s: %w", u.RefundID, translate(err))
+	}
 	err := tx.QueryRow(ctx, updateRefundSQL, u.RefundID, u.Status, u.FailureReason, msg, u.Key).Scan(&before, &after)
 	if err = translate(err); err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -99,7 +114,8 @@ func ApplyRefundUpdate(ctx context.Context, tx pgx.Tx, u RefundUpdate) (RefundUp
 		return res, fmt.Errorf("update refund %s to %s: %w", u.RefundID, u.Status, ErrRefundNotRecorded)
 	}
 	res.Changed = after != nil && *after != *before
-	if res.Refund, err = scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE refund_id = $1`, u.RefundID)); err != nil {
+	if res.Refund, err = scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds
+		 WHERE refund_id = $1 OR (refund_id IS NULL AND idempotency_key = nullif($2::text, '')) LIMIT 1`, u.RefundID, u.Key)); err != nil {
 		return res, fmt.Errorf("read refund %s: %w", u.RefundID, err)
 	}
 	return res, nil

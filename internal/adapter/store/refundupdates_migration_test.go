@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -11,7 +12,7 @@ import (
 	"github.com/effectively/effectively/tools/storetest"
 )
 
-// Migration 00022 goes down and up again: down, the pending state and the
+// Migration 00022 goes down (refused while a refund is pending) and up again: down, the pending state and the
 // refund_pending outcome are refused again; up, they are accepted.
 func TestMigration00022DownAndUp(t *testing.T) {
 	ctx := context.Background()
@@ -31,6 +32,17 @@ func TestMigration00022DownAndUp(t *testing.T) {
 	}
 	if !accepts() {
 		t.Fatal("refund_pending refused after the migration")
+	}
+	// Refused while a refund is pending: an earlier release would take it
+	// for refunded.
+	if _, err := pool.Exec(ctx, `INSERT INTO processed_messages (consumer, message_id, outcome, order_id) VALUES ('c', 'm', 'refund_pending', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 21); err == nil || !strings.Contains(err.Error(), "refunds are pending") {
+		t.Fatalf("down to 21 with a refund pending: %v; want it refused", err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM processed_messages WHERE message_id = 'm'`); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := p.DownTo(ctx, 21); err != nil {
 		t.Fatalf("down to 21: %v", err)

@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	rc, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_refund_updates_total",
-		Help: "Refund state changes recorded from Stripe's charge.refund.updated events, by state before (pending, succeeded) and after (succeeded, failed). from=succeeded,to=failed is a refund Stripe reversed after its receipt went out: an operator follows it up.",
+		Help: "Refund state changes recorded from Stripe's charge.refund.updated events, by state before (pending, succeeded) and after (succeeded, failed). from=succeeded,to=failed is a refund Stripe reversed after its receipt went out; from=not_created is a refund Stripe holds that the ledger recorded as never created (not applied): an operator follows both up.",
 	}, []string{"from", "to"}))
 	if err != nil {
 		return nil, err

@@ -157,6 +157,12 @@ func (h *Handler) serveStripe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := h.cfg.Logger.With(slog.String("provider", ProviderStripe), slog.String("event_id", ev.ID), slog.String("type", string(ev.Type)))
+	if ru != nil && updated.Unrecorded(ru.Status) {
+		rf := updated.Refund
+		h.metrics.countRefund("not_created", ru.Status)
+		log.Error("stripe reports a refund the ledger recorded as not created, its amount given back: the order may be refunded twice; operator action needed",
+			"refund_id", ru.RefundID, "status", ru.Status, "order_id", rf.OrderID, "message_id", rf.MessageID, "amount", rf.Amount)
+	}
 	if ru != nil && updated.Changed {
 		rf := updated.Refund
 		h.metrics.countRefund(string(updated.Before), string(rf.State))

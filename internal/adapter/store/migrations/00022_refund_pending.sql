@@ -61,7 +61,7 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
--- What the workers' backlog gauge counts, and the audit's open refunds.
+-- What the workers' gauges of pending refunds and the pruning of the inbox read.
 CREATE INDEX refunds_pending_idx ON refunds (updated_at) WHERE state = 'pending';
 
 -- +goose Down
@@ -99,8 +99,17 @@ BEGIN
     RETURN NULL;
 END $$;
 -- +goose StatementEnd
-UPDATE refunds SET state = 'succeeded' WHERE state = 'pending';
-UPDATE processed_messages SET outcome = 'refunded' WHERE outcome = 'refund_pending';
+-- An earlier release would take a pending refund for a refunded one (and send
+-- its receipt): going down is refused while any refund is pending.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM refunds WHERE state = 'pending')
+       OR EXISTS (SELECT FROM processed_messages WHERE outcome = 'refund_pending') THEN
+        RAISE EXCEPTION 'refunds are pending at Stripe: settle them (starter resolve) before going below migration 00022';
+    END IF;
+END $$;
+-- +goose StatementEnd
 -- +goose StatementBegin
 DO $$
 DECLARE
