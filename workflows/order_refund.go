@@ -301,8 +301,11 @@ func (w *Workflows) OrderRefund(ctx workflow.Context, in OrderRefundInput) (Refu
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Stripe refused the refund of order %d (%s); no receipt sent.", in.Refund.OrderID, refund.FailureCode))
 		return st, nil
 	case activities.RefundRefunded, activities.RefundPending:
-		// Pending does not reach here: awaitRefund returns it only with
-		// an error, and no run recorded it without the version marker.
+		// Pending reaches here only in a history without the version
+		// marker: one whose refund result an earlier release's workflow
+		// code handled (a rolling deploy), which went on to the receipt.
+		// Replay must do the same; SendRefundReceipt then refuses it
+		// (RefundNotSucceeded), so no receipt goes out from this release.
 	}
 
 	st.Stage = StageSendingReceipt
