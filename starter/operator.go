@@ -86,8 +86,11 @@ type resolveReport struct {
 	Workflow      *resolvedRun       `json:"workflow,omitempty"`
 	// Refund and Receipt are what resolve found for the message's refund
 	// and its mail (an order's receipt or a refund receipt).
-	Refund  *reconcile.RefundResult  `json:"refund,omitempty"`
-	Receipt *reconcile.ReceiptResult `json:"receipt,omitempty"`
+	Refund *reconcile.RefundResult `json:"refund,omitempty"`
+	// OrderRefunds are the refunds of the message's payment that Stripe
+	// created (recorded pending or succeeded), each read again.
+	OrderRefunds []reconcile.RefundResult `json:"order_refunds,omitempty"`
+	Receipt      *reconcile.ReceiptResult `json:"receipt,omitempty"`
 	// Next tells the operator what, if anything, is left to do.
 	Next string `json:"next,omitempty"`
 }
@@ -150,6 +153,11 @@ func cmdResolve(ctx context.Context, cfg config.Config, args []string, stdout io
 	if st.Payment != nil {
 		if code, err = resolvePayment(ctx, cfg, &r, &rep, wfID, logger); err != nil {
 			return code, err
+		}
+		if code == exitOK {
+			if code, err = resolveOrderRefunds(ctx, &r, &rep, st.Payment.OrderID); err != nil {
+				return code, err
+			}
 		}
 	}
 	if st.Refund != nil && code == exitOK {
@@ -220,6 +228,37 @@ func resolvePayment(ctx context.Context, cfg config.Config, r *reconcile.Resolve
 	}
 	rep.Next = "still " + string(res.After.State) + " at Stripe (" + res.After.StripeStatus + "): see docs/runbook.md"
 	return exitStillOpen, nil
+}
+
+// resolveOrderRefunds reads again every refund of order orderID that Stripe
+// created (recorded pending or succeeded; ResolveRefund) into
+// rep.OrderRefunds and returns the exit code so far. Stripe may fail a
+// refund after it succeeded; an audit's refund_mismatch finding names the
+// paying message, so resolving it (one by one or with --finding) records a
+// failure whose charge.refund.updated never reached a worker, and gives
+// its amount back. A claimed refund is left to its own message's resolve.
+func resolveOrderRefunds(ctx context.Context, r *reconcile.Resolver, rep *resolveReport, orderID int64) (int, error) {
+	refunds, err := r.Store.RefundsOfOrder(ctx, orderID)
+	if err != nil {
+		return exitError, err
+	}
+	code := exitOK
+	for _, rf := range refunds {
+		if rf.RefundID == "" || (rf.State != store.RefundPending && rf.State != store.RefundSucceeded) {
+			continue
+		}
+		res, err := r.ResolveRefund(ctx, rf.Consumer, rf.MessageID, false)
+		rep.OrderRefunds = append(rep.OrderRefunds, res)
+		switch {
+		case errors.Is(err, reconcile.ErrStillOpen):
+			code, rep.Next = exitStillOpen, err.Error()+": an operator must look (docs/runbook.md)"
+		case errors.Is(err, reconcile.ErrStripe):
+			return exitRefused, fmt.Errorf("refused: %w (the refunds listed before it are recorded)", err)
+		case err != nil:
+			return exitError, err
+		}
+	}
+	return code, nil
 }
 
 // refundRunMayCreate reports whether a run may still create st's refund:

@@ -245,3 +245,82 @@ func TestResolveSettlesAPendingRefund(t *testing.T) {
 		t.Fatalf("refund %+v, want succeeded", rf)
 	}
 }
+
+// reversedRefund charges order with pm_card_refundFail, refunds 300 of it
+// for message refundID, records the refund succeeded and has Stripe fail
+// it afterwards, with no webhook: a reversal whose charge.refund.updated
+// never reached a worker.
+func (f *opsFixture) reversedRefund(t *testing.T, orderMsg, refundID string, order int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.charge(t, orderMsg, order, "pm_card_refundFail"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.db.PaymentOf(ctx, "order-placed", orderMsg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := f.db.ClaimRefund(ctx, store.RefundClaim{Consumer: "order-refund", MessageID: refundID, OrderID: order, Amount: 300, Reason: "requested_by_customer", Key: "refund:" + refundID, RequestHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := f.acts.Payments.Refund(ctx, payment.RefundRequest{IdempotencyKey: "refund:" + refundID, MessageID: refundID, OrderID: order, PaymentIntentID: p.PaymentIntentID, Amount: 300, Reason: "requested_by_customer"})
+	if err != nil || made.Status != "succeeded" {
+		t.Fatalf("refund %+v, %v; want succeeded", made, err)
+	}
+	if _, err := f.db.RecordRefundSucceeded(ctx, store.RefundSuccess{Consumer: "order-refund", MessageID: refundID, OrderID: order, Key: "refund:" + refundID, Claim: claim.Claim, RefundID: made.ID, Status: made.Status}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sims.Stripe.SettleRefund(made.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertReversed fails unless the refund of message refundID is recorded
+// failed with its 300 given back to order's payment.
+func (f *opsFixture) assertReversed(t *testing.T, refundID string, order int64) {
+	t.Helper()
+	ctx := context.Background()
+	rf, err := f.db.RefundOf(ctx, "order-refund", refundID)
+	if err != nil || rf.State != store.RefundFailed || rf.RefundStatus != "failed" {
+		t.Fatalf("refund %+v, %v; want failed", rf, err)
+	}
+	if refunded, _, err := f.db.RefundedAmount(ctx, order); err != nil || refunded != 0 {
+		t.Fatalf("refunded_amount %d, %v; want 0: the failed refund's 300 given back", refunded, err)
+	}
+}
+
+// TestResolveRecordsARefundStripeFailedAfterItSucceeded: a refund recorded
+// succeeded that Stripe failed later, with the event never applied (sent
+// before the endpoint subscribed to charge.refund.updated), is recorded
+// failed by resolve of its own message, and, found by the audit, by a bulk
+// resolve of the refund_mismatch findings, which name the paying message.
+// Before, resolve left a succeeded refund as it was, without a call.
+func TestResolveRecordsARefundStripeFailedAfterItSucceeded(t *testing.T) {
+	f := newOpsFixture(t)
+
+	f.reversedRefund(t, "evt_o11", "evt_rf11", 511)
+	code, out, stderr := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf11")
+	if code != exitOK || !strings.Contains(out, `"lookup": "retrieve"`) || !strings.Contains(out, `"changed": true`) {
+		t.Fatalf("resolve of the reversed refund: exit %d, %s %s; want 0, retrieved, changed", code, out, stderr)
+	}
+	f.assertReversed(t, "evt_rf11", 511)
+	if code, out, _ := runStarter(t, "resolve", "-consumer", "order-refund", "evt_rf11"); code != exitOK || strings.Contains(out, `"lookup"`) {
+		t.Fatalf("resolve again: exit %d, %s; want 0 and no call (a failed refund is final)", code, out)
+	}
+
+	f.reversedRefund(t, "evt_o12", "evt_rf12", 512)
+	code, out, stderr = runStarter(t, "audit", "--since", "10m", "--until", "0s")
+	if code != exitFindings || !strings.Contains(out, `"refund_mismatch"`) || !strings.Contains(out, `"evt_o12"`) {
+		t.Fatalf("audit: exit %d, %s %s; want a refund_mismatch finding naming evt_o12", code, out, stderr)
+	}
+	code, out, stderr = runStarter(t, "resolve", "--finding", "refund_mismatch")
+	rows, sum := bulkLines(t, out)
+	if code != exitOK || sum.Selected != 1 || len(rows) != 1 || rows[0].MessageID != "evt_o12" {
+		t.Fatalf("bulk resolve of the finding: exit %d, rows %+v, summary %+v, %s", code, rows, sum, stderr)
+	}
+	f.assertReversed(t, "evt_rf12", 512)
+	if code, out, stderr := runStarter(t, "audit", "--since", "10m", "--until", "0s"); strings.Contains(out, `"refund_mismatch"`) {
+		t.Fatalf("audit after the resolve: exit %d, %s %s; want no refund_mismatch: the ledger agrees with Stripe", code, out, stderr)
+	}
+}

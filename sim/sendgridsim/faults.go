@@ -23,9 +23,10 @@ const (
 	// FaultRateLimit answers 429 with X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset headers and delivers nothing.
 	FaultRateLimit = simfault.RateLimit
-	// FaultDelay waits Fault.Delay, or until the client goes away, before the
-	// request goes on. It combines with any other fault that fires for the
-	// same request.
+	// FaultDelay waits Fault.Delay before the request goes on, whether or
+	// not the client is still there: SendGrid sends a mail it received
+	// though its client gave up. It combines with any other fault that
+	// fires for the same request.
 	FaultDelay = simfault.Delay
 )
 

@@ -272,14 +272,18 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// A delay holds a mail SendGrid has received. A client that gives up
+	// meanwhile does not stop it: the mail is sent at the delay's end (and
+	// any other fault for it still fires), though nobody reads the answer.
 	delays, final := s.takeFaults(m)
 	for _, f := range delays {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "sendgridsim: fault fired",
 			slog.String("kind", string(f.Kind)), slog.Duration("delay", f.Delay),
 			slog.String("idempotency_key", m.idempotencyKey))
+		began := time.Now()
 		if !simfault.Sleep(ctx, f.Delay) {
-			s.log.LogAttrs(ctx, slog.LevelDebug, "sendgridsim: client gone during delay fault")
-			return
+			s.log.LogAttrs(ctx, slog.LevelDebug, "sendgridsim: client gone during delay fault; the mail is sent at its end")
+			time.Sleep(f.Delay - time.Since(began))
 		}
 	}
 	if final != nil {

@@ -40,8 +40,9 @@ const (
 	LostAfter Kind = "lost_after"
 	// RateLimit answers 429 without performing the request.
 	RateLimit Kind = "rate_limit"
-	// Delay waits Fault.Delay, or until the client goes away, before the
-	// request goes on.
+	// Delay waits Fault.Delay before the request goes on. A client that
+	// goes away meanwhile does not stop a request the provider received:
+	// the simulators carry it out at the delay's end.
 	Delay Kind = "delay"
 )
 

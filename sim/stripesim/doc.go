@@ -79,7 +79,9 @@
 //	rate_limit    answer 429 rate_limit, perform nothing, save nothing
 //	delay         sleep Delay once the key is reserved (so a concurrent request with
 //	              the same key sees 409), or before a replay; a client that gives up
-//	              meanwhile releases the key and nothing is performed
+//	              meanwhile does not stop the request: it is performed at the end of
+//	              the delay and its answer saved under the key, as Stripe goes on with
+//	              a request it received (a replay's client that gives up gets nothing)
 //	error_after   perform the request, then answer Status (default 500) as an
 //	              api_error and save that answer under the key, as Stripe would
 //	lost_after    perform the request, save the real answer under the key, then drop

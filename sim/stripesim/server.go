@@ -408,15 +408,28 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 		}
 	}
 
-	if f, ok := s.takeFault(info, FaultDelay); ok && !simfault.Sleep(ctx, f.Delay) {
-		if idempotent {
-			s.release(key)
+	// A delay holds a request Stripe has received (its key reserved, so a
+	// concurrent request with the key sees 409). A client that gives up
+	// meanwhile does not stop it: Stripe carries it out at the delay's end
+	// and saves its answer under the key, which a retry then replays.
+	var abandoned *Fault
+	if f, ok := s.takeFault(info, FaultDelay); ok {
+		began := time.Now()
+		if !simfault.Sleep(ctx, f.Delay) {
+			abandoned = &f
+			time.Sleep(f.Delay - time.Since(began))
 		}
-		return outcome{aborted: true, fault: f.Kind}
 	}
 
 	s.mu.Lock()
 	resp := op(requestID)
+	if abandoned != nil {
+		if idempotent {
+			s.saveLocked(key, resp)
+		}
+		s.mu.Unlock()
+		return outcome{aborted: true, fault: abandoned.Kind}
+	}
 	late, hasLate := s.takeFault(info, FaultErrorAfter, FaultLostAfter)
 	if hasLate && late.Kind == FaultErrorAfter {
 		resp = errorResponse(serverError(late.ErrorStatus()), requestID)
@@ -481,15 +494,6 @@ func (s *Server) reserve(key string, hash [sha256.Size]byte, requestID string) (
 		s.stats.ReplaysByKey[key]++
 		saved := *entry
 		return &saved, nil
-	}
-}
-
-// release forgets a reservation whose request gave up before executing.
-func (s *Server) release(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if entry, ok := s.keys[key]; ok && entry.inFlight {
-		delete(s.keys, key)
 	}
 }
 

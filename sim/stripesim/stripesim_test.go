@@ -563,9 +563,15 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
-func TestDelayHonoursContextAndReleasesKey(t *testing.T) {
+// TestDelayedRequestGoesOnAfterItsClientLeaves: a client that gives up
+// during a delay does not stop the request, as Stripe goes on with one it
+// received: a retry with the key meanwhile sees 409, the charge is made at
+// the delay's end, and a retry then replays its answer. Before, the key was
+// released and nothing performed, so a timeout never left a charge behind.
+func TestDelayedRequestGoesOnAfterItsClientLeaves(t *testing.T) {
 	sim, ts := newSim(t, Options{})
-	sim.AddFault(Fault{Match: Match{MessageID: "evt_1"}, Kind: FaultDelay, Delay: 10 * time.Second, Times: 1})
+	const delay = time.Second
+	sim.AddFault(Fault{Match: Match{MessageID: "evt_1"}, Kind: FaultDelay, Delay: delay, Times: 1})
 	c := newClient(t, ts, 0)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -573,30 +579,30 @@ func TestDelayHonoursContextAndReleasesKey(t *testing.T) {
 	p := chargeParams("k1", "evt_1", 1500, "pm_card_visa")
 	p.Context = ctx
 	start := time.Now()
-	_, err := c.New(p)
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.New(p); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error = %v, want the context deadline", err)
 	}
-	if time.Since(start) > 5*time.Second {
-		t.Error("the delay did not end with the context")
+	if time.Since(start) > delay/2 {
+		t.Error("the client waited out the delay")
 	}
-	// The server notices the disconnect and releases the key.
+	_, err := c.New(chargeParams("k1", "evt_1", 1500, "pm_card_visa"))
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusConflict {
+		t.Fatalf("retry during the delay: %v, want 409: the first request is still going on", err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sim.mu.Lock()
-		_, held := sim.keys["k1"]
-		sim.mu.Unlock()
-		if !held {
-			break
-		}
+	for sim.Stats().Charges == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("key still reserved after the client gave up")
+			t.Fatal("the abandoned request was never carried out")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if time.Since(start) < delay {
+		t.Errorf("charged after %v, before the delay's end", time.Since(start))
 	}
 	pi, err := c.New(chargeParams("k1", "evt_1", 1500, "pm_card_visa"))
-	if err != nil || replayed(pi.LastResponse.Header) {
-		t.Fatalf("retry: %v, want a fresh success", err)
+	if err != nil || !replayed(pi.LastResponse.Header) || pi.Status != stripe.PaymentIntentStatusSucceeded {
+		t.Fatalf("retry after the delay: %+v, %v; want the saved answer replayed", pi, err)
 	}
 	if st := sim.Stats(); st.Charges != 1 {
 		t.Errorf("charges = %d, want 1", st.Charges)

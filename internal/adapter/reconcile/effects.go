@@ -26,7 +26,7 @@ type RefundResult struct {
 	After  store.Refund    `json:"after"`
 	Stripe *payment.Refund `json:"stripe,omitempty"`
 	// Lookup is "list" (the PaymentIntent's refunds) or "retrieve" (a
-	// pending refund) when Stripe was asked.
+	// pending or succeeded refund) when Stripe was asked.
 	Lookup  string `json:"lookup,omitempty"`
 	Changed bool   `json:"changed"`
 }
@@ -37,17 +37,19 @@ type RefundResult struct {
 // against the request (amount, currency) and recorded, succeeded or
 // failed. None means none was created; that is recorded (failed,
 // not_created, its amount free again) only when noRunOpen says no run of
-// the workflow can still create it, else ErrRunMayCreate. A pending refund
-// is retrieved and its status recorded (resolvePending). A refund already
-// final is returned as it is, without a call.
+// the workflow can still create it, else ErrRunMayCreate. A pending or
+// succeeded refund is retrieved and its status recorded (resolveCreated):
+// Stripe may fail a refund after it succeeded, and a charge.refund.updated
+// that never reached a worker is caught up so. A failed refund is final and
+// is returned as it is, without a call.
 func (r *Resolver) ResolveRefund(ctx context.Context, consumer, messageID string, noRunOpen bool) (RefundResult, error) {
 	rf, err := r.Store.RefundOf(ctx, consumer, messageID)
 	if err != nil {
 		return RefundResult{}, err
 	}
 	res := RefundResult{Before: rf, After: rf}
-	if rf.State == store.RefundPending {
-		return r.resolvePending(ctx, res)
+	if rf.RefundID != "" && (rf.State == store.RefundPending || rf.State == store.RefundSucceeded) {
+		return r.resolveCreated(ctx, res)
 	}
 	if rf.State != store.RefundClaimed {
 		return res, nil
@@ -86,10 +88,11 @@ func (r *Resolver) ResolveRefund(ctx context.Context, consumer, messageID string
 	return res, nil
 }
 
-// resolvePending retrieves a refund recorded pending and records where
-// Stripe has it now (store.UpdateRefund, as the webhook does); still
-// pending wraps ErrStillOpen.
-func (r *Resolver) resolvePending(ctx context.Context, res RefundResult) (RefundResult, error) {
+// resolveCreated retrieves a refund recorded pending or succeeded and
+// records where Stripe has it now (store.UpdateRefund, as the webhook does:
+// forward only, so a succeeded refund only moves to failed, its amount
+// given back); still pending wraps ErrStillOpen.
+func (r *Resolver) resolveCreated(ctx context.Context, res RefundResult) (RefundResult, error) {
 	rf := res.Before
 	res.Lookup = "retrieve"
 	found, err := r.Payments.RetrieveRefund(ctx, rf.RefundID)

@@ -455,6 +455,27 @@ func (s *Store) RefundOf(ctx context.Context, consumer, messageID string) (Refun
 	return r, nil
 }
 
+// RefundsOfOrder returns the refunds rows of order orderID, oldest first.
+func (s *Store) RefundsOfOrder(ctx context.Context, orderID int64) ([]Refund, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE order_id = $1 ORDER BY created_at, message_id`, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("refunds of order %d: %w", orderID, translate(err))
+	}
+	defer rows.Close()
+	var out []Refund
+	for rows.Next() {
+		r, err := scanRefund(rows)
+		if err != nil {
+			return nil, fmt.Errorf("refunds of order %d: %w", orderID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("refunds of order %d: %w", orderID, translate(err))
+	}
+	return out, nil
+}
+
 // RefundedAmount returns what the refunds of order orderID hold against its
 // payment (payments.refunded_amount) and the payment's amount.
 func (s *Store) RefundedAmount(ctx context.Context, orderID int64) (refunded, paid int64, err error) {
