@@ -236,13 +236,13 @@ func resolvePayment(ctx context.Context, cfg config.Config, r *reconcile.Resolve
 // refund after it succeeded; an audit's refund_mismatch finding names the
 // paying message, so resolving it (one by one or with --finding) records a
 // failure whose charge.refund.updated never reached a worker, and gives
-// its amount back. A claimed refund is left to its own message's resolve.
+// its amount back. A claimed refund is left to its own message's resolve,
+// and one still pending does not hold the paying message open.
 func resolveOrderRefunds(ctx context.Context, r *reconcile.Resolver, rep *resolveReport, orderID int64) (int, error) {
 	refunds, err := r.Store.RefundsOfOrder(ctx, orderID)
 	if err != nil {
 		return exitError, err
 	}
-	code := exitOK
 	for _, rf := range refunds {
 		if rf.RefundID == "" || (rf.State != store.RefundPending && rf.State != store.RefundSucceeded) {
 			continue
@@ -251,14 +251,15 @@ func resolveOrderRefunds(ctx context.Context, r *reconcile.Resolver, rep *resolv
 		rep.OrderRefunds = append(rep.OrderRefunds, res)
 		switch {
 		case errors.Is(err, reconcile.ErrStillOpen):
-			code, rep.Next = exitStillOpen, err.Error()+": an operator must look (docs/runbook.md)"
+			// Still pending at Stripe: its own workflow waits for it, and
+			// resolve of its own message reports it open (exit 7).
 		case errors.Is(err, reconcile.ErrStripe):
 			return exitRefused, fmt.Errorf("refused: %w (the refunds listed before it are recorded)", err)
 		case err != nil:
 			return exitError, err
 		}
 	}
-	return code, nil
+	return exitOK, nil
 }
 
 // refundRunMayCreate reports whether a run may still create st's refund:

@@ -235,6 +235,11 @@ func TestResolveSettlesAPendingRefund(t *testing.T) {
 	if rf, _ := f.db.RefundOf(ctx, "order-refund", "evt_rf9"); rf.State != store.RefundPending {
 		t.Fatalf("refund %+v, want pending", rf)
 	}
+	// The paying message's resolve reads the refund too, and a refund still
+	// pending does not hold it open.
+	if code, out, stderr := runStarter(t, "resolve", "-consumer", "order-placed", "evt_o9"); code != exitOK || !strings.Contains(out, `"order_refunds"`) || !strings.Contains(out, `"state": "pending"`) {
+		t.Fatalf("resolve of the paying message: exit %d, %s %s; want 0, the refund listed pending", code, out, stderr)
+	}
 	if err := f.sims.Stripe.SettleRefund(made.ID); err != nil {
 		t.Fatal(err)
 	}
