@@ -461,16 +461,8 @@ func (s *Store) RefundsOfOrder(ctx context.Context, orderID int64) ([]Refund, er
 	if err != nil {
 		return nil, fmt.Errorf("refunds of order %d: %w", orderID, translate(err))
 	}
-	defer rows.Close()
-	var out []Refund
-	for rows.Next() {
-		r, err := scanRefund(rows)
-		if err != nil {
-			return nil, fmt.Errorf("refunds of order %d: %w", orderID, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Refund, error) { return scanRefund(row) })
+	if err != nil {
 		return nil, fmt.Errorf("refunds of order %d: %w", orderID, translate(err))
 	}
 	return out, nil
