@@ -199,35 +199,27 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		ctx, stopHealth = runHealth(ctx, cfg.HealthAddr, d, &draining, logger)
 		defer stopHealth()
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	// From SIGTERM on, or from the failure of any part (gctx ends with
-	// either, and when Wait returns), /readyz says the worker is going
-	// away; EFFECTIVELY_DRAIN_TIMEOUT runs from then.
-	var stopping atomic.Int64
-	defer context.AfterFunc(gctx, func() {
-		stopping.CompareAndSwap(0, time.Now().UnixNano())
-		draining.Store(true)
-	})()
-	g.Go(func() error { return d.dispatcher.Run(gctx) })
+	parts := []func(context.Context) error{d.dispatcher.Run}
 	for _, src := range d.sources {
-		g.Go(func() error { return src.Run(gctx) })
+		parts = append(parts, src.Run)
 	}
 	if d.relay != nil {
-		g.Go(func() error { return d.relay.Run(gctx) })
+		parts = append(parts, d.relay.Run)
 	}
 	if d.api != nil {
-		g.Go(func() error { return d.api.Serve(gctx) })
+		parts = append(parts, d.api.Serve)
 	}
 	if d.webhooks != nil {
-		g.Go(func() error { return serveWebhooks(gctx, cfg.WebhookAddr, d.webhooks, logger) })
+		parts = append(parts, func(ctx context.Context) error { return serveWebhooks(ctx, cfg.WebhookAddr, d.webhooks, logger) })
 	}
 	if cfg.PprofAddr != "" {
-		g.Go(func() error { return servePprof(gctx, cfg.PprofAddr, logger) })
+		parts = append(parts, func(ctx context.Context) error { return servePprof(ctx, cfg.PprofAddr, logger) })
 	}
 	if d.codecServer != nil {
-		g.Go(func() error { return codec.Serve(gctx, d.codecServer.addr, d.codecServer.h, logger) })
+		parts = append(parts, func(ctx context.Context) error { return codec.Serve(ctx, d.codecServer.addr, d.codecServer.h, logger) })
 	}
-	err = g.Wait()
+	var stopping atomic.Int64
+	err = runParts(ctx, &draining, &stopping, parts...)
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause // the health listener failed
 	}
@@ -273,16 +265,41 @@ func stopWorkers(workers []worker.Worker) {
 	wg.Wait()
 }
 
-// runHealth serves the health listener (GET /livez, /readyz, /metrics) on
-// its own context, which outlives ctx, and returns a context that ends
-// with ctx or when the listener fails. stop ends the listener.
-func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool, logger *slog.Logger) (context.Context, func()) {
-	checks := []health.Check{health.Postgres(d.store), health.Temporal(d.tc), {Name: "shutdown", Fn: func(context.Context) error {
+// runParts runs the intake's parts until ctx ends or one of them fails, and
+// returns the first failure. From either moment on draining is set, so
+// /readyz says the worker is going away (check "shutdown"), and stopping
+// holds that moment, from which EFFECTIVELY_DRAIN_TIMEOUT runs.
+func runParts(ctx context.Context, draining *atomic.Bool, stopping *atomic.Int64, parts ...func(context.Context) error) error {
+	mark := func() {
+		stopping.CompareAndSwap(0, time.Now().UnixNano())
+		draining.Store(true)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	defer context.AfterFunc(gctx, mark)()
+	for _, run := range parts {
+		g.Go(func() error { return run(gctx) })
+	}
+	err := g.Wait()
+	mark()
+	return err
+}
+
+// shutdownCheck is /readyz's "shutdown" check: it fails once draining is
+// set.
+func shutdownCheck(draining *atomic.Bool) health.Check {
+	return health.Check{Name: "shutdown", Fn: func(context.Context) error {
 		if draining.Load() {
 			return errors.New("the worker is draining before it stops")
 		}
 		return nil
-	}}}
+	}}
+}
+
+// runHealth serves the health listener (GET /livez, /readyz, /metrics) on
+// its own context, which outlives ctx, and returns a context that ends
+// with ctx or when the listener fails. stop ends the listener.
+func runHealth(ctx context.Context, addr string, d *deps, draining *atomic.Bool, logger *slog.Logger) (context.Context, func()) {
+	checks := []health.Check{health.Postgres(d.store), health.Temporal(d.tc), shutdownCheck(draining)}
 	if d.broker != nil {
 		checks = append(checks, health.NATS(d.broker.nc))
 	}

@@ -305,13 +305,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.serveAPI(w, r)
 }
 
-// outcome records how an API request was answered, for the log.
+// outcome records how an API request was answered, for the log. aborted
+// means the client left before anything was done; clientGone means it left
+// during a delay and the request was carried out all the same, with status.
 type outcome struct {
-	status   int
-	replayed bool
-	dropped  bool
-	aborted  bool
-	fault    FaultKind
+	status     int
+	replayed   bool
+	dropped    bool
+	aborted    bool
+	clientGone bool
+	fault      FaultKind
 }
 
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
@@ -343,6 +346,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		slog.Bool("replayed", out.replayed),
 		slog.Bool("dropped", out.dropped),
 		slog.Bool("aborted", out.aborted),
+		slog.Bool("client_gone", out.clientGone),
 		slog.String("fault", string(out.fault)),
 		slog.Duration("elapsed", time.Since(start)),
 	)
@@ -428,7 +432,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, requestID, ke
 			s.saveLocked(key, resp)
 		}
 		s.mu.Unlock()
-		return outcome{aborted: true, fault: abandoned.Kind}
+		return outcome{status: resp.status, clientGone: true, fault: abandoned.Kind}
 	}
 	late, hasLate := s.takeFault(info, FaultErrorAfter, FaultLostAfter)
 	if hasLate && late.Kind == FaultErrorAfter {

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -569,7 +572,13 @@ func TestRateLimit(t *testing.T) {
 // the delay's end, and a retry then replays its answer. Before, the key was
 // released and nothing performed, so a timeout never left a charge behind.
 func TestDelayedRequestGoesOnAfterItsClientLeaves(t *testing.T) {
-	sim, ts := newSim(t, Options{})
+	logPath := filepath.Join(t.TempDir(), "requests.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = logFile.Close() })
+	sim, ts := newSim(t, Options{Logger: slog.New(slog.NewJSONHandler(logFile, nil))})
 	const delay = time.Second
 	sim.AddFault(Fault{Match: Match{MessageID: "evt_1"}, Kind: FaultDelay, Delay: delay, Times: 1})
 	c := newClient(t, ts, 0)
@@ -585,7 +594,7 @@ func TestDelayedRequestGoesOnAfterItsClientLeaves(t *testing.T) {
 	if time.Since(start) > delay/2 {
 		t.Error("the client waited out the delay")
 	}
-	_, err := c.New(chargeParams("k1", "evt_1", 1500, "pm_card_visa"))
+	_, err = c.New(chargeParams("k1", "evt_1", 1500, "pm_card_visa"))
 	var se *stripe.Error
 	if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusConflict {
 		t.Fatalf("retry during the delay: %v, want 409: the first request is still going on", err)
@@ -606,6 +615,33 @@ func TestDelayedRequestGoesOnAfterItsClientLeaves(t *testing.T) {
 	}
 	if st := sim.Stats(); st.Charges != 1 {
 		t.Errorf("charges = %d, want 1", st.Charges)
+	}
+	// The log tells the carried-out request from one never done. Its line
+	// is written as its handler returns, just after the answer is saved.
+	type entry struct {
+		Status     int    `json:"status"`
+		Aborted    bool   `json:"aborted"`
+		ClientGone bool   `json:"client_gone"`
+		Fault      string `json:"fault"`
+	}
+	var delayed []entry
+	for deadline := time.Now().Add(5 * time.Second); len(delayed) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		logged, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(logged)) {
+			var e entry
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if e.Fault == string(FaultDelay) {
+				delayed = append(delayed, e)
+			}
+		}
+	}
+	if len(delayed) != 1 || delayed[0].Aborted || !delayed[0].ClientGone || delayed[0].Status != http.StatusOK {
+		t.Errorf("delayed request logged as %+v, want one, client_gone with status 200, not aborted", delayed)
 	}
 }
 
