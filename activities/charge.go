@@ -66,12 +66,12 @@ func IntakeClaim(in ChargeInput) (store.PaymentClaim, error) {
 }
 
 // marks is the workflow whose inbox row the payment's record marks
-// dispatched: the attempt of a payment claimed at intake made no claim to
-// mark it. Empty when in carries no intake claim.
+// dispatched. The attempt of a payment claimed at intake made no claim to
+// mark it; any other attempt's claim marked it unless a transaction held
+// the row at that moment (a copy's insert counting itself: the claim skips a
+// locked row), and the record marks it then, instead of leaving it pending
+// for a Dispatcher pass. The record only touches a row still pending.
 func (in ChargeInput) marks() string {
-	if in.Claim == nil {
-		return ""
-	}
 	id, _ := identity.WorkflowID(in.Consumer, in.MessageID) // checked by the attempt first
 	return id
 }

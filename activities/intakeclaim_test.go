@@ -9,6 +9,7 @@ import (
 	"github.com/effectively/effectively/activities"
 	"github.com/effectively/effectively/internal/adapter/message"
 	"github.com/effectively/effectively/internal/adapter/store"
+	"github.com/effectively/effectively/sim/stripesim"
 )
 
 // intakeClaimed records in's message in the inbox with its payment
@@ -127,5 +128,58 @@ func TestIntakeClaimOnlyLocallyInsideTheWindow(t *testing.T) {
 	}
 	if st := f.sims.Stripe.Stats(); st.RequestsByOperation["list"] == 0 {
 		t.Errorf("stripe requests %v: the attempt past the window did not look the payment up", st.RequestsByOperation)
+	}
+}
+
+// TestRecordMarksARowTheClaimSkipped: a charge's claim skips an inbox row
+// another transaction holds (a copy's insert counting itself, a
+// Dispatcher), rather than waiting for it; the payment's record, once the
+// lock is gone, marks the row dispatched, so it does not stay pending until
+// a Dispatcher pass.
+func TestRecordMarksARowTheClaimSkipped(t *testing.T) {
+	f := newFixture(t, "")
+	ctx := context.Background()
+	in := charge("evt_mark_skipped", 102, "pm_card_visa")
+	if _, err := f.db.InsertInbox(ctx, store.InboxEntry{Consumer: in.Consumer, MessageID: in.MessageID,
+		Payload: []byte(`{}`), PayloadHash: "h", Source: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.db.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE inbox SET duplicates = duplicates + 1 WHERE message_id = $1`, in.MessageID); err != nil {
+		t.Fatal(err)
+	}
+	// Stripe holds the create long enough to let the lock go after the claim.
+	f.sims.Stripe.AddFault(stripesim.Fault{Match: stripesim.Match{MessageID: in.MessageID}, Kind: stripesim.FaultDelay, Delay: 500 * time.Millisecond, Times: 1})
+	done := make(chan activities.ChargeResult, 1)
+	go func() {
+		r, err := f.acts.ChargeOrder(ctx, in)
+		if err != nil {
+			t.Errorf("charge: %v", err)
+		}
+		done <- r
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := f.db.Effect(ctx, "payment:"+in.MessageID); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the payment was not claimed in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.Outcome != activities.PaymentPaid {
+		t.Fatalf("charge = %+v; want paid", r)
+	}
+	st, err := f.db.Status(ctx, in.Consumer, in.MessageID)
+	if err != nil || st.Inbox == nil || st.Inbox.State != store.InboxDispatched || st.Inbox.WorkflowID != "order-placed/"+in.MessageID {
+		t.Fatalf("inbox = %+v, %v; want dispatched by order-placed/%s, marked by the payment's record", st.Inbox, err, in.MessageID)
 	}
 }

@@ -264,8 +264,9 @@ func markDispatchedCTE(consumer, messageID, workflowID, cond string) string {
 
 // recordMarksDispatched is the CTE with which a payment's record marks the
 // message's ($7 consumer, $8 message ID) inbox row dispatched by workflow
-// $wf when the settle matched and $wf is not empty: the record of a
-// payment claimed at intake, whose attempt made no claim to mark it.
+// $wf when the settle matched, $wf is not empty and the row is still
+// pending: the record of a payment claimed at intake, whose attempt made no
+// claim to mark it, or of a claim that skipped the row under a lock.
 func recordMarksDispatched(wf string) string {
 	return `, ` + markDispatchedCTE("$7", "$8", wf, `EXISTS (SELECT FROM settled) AND `+wf+`::text <> ''`)
 }

@@ -441,8 +441,10 @@ func TestClaimMarksInboxDispatched(t *testing.T) {
 		t.Fatalf("business duplicate's inbox row is %s; want dispatched", st)
 	}
 
-	// A row a Dispatcher holds is skipped at once, not waited for.
+	// A row a Dispatcher holds (or a copy's insert, counting itself) is
+	// skipped at once, not waited for.
 	inbox("evt_ib3")
+	inbox("evt_ib4")
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -451,16 +453,40 @@ func TestClaimMarksInboxDispatched(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM inbox WHERE message_id = 'evt_ib3' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM inbox WHERE message_id = 'evt_ib4' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if res, err := s.ClaimPayment(cctx, withWF(claim("evt_ib3", 78))); err != nil || res.Outcome != store.ClaimOwned {
-		t.Fatalf("claim beside a locked inbox row = %+v, %v", res, err)
+	paid, err := s.ClaimPayment(cctx, withWF(claim("evt_ib3", 78)))
+	if err != nil || paid.Outcome != store.ClaimOwned {
+		t.Fatalf("claim beside a locked inbox row = %+v, %v", paid, err)
+	}
+	refused, err := s.ClaimPayment(cctx, withWF(claim("evt_ib4", 79)))
+	if err != nil || refused.Outcome != store.ClaimOwned {
+		t.Fatalf("claim beside a locked inbox row = %+v, %v", refused, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := state("evt_ib3"); st != "pending" {
 		t.Fatalf("locked inbox row is %s after the claim; want pending (its Dispatcher marks it)", st)
+	}
+
+	// The payment's record, the lock gone, marks the row the claim skipped,
+	// whether Stripe charged or refused.
+	if _, err := s.RecordPaymentSucceeded(ctx, store.PaymentSuccess{Consumer: "order-placed", MessageID: "evt_ib3", OrderID: 78,
+		Key: "payment:evt_ib3", Claim: paid.Claim, PaymentIntentID: "pi_ib3", Amount: 1999, Currency: "usd", WorkflowID: "order-placed/evt_ib3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordPaymentFailed(ctx, store.PaymentFailure{Consumer: "order-placed", MessageID: "evt_ib4", OrderID: 79,
+		Key: "payment:evt_ib4", Claim: refused.Claim, Code: "card_declined", WorkflowID: "order-placed/evt_ib4"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range []string{"evt_ib3", "evt_ib4"} {
+		if st, wf := state(msg); st != "dispatched" || wf != "order-placed/"+msg {
+			t.Fatalf("inbox row %s after the record: %s %q; want dispatched by order-placed/%s", msg, st, wf, msg)
+		}
 	}
 }
 
