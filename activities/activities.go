@@ -101,13 +101,18 @@ func requestHash(v any) string {
 }
 
 // fenced converts store.ErrFenced into a retryable error of type
-// ErrTypeFenced, and store.ErrMismatch into a non-retryable one.
+// ErrTypeFenced, and store.ErrMismatch and store.ErrRefundNotSucceeded into
+// non-retryable ones.
 func fenced(err error) error {
 	if errors.Is(err, store.ErrFenced) {
 		return temporal.NewApplicationErrorWithCause("a later claim owns this effect", ErrTypeFenced, err)
 	}
 	if errors.Is(err, store.ErrMismatch) {
 		return temporal.NewNonRetryableApplicationError("idempotency key reused with a different request", ErrTypeIdempotencyMismatch, err)
+	}
+	if errors.Is(err, store.ErrRefundNotSucceeded) {
+		// The refund failed or went pending since the receipt checked it.
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRefundNotSucceeded, err)
 	}
 	return err
 }

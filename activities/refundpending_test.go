@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -391,5 +392,68 @@ func TestRefundUpdateOfARefundRecordedNotCreated(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(hooks.metrics.RefundUpdates().WithLabelValues("not_created", "succeeded")); got != 1 {
 		t.Errorf("effectively_refund_updates_total{from=not_created,to=succeeded} = %v, want 1", got)
+	}
+}
+
+// TestEarlierReleaseCannotClaimAReceiptOfARefundNotSucceeded: during a
+// rolling deploy a worker of a release before 00022 sends a refund's
+// receipt without reading the refund: it claims the receipt's ledger row
+// (store.ClaimEmail, the same statements since that release) and sends. The
+// database refuses that claim (migration 00023) while the refund is pending,
+// under the receipt's key and the legacy one, under either email policy, and
+// accepts it once Stripe moved the money. A receipt claimed while its refund
+// had succeeded cannot be taken over again once the refund failed.
+func TestEarlierReleaseCannotClaimAReceiptOfARefundNotSucceeded(t *testing.T) {
+	ctx := context.Background()
+	e := newConfEnv(t)
+	claimOf := func(id, key string, policy store.EmailPolicy) store.EmailClaim {
+		return store.EmailClaim{Consumer: "order-refund", MessageID: id, Key: key, LegacyKey: "email:" + id, RequestHash: "h-" + id, Policy: policy}
+	}
+
+	e.payWith("evt_pg1", 64, "pm_card_pendingRefund")
+	r, err := confExecute(ctx, e, e.acts.RefundOrder, confRefundInput(confMsg{ID: "evt_rg1", Order: 64, Amount: 700}))
+	if err != nil || r.Outcome != activities.RefundPending {
+		t.Fatalf("refund = %+v, %v; want pending", r, err)
+	}
+	for _, c := range []store.EmailClaim{
+		claimOf("evt_rg1", "refundemail:evt_rg1", store.AtLeastOnce),
+		claimOf("evt_rg1", "refundemail:evt_rg1", store.AtMostOnce),
+		claimOf("evt_rg1", "email:evt_rg1", store.AtLeastOnce), // a release before refundemail:
+	} {
+		if d, row, err := e.db.ClaimEmail(ctx, c); !errors.Is(err, store.ErrRefundNotSucceeded) {
+			t.Fatalf("%s claim of %s while the refund is pending = %s %+v, %v; want %v", c.Policy, c.Key, d, row, err, store.ErrRefundNotSucceeded)
+		}
+	}
+	if n := e.rows(`SELECT count(*) FROM effects WHERE kind = 'email' AND message_id = $1`, "evt_rg1"); n != 0 {
+		t.Fatalf("%d receipt rows of the pending refund; want none", n)
+	}
+	if err := e.stripe.SettleRefund(r.RefundID); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := confExecute(ctx, e, e.acts.CheckRefund, activities.CheckRefundInput{Consumer: "order-refund", MessageID: "evt_rg1", OrderID: 64}); err != nil || c.Outcome != activities.RefundRefunded {
+		t.Fatalf("check once settled = %+v, %v", c, err)
+	}
+	if d, _, err := e.db.ClaimEmail(ctx, claimOf("evt_rg1", "refundemail:evt_rg1", store.AtLeastOnce)); err != nil || d != store.EmailSend {
+		t.Fatalf("claim once the refund succeeded = %s, %v; want send", d, err)
+	}
+
+	// Claimed while the refund had succeeded; the refund then fails.
+	e.payWith("evt_pg2", 65, "pm_card_refundFail")
+	r2, err := confExecute(ctx, e, e.acts.RefundOrder, confRefundInput(confMsg{ID: "evt_rg2", Order: 65, Amount: 700}))
+	if err != nil || r2.Outcome != activities.RefundRefunded {
+		t.Fatalf("refund = %+v, %v; want refunded", r2, err)
+	}
+	c2 := claimOf("evt_rg2", "refundemail:evt_rg2", store.AtLeastOnce)
+	if d, _, err := e.db.ClaimEmail(ctx, c2); err != nil || d != store.EmailSend {
+		t.Fatalf("claim while the refund succeeded = %s, %v", d, err)
+	}
+	if _, err := e.db.UpdateRefund(ctx, store.RefundUpdate{RefundID: r2.RefundID, Status: "failed", FailureReason: "expired_or_canceled_card", Source: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, row, err := e.db.ClaimEmail(ctx, c2); !errors.Is(err, store.ErrRefundNotSucceeded) {
+		t.Fatalf("take-over once the refund failed = %s %+v, %v; want %v", d, row, err, store.ErrRefundNotSucceeded)
+	}
+	if row, err := e.db.Effect(ctx, "refundemail:evt_rg2"); err != nil || row.Claim != 1 {
+		t.Fatalf("receipt row = %+v, %v; want it left under claim 1", row, err)
 	}
 }

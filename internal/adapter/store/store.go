@@ -35,6 +35,10 @@ var (
 	ErrFenced = errors.New("ledger row is owned by a later claim")
 	// ErrMismatch reports an idempotency key reused for a different request.
 	ErrMismatch = errors.New("idempotency key reused with a different request")
+	// ErrRefundNotSucceeded reports a refund receipt's claim refused because
+	// its refund is pending or failed at Stripe (SQLSTATE EF001, raised by
+	// migration 00023's trigger for any release's claim).
+	ErrRefundNotSucceeded = errors.New("refund not succeeded: no receipt")
 )
 
 // DefaultURL is the database used when DATABASE_URL is not set.
@@ -226,6 +230,9 @@ func translate(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return fmt.Errorf("%w: %s: %w", ErrDuplicate, pgErr.ConstraintName, err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "EF001" {
+		return fmt.Errorf("%w: %w", ErrRefundNotSucceeded, err)
 	}
 	return err
 }
