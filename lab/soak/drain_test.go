@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,7 @@ var (
 	drainBusyProbes  = flag.Int("drain-busy-probes", 0, "refund probes during the drain after the outage (default: spread over 90% of its expected time, at least -drain-probes)")
 	drainBusyEvery   = flag.Duration("drain-busy-every", 0, "the drain's probes' spacing (default: a twentieth of the limit, 1s at 20/s, never closer than the other probes)")
 	drainSimsApart   = flag.Bool("drain-sims-apart", false, "run the simulators as a process of their own (sim/providersim), not in the test's process beside the probes and the publisher")
+	drainInfraCPUs   = flag.String("drain-infra-cpus", "", "give the Temporal server, Postgres and NATS these CPUs (e.g. 0) and this test's processes the others while the drain runs, the deployment's shape on one host (root; empty: leave them)")
 	drainInfraNice   = flag.Int("drain-infra-nice", 0, "run the Temporal server and Postgres at this nice (e.g. -10) while the drain runs, and the kernel's autogroup off, as if they had cores of their own (root; 0: leave them)")
 	drainFair        = flag.Bool("drain-fairness", false, "fail unless the refund route's p99 stays within 2× of its idle p99, and neither idle p99 more than 2× the other (issue 24's fairness target: near it at Stripe's own limits, -drain-sim-endpoint 25 -drain-endpoint 20, met in some runs and not in others on 2 shared cores; missed at the default 60/s; see docs/operations.md)")
 )
@@ -180,6 +182,22 @@ func TestBacklogDrain(t *testing.T) {
 		}
 		t.Cleanup(stop)
 		t.Logf("drain: the Temporal server and Postgres run at nice %d, autogroup off", *drainInfraNice)
+	}
+	if *drainInfraCPUs != "" {
+		var cpus []int
+		for _, f := range strings.Split(*drainInfraCPUs, ",") {
+			c, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				t.Fatalf("-drain-infra-cpus %q: %v", *drainInfraCPUs, err)
+			}
+			cpus = append(cpus, c)
+		}
+		stop, err := SeparateInfra(cpus)
+		if err != nil {
+			t.Fatalf("-drain-infra-cpus: %v", err)
+		}
+		t.Cleanup(stop)
+		t.Logf("drain: the Temporal server, Postgres and NATS run on CPUs %v, this test's processes on the others", cpus)
 	}
 	rep, err := RunDrain(context.Background(), DrainConfig{Probes: *drainProbes, ProbeEvery: *drainProbeEvery, Backlog: *drainBacklog, Burst: *drainBurst, BurstRate: *drainBurstRate, Limit: *drainWorkerLimit, ProbeAfter: *drainProbeAfter,
 		BusyProbes: *drainBusyProbes, BusyEvery: *drainBusyEvery, Logf: t.Logf}, st)

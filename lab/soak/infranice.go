@@ -4,10 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -40,23 +36,9 @@ func PrioritizeInfra(nice int) (stop func(), err error) {
 		_ = os.WriteFile(autogroupPath, prev, 0o600) //nolint:gosec // a fixed /proc path
 		return nil, err
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = renice(infraNames, nice)
-			}
-		}
-	})
+	stopKeeping := every(250*time.Millisecond, func() { _ = renice(infraNames, nice) })
 	return func() {
-		close(done)
-		wg.Wait()
+		stopKeeping()
 		_ = renice(infraNames, 0)
 		_ = os.WriteFile(autogroupPath, prev, 0o600) //nolint:gosec // a fixed /proc path
 	}, nil
@@ -66,31 +48,15 @@ func PrioritizeInfra(nice int) (stop func(), err error) {
 // in names to nice. A thread that ends meanwhile is skipped; a refusal (no
 // privilege) is returned.
 func renice(names map[string]bool, nice int) error {
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return err
-	}
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
+	return eachThread(func(_ int, comm string) func(tid int) error {
+		if !names[comm] {
+			return nil
 		}
-		comm, err := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
-		if err != nil || !names[strings.TrimSpace(string(comm))] {
-			continue
-		}
-		tasks, err := os.ReadDir(filepath.Join("/proc", p.Name(), "task"))
-		if err != nil {
-			continue
-		}
-		for _, task := range tasks {
-			tid, err := strconv.Atoi(task.Name())
-			if err != nil {
-				continue
-			}
+		return func(tid int) error {
 			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("renice thread %d of %s: %w", tid, strings.TrimSpace(string(comm)), err)
+				return fmt.Errorf("renice thread %d of %s: %w", tid, comm, err)
 			}
+			return nil
 		}
-	}
-	return nil
+	})
 }
