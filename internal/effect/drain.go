@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+
+	"github.com/effectively/effectively/internal/leaf/periodic"
 )
 
 // ErrDraining is returned by Begin when the worker is shutting down and
@@ -138,22 +140,5 @@ func heartbeat(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	activity.RecordHeartbeat(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(HeartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return periodic.Run(HeartbeatEvery, func() { activity.RecordHeartbeat(ctx) })
 }

@@ -8,10 +8,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/effectively/effectively/internal/leaf/periodic"
 )
 
 // SeparateInfra gives the Temporal server, Postgres and NATS on this host
@@ -62,7 +63,7 @@ func separate(infra []int, names map[string]bool) (stop func(), err error) {
 		_ = apply(&allSet, &allSet)
 		return nil, err
 	}
-	stopKeeping := every(250*time.Millisecond, func() { _ = apply(&infraSet, &restSet) })
+	stopKeeping := periodic.Run(250*time.Millisecond, func() { _ = apply(&infraSet, &restSet) })
 	return func() {
 		stopKeeping()
 		_ = apply(&allSet, &allSet)
@@ -166,27 +167,4 @@ func processTree(root int) map[int]bool {
 		}
 	}
 	return tree
-}
-
-// every runs fn every d until stop is called; stop returns once fn is not
-// running.
-func every(d time.Duration, fn func()) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				fn()
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
 }

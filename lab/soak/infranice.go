@@ -6,6 +6,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/effectively/effectively/internal/leaf/periodic"
 )
 
 // infraNames are the process names (/proc/PID/comm) PrioritizeInfra
@@ -36,7 +38,7 @@ func PrioritizeInfra(nice int) (stop func(), err error) {
 		_ = os.WriteFile(autogroupPath, prev, 0o600) //nolint:gosec // a fixed /proc path
 		return nil, err
 	}
-	stopKeeping := every(250*time.Millisecond, func() { _ = renice(infraNames, nice) })
+	stopKeeping := periodic.Run(250*time.Millisecond, func() { _ = renice(infraNames, nice) })
 	return func() {
 		stopKeeping()
 		_ = renice(infraNames, 0)
